@@ -1,0 +1,20 @@
+//! Compiles the public contract in `proto/` with protox (pure Rust, no system `protoc`) and writes
+//! the file descriptor set that server reflection serves.
+
+use std::path::PathBuf;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = ["proto/authz/v1/authz.proto"];
+    println!("cargo:rerun-if-changed=proto");
+
+    let file_descriptors = protox::compile(protos, ["proto"])?;
+    let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
+    let descriptor_path = out_dir.join("authz_descriptor.bin");
+    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&file_descriptors))?;
+
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(file_descriptors)?;
+    Ok(())
+}

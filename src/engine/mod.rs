@@ -1,0 +1,259 @@
+//! The decision engine: request attributes in, an explained decision out.
+//!
+//! Synchronous and pure: no I/O, no tokio, no protobuf. [`Engine`] runs the authorizer chain of
+//! `--authorization-mode` over one compiled [`Index`](crate::policy::index::Index); the
+//! reference evaluator in [`reference`] answers the same questions by walking every binding the
+//! way upstream does, and property tests hold the two to the same answers.
+
+pub mod chain;
+pub mod explain;
+pub mod reference;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+
+pub use chain::Engine;
+
+/// The subject of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ResourceAttributes {
+    pub namespace: String,
+    pub verb: String,
+    /// API group; `""` is the core group.
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NonResourceAttributes {
+    pub path: String,
+    pub verb: String,
+}
+
+/// What is being done: a resource request or a non-resource request, never both.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Resource(ResourceAttributes),
+    NonResource(NonResourceAttributes),
+}
+
+impl Action {
+    pub fn verb(&self) -> &str {
+        match self {
+            Action::Resource(r) => &r.verb,
+            Action::NonResource(n) => &n.verb,
+        }
+    }
+
+    /// The namespace a resource request targets; `""` for cluster scope and non-resource paths.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Action::Resource(r) => &r.namespace,
+            Action::NonResource(_) => "",
+        }
+    }
+
+    /// Upstream `IsReadOnly`: exactly get, list and watch, case-sensitive.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb(), "get" | "list" | "watch")
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub user: UserInfo,
+    pub action: Action,
+}
+
+/// Three-valued, as upstream: a final `NoOpinion` is a deny.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Decision {
+    Allow,
+    Deny,
+    NoOpinion,
+}
+
+impl Decision {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Decision::Allow => "ALLOW",
+            Decision::Deny => "DENY",
+            Decision::NoOpinion => "NO_OPINION",
+        }
+    }
+}
+
+impl fmt::Display for Decision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The authorizers of `--authorization-mode`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Mode {
+    AlwaysAllow,
+    /// Answers NoOpinion, as upstream does, so `AlwaysDeny,AlwaysAllow` allows.
+    AlwaysDeny,
+    Abac,
+    /// RBAC plus seed 003's deny rules and negation.
+    Rbac,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::AlwaysAllow => "AlwaysAllow",
+            Mode::AlwaysDeny => "AlwaysDeny",
+            Mode::Abac => "ABAC",
+            Mode::Rbac => "RBAC",
+        }
+    }
+
+    /// Parses a comma-separated `--authorization-mode` value.
+    pub fn parse_chain(s: &str) -> Result<Vec<Mode>, String> {
+        let mut modes = Vec::new();
+        for part in s.split(',') {
+            let mode: Mode = part.trim().parse()?;
+            if modes.contains(&mode) {
+                return Err(format!("authorization mode `{}` is listed twice", part.trim()));
+            }
+            modes.push(mode);
+        }
+        Ok(modes)
+    }
+}
+
+impl FromStr for Mode {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "AlwaysAllow" => Ok(Mode::AlwaysAllow),
+            "AlwaysDeny" => Ok(Mode::AlwaysDeny),
+            "ABAC" => Ok(Mode::Abac),
+            "RBAC" => Ok(Mode::Rbac),
+            other => Err(format!(
+                "unknown authorization mode `{other}` (expected AlwaysAllow, AlwaysDeny, ABAC or RBAC)"
+            )),
+        }
+    }
+}
+
+/// Which rule allowed or denied: binding -> role -> rule index, or an ABAC `file:line`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RuleRef {
+    /// `RBAC`, `ABAC`, `AlwaysAllow` or `SuperUser`.
+    pub authorizer: &'static str,
+    /// `ClusterRoleBinding/NAME` or `RoleBinding/NS/NAME`; empty for ABAC.
+    pub binding: Arc<str>,
+    /// `ClusterRole/NAME` or `Role/NS/NAME`; empty for ABAC.
+    pub role: Arc<str>,
+    pub rule_index: u32,
+    /// `file:line` of the binding (RBAC) or policy line (ABAC).
+    pub source: Arc<str>,
+}
+
+impl fmt::Display for RuleRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.binding.is_empty() {
+            write!(f, "{} {}", self.authorizer, self.source)
+        } else {
+            write!(
+                f,
+                "{} {} -> {} rule {} ({})",
+                self.authorizer, self.binding, self.role, self.rule_index, self.source
+            )
+        }
+    }
+}
+
+/// An explained decision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    pub decision: Decision,
+    /// Human-readable, upstream-compatible where upstream defines it.
+    pub reason: String,
+    /// The first allowing rule found (in evaluation order), even when a deny overrode it.
+    pub allowed_by: Vec<RuleRef>,
+    /// The first denying rule found, even when a higher-precedence allow overrode it.
+    pub denied_by: Vec<RuleRef>,
+    /// Evaluation errors (missing roles, unevaluable restrictions). Never fatal.
+    pub errors: Vec<String>,
+}
+
+impl Response {
+    pub fn allowed(&self) -> bool {
+        self.decision == Decision::Allow
+    }
+
+    pub fn denied(&self) -> bool {
+        self.decision == Decision::Deny
+    }
+
+    /// Errors joined the way upstream aggregates them.
+    pub fn evaluation_error(&self) -> String {
+        join_errors(&self.errors)
+    }
+}
+
+/// "Who can do this?": sorted, de-duplicated subject names. Service accounts appear as users
+/// named `system:serviceaccount:NS:NAME`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowedSubjects {
+    pub users: Vec<String>,
+    pub groups: Vec<String>,
+    /// Subjects whose own decision is an explicit deny.
+    pub denied_users: Vec<String>,
+    pub denied_groups: Vec<String>,
+    pub errors: Vec<String>,
+}
+
+impl AllowedSubjects {
+    pub fn evaluation_error(&self) -> String {
+        join_errors(&self.errors)
+    }
+}
+
+/// Upstream's `utilerrors.NewAggregate` formatting: one error plain, several as `[a, b]`.
+pub fn join_errors(errors: &[String]) -> String {
+    match errors {
+        [] => String::new(),
+        [one] => one.clone(),
+        many => format!("[{}]", many.join(", ")),
+    }
+}
+
+/// How the engine evaluates: the authorizer chain and the super-users that bypass it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EngineConfig {
+    /// `--authorization-mode`, in order.
+    pub modes: Vec<Mode>,
+    /// `--super-user`: allowed everything, listed in every who-can answer.
+    pub super_users: Vec<String>,
+    /// `--super-group`: members are allowed everything; listed in every who-can answer.
+    pub super_groups: Vec<String>,
+}
+
+impl Default for EngineConfig {
+    /// The default chain `RBAC,ABAC`, with no super-users.
+    fn default() -> Self {
+        Self {
+            modes: vec![Mode::Rbac, Mode::Abac],
+            super_users: Vec::new(),
+            super_groups: Vec::new(),
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! authzd: an out-of-process authorization service for Kubernetes-style policy.
+//!
+//! Layers, from the inside out (see ARCHITECTURE.md):
+//! * [`policy`]: the plain policy model, its loaders, its exact matching semantics and its
+//!   compilation into an immutable index;
+//! * [`engine`]: the authorizer chain over the index (pure, synchronous), and the reference
+//!   evaluator it is tested against;
+//! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
+//! * [`app`]: the composition root.
+
+pub mod engine;
+pub mod policy;
+
+/// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
+pub mod proto {
+    #![allow(clippy::all, clippy::pedantic)]
+    tonic::include_proto!("authz.v1");
+
+    /// Encoded file descriptor set, served by gRPC reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("authz_descriptor");
+}

@@ -1,0 +1,1 @@
+//! Compilation of a [`PolicySet`](crate::policy::model::PolicySet) into an index.

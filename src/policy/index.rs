@@ -1,0 +1,1 @@
+//! The immutable compiled index.

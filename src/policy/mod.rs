@@ -1,0 +1,9 @@
+//! Policy: the data model, its loaders, its matching semantics and its compilation.
+
+pub mod abac;
+pub mod aggregate;
+pub mod compile;
+pub mod index;
+pub mod load;
+pub mod model;
+pub mod rbac;

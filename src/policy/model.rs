@@ -1,0 +1,238 @@
+//! Plain policy data, free of wire formats and of matching logic.
+//!
+//! Every loader (Kubernetes RBAC objects, seed-003 documents, ABAC lines) produces these types;
+//! the compiler turns a [`PolicySet`] into an immutable index. Fields hold exactly what the
+//! policy says after the documented conversions (ABAC v0 -> v1beta1, seed 003 -> RBAC), so the
+//! reference evaluator and the compiled index read the same data.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Where an object or an ABAC line came from, for explanations and errors (`file:line`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Source {
+    pub file: Arc<str>,
+    /// 1-based line of the document or ABAC line; 0 when unknown (objects made in memory).
+    pub line: u32,
+}
+
+impl Source {
+    pub fn new(file: impl Into<Arc<str>>, line: u32) -> Self {
+        Self {
+            file: file.into(),
+            line,
+        }
+    }
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.file, self.line)
+    }
+}
+
+/// One RBAC rule, extended with seed 003's `deny` flag, `-`negated verbs/resources and
+/// attribute restrictions.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicyRule {
+    pub verbs: Vec<String>,
+    pub api_groups: Vec<String>,
+    /// `res`, `res/sub`, `*`, `*/sub`; a leading `-` negates (seed 003).
+    pub resources: Vec<String>,
+    pub resource_names: Vec<String>,
+    pub non_resource_urls: Vec<String>,
+    /// A matching deny rule forbids instead of allowing (seed 003).
+    pub deny: bool,
+    /// Seed 003 attribute restrictions, kept verbatim (as canonical JSON) for explanations.
+    /// authzd cannot evaluate them yet, so they fail closed: a restricted allow rule never
+    /// matches, a restricted deny rule matches as if unrestricted. Both report an error.
+    pub attribute_restrictions: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum RoleKind {
+    Role,
+    ClusterRole,
+}
+
+impl RoleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RoleKind::Role => "Role",
+            RoleKind::ClusterRole => "ClusterRole",
+        }
+    }
+}
+
+/// `metav1.LabelSelector`, as used by ClusterRole `aggregationRule`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LabelSelectorRequirement {
+    pub key: String,
+    pub operator: SelectorOperator,
+    pub values: Vec<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl LabelSelector {
+    /// Kubernetes semantics: every `matchLabels` pair and every expression must hold; an empty
+    /// selector matches everything.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|req| {
+                let value = labels.get(&req.key);
+                match req.operator {
+                    SelectorOperator::In => value.is_some_and(|v| req.values.contains(v)),
+                    SelectorOperator::NotIn => value.is_none_or(|v| !req.values.contains(v)),
+                    SelectorOperator::Exists => value.is_some(),
+                    SelectorOperator::DoesNotExist => value.is_none(),
+                }
+            })
+    }
+}
+
+/// A Role (namespaced) or ClusterRole (`namespace` empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Role {
+    pub kind: RoleKind,
+    pub namespace: String,
+    pub name: String,
+    pub labels: BTreeMap<String, String>,
+    pub rules: Vec<PolicyRule>,
+    /// ClusterRoles only: when set, the role's effective rules are the union of the rules of
+    /// the ClusterRoles its selectors match (as upstream's aggregation controller writes them).
+    pub aggregation_rule: Option<Vec<LabelSelector>>,
+    pub source: Source,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum BindingKind {
+    RoleBinding,
+    ClusterRoleBinding,
+}
+
+impl BindingKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BindingKind::RoleBinding => "RoleBinding",
+            BindingKind::ClusterRoleBinding => "ClusterRoleBinding",
+        }
+    }
+}
+
+/// A binding's subject exactly as written (upstream returns subjects as written from who-can).
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Subject {
+    /// `User`, `Group`, `ServiceAccount`; any other kind never matches.
+    pub kind: String,
+    /// Ignored for matching, as upstream ignores it.
+    pub api_group: String,
+    pub name: String,
+    /// ServiceAccount only; empty means the binding's namespace.
+    pub namespace: String,
+}
+
+pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+impl Subject {
+    /// The user name this subject stands for, if it names a single user: `User` names, and
+    /// service accounts as `system:serviceaccount:NS:NAME` with NS defaulting to the binding's
+    /// namespace. `None` for groups, unknown kinds and namespace-less service accounts.
+    pub fn user_name(&self, binding_namespace: &str) -> Option<String> {
+        match self.kind.as_str() {
+            "User" => Some(self.name.clone()),
+            "ServiceAccount" => {
+                let ns = if self.namespace.is_empty() {
+                    binding_namespace
+                } else {
+                    &self.namespace
+                };
+                (!ns.is_empty()).then(|| format!("{SERVICE_ACCOUNT_PREFIX}{ns}:{}", self.name))
+            }
+            _ => None,
+        }
+    }
+
+    /// The group this subject names, if it is a `Group`.
+    pub fn group_name(&self) -> Option<&str> {
+        (self.kind == "Group").then_some(self.name.as_str())
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RoleRef {
+    /// `Role` or `ClusterRole`; anything else is rejected by the loaders.
+    pub kind: RoleKind,
+    pub name: String,
+}
+
+/// A RoleBinding (namespaced) or ClusterRoleBinding (`namespace` empty).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Binding {
+    pub kind: BindingKind,
+    pub namespace: String,
+    pub name: String,
+    pub subjects: Vec<Subject>,
+    pub role_ref: RoleRef,
+    pub source: Source,
+}
+
+impl Binding {
+    /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
+    pub fn describe(&self) -> String {
+        match self.kind {
+            BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {:?}", self.name),
+            BindingKind::RoleBinding => {
+                format!("RoleBinding {:?}", format!("{}/{}", self.name, self.namespace))
+            }
+        }
+    }
+}
+
+/// One ABAC policy line after conversion to the internal (v1beta1) shape.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AbacRule {
+    pub user: String,
+    pub group: String,
+    pub readonly: bool,
+    pub api_group: String,
+    pub namespace: String,
+    pub resource: String,
+    pub non_resource_path: String,
+    pub source: Source,
+}
+
+/// Everything one policy state holds. Order is the canonical evaluation order: roles and
+/// bindings sorted by (kind, namespace, name), ABAC lines in file then line order.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PolicySet {
+    pub roles: Vec<Role>,
+    pub bindings: Vec<Binding>,
+    pub abac: Vec<AbacRule>,
+}
+
+impl PolicySet {
+    /// Puts roles and bindings into canonical order so that explanations ("first rule that
+    /// allowed") do not depend on file layout.
+    pub fn canonicalize(&mut self) {
+        self.roles
+            .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+        self.bindings
+            .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    }
+}

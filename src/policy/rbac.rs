@@ -1,0 +1,276 @@
+//! RBAC rule matching, exactly as upstream's `evaluation_helpers.go` / `RuleAllows`, plus seed
+//! 003's negation.
+//!
+//! All comparisons are exact and case-sensitive; only the documented `*` forms are wildcards.
+//! Negation (seed 003): a verb or resource entry with a leading `-` subtracts from what the
+//! positive entries match, so `["*", "-roles"]` is every resource except `roles`. A list with
+//! only negative entries matches nothing. A negated bare resource (`-secrets`) also removes its
+//! subresources (`secrets/status`): "everything except secrets" must not leak `secrets/*`.
+//! A negated `res/sub` or `*/sub` removes exactly what the same positive entry would match.
+//!
+//! These functions are the single definition of rule semantics: the reference evaluator calls
+//! them on every rule it walks; the compiled index only narrows which rules it calls them on.
+
+use crate::engine::{Action, NonResourceAttributes, ResourceAttributes};
+use crate::policy::model::PolicyRule;
+
+const NEGATION: char = '-';
+
+/// Positive entries match by `pos`, negative entries (prefix stripped) exclude by `neg`.
+fn list_matches(
+    entries: &[String],
+    pos: impl Fn(&str) -> bool,
+    neg: impl Fn(&str) -> bool,
+) -> bool {
+    let mut included = false;
+    for entry in entries {
+        match entry.strip_prefix(NEGATION) {
+            Some(negated) => {
+                if neg(negated) {
+                    return false;
+                }
+            }
+            None => included = included || pos(entry),
+        }
+    }
+    included
+}
+
+/// Whether an entry starts with `-` (seed 003 negation).
+pub fn is_negated(entry: &str) -> bool {
+    entry.starts_with(NEGATION)
+}
+
+/// Upstream `VerbMatches`: some verb is `*` or equal to the request verb; minus negations.
+pub fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
+    let single = |v: &str| v == "*" || v == verb;
+    list_matches(&rule.verbs, single, single)
+}
+
+/// Upstream `APIGroupMatches`: some group is `*` or equal; `""` is the core group.
+pub fn api_group_matches(rule: &PolicyRule, group: &str) -> bool {
+    rule.api_groups.iter().any(|g| g == "*" || g == group)
+}
+
+/// One rule resource entry against `combined` (`res` or `res/sub`), as upstream.
+fn resource_entry_matches(entry: &str, combined: &str, subresource: &str) -> bool {
+    if entry == "*" || entry == combined {
+        return true;
+    }
+    // `*/sub` covers every resource's `sub` subresource; exact length check as upstream, so
+    // `*/` and `*x/...` never match.
+    !subresource.is_empty()
+        && entry.len() == subresource.len() + 2
+        && entry.starts_with("*/")
+        && entry.ends_with(subresource)
+}
+
+/// A negated entry: what the positive entry would match, and for a bare resource name also all
+/// of its subresources.
+fn negated_resource_matches(entry: &str, combined: &str, subresource: &str) -> bool {
+    resource_entry_matches(entry, combined, subresource)
+        || (!entry.contains('/')
+            && combined.len() > entry.len()
+            && combined.starts_with(entry)
+            && combined.as_bytes()[entry.len()] == b'/')
+}
+
+/// Upstream `ResourceMatches(rule, combined, subresource)`, minus negations.
+pub fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
+    let combined_buf;
+    let combined = if subresource.is_empty() {
+        resource
+    } else {
+        combined_buf = format!("{resource}/{subresource}");
+        &combined_buf
+    };
+    list_matches(
+        &rule.resources,
+        |e| resource_entry_matches(e, combined, subresource),
+        |e| negated_resource_matches(e, combined, subresource),
+    )
+}
+
+/// Upstream `ResourceNameMatches`: empty list matches all; otherwise the name must be listed,
+/// so requests without a name (list, create) do not match a name-restricted rule.
+pub fn resource_name_matches(rule: &PolicyRule, name: &str) -> bool {
+    rule.resource_names.is_empty() || rule.resource_names.iter().any(|n| n == name)
+}
+
+/// One `nonResourceURLs` entry: `*`, exact, or a trailing-`*` prefix (all trailing `*` trimmed).
+pub fn non_resource_url_entry_matches(entry: &str, path: &str) -> bool {
+    if entry == "*" || entry == path {
+        return true;
+    }
+    match entry.strip_suffix('*') {
+        Some(_) => path.starts_with(entry.trim_end_matches('*')),
+        None => false,
+    }
+}
+
+/// Upstream `NonResourceURLMatches`.
+pub fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
+    rule.non_resource_urls
+        .iter()
+        .any(|u| non_resource_url_entry_matches(u, path))
+}
+
+pub fn resource_rule_matches(rule: &PolicyRule, attrs: &ResourceAttributes) -> bool {
+    verb_matches(rule, &attrs.verb)
+        && api_group_matches(rule, &attrs.group)
+        && resource_matches(rule, &attrs.resource, &attrs.subresource)
+        && resource_name_matches(rule, &attrs.name)
+}
+
+pub fn non_resource_rule_matches(rule: &PolicyRule, attrs: &NonResourceAttributes) -> bool {
+    verb_matches(rule, &attrs.verb) && non_resource_url_matches(rule, &attrs.path)
+}
+
+/// Upstream `RuleAllows`, ignoring `deny` and restrictions: does the rule's pattern cover the
+/// action? Only the half of the rule that fits the request kind is consulted.
+pub fn rule_matches(rule: &PolicyRule, action: &Action) -> bool {
+    match action {
+        Action::Resource(r) => resource_rule_matches(rule, r),
+        Action::NonResource(n) => non_resource_rule_matches(rule, n),
+    }
+}
+
+/// How a rule applies to an action once `deny` and attribute restrictions are considered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleEffect {
+    /// The rule does not apply.
+    None,
+    Allow,
+    Deny,
+}
+
+/// The effect of a rule on an action, and whether an evaluation error must be reported.
+///
+/// Attribute restrictions cannot be evaluated yet and fail closed: a restricted allow rule is
+/// skipped, a restricted deny rule applies. Uncertainty never widens access.
+pub fn rule_effect(rule: &PolicyRule, action: &Action) -> (RuleEffect, bool) {
+    if !rule_matches(rule, action) {
+        return (RuleEffect::None, false);
+    }
+    let restricted = rule.attribute_restrictions.is_some();
+    match (rule.deny, restricted) {
+        (true, _) => (RuleEffect::Deny, restricted),
+        (false, false) => (RuleEffect::Allow, false),
+        (false, true) => (RuleEffect::None, true),
+    }
+}
+
+/// The evaluation error reported for a rule with attribute restrictions.
+pub fn restriction_error(role: &str, rule_index: usize, deny: bool) -> String {
+    let consequence = if deny {
+        "applied as an unrestricted deny"
+    } else {
+        "skipped"
+    };
+    format!(
+        "{role} rule {rule_index} has attributeRestrictions, which authzd cannot evaluate; the rule was {consequence}"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
+        PolicyRule {
+            verbs: verbs.iter().map(|s| s.to_string()).collect(),
+            api_groups: groups.iter().map(|s| s.to_string()).collect(),
+            resources: resources.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    fn urls(urls: &[&str]) -> PolicyRule {
+        PolicyRule {
+            verbs: vec!["get".into()],
+            non_resource_urls: urls.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn verbs_are_exact_and_case_sensitive() {
+        let r = rule(&["get"], &[""], &["pods"]);
+        assert!(verb_matches(&r, "get"));
+        assert!(!verb_matches(&r, "GET"));
+        assert!(!verb_matches(&r, "list"));
+        assert!(verb_matches(&rule(&["*"], &[], &[]), "anything"));
+    }
+
+    #[test]
+    fn negated_verbs_subtract() {
+        let r = rule(&["*", "-create", "-update", "-delete"], &["*"], &["*"]);
+        assert!(verb_matches(&r, "get"));
+        assert!(!verb_matches(&r, "create"));
+        assert!(!verb_matches(&rule(&["-create"], &[], &[]), "get"));
+    }
+
+    #[test]
+    fn subresources_follow_upstream() {
+        let pods = rule(&["get"], &[""], &["pods"]);
+        assert!(resource_matches(&pods, "pods", ""));
+        assert!(!resource_matches(&pods, "pods", "status"));
+        let scale = rule(&["get"], &[""], &["*/scale"]);
+        assert!(resource_matches(&scale, "deployments", "scale"));
+        assert!(!resource_matches(&scale, "deployments", ""));
+        assert!(!resource_matches(&scale, "deployments", "status"));
+        let deep = rule(&["get"], &[""], &["*/other/segment"]);
+        assert!(resource_matches(&deep, "foo", "other/segment"));
+        for never in ["*/", "", "/", "*x/scale"] {
+            assert!(!resource_matches(&rule(&["get"], &[""], &[never]), "pods", "scale"), "{never}");
+        }
+        assert!(resource_matches(&rule(&["get"], &[""], &["*"]), "pods", "log"));
+    }
+
+    #[test]
+    fn negated_resources_remove_the_resource_and_its_subresources() {
+        let r = rule(&["*"], &["*"], &["*", "-secrets", "-pods/exec", "-*/token"]);
+        assert!(resource_matches(&r, "pods", ""));
+        assert!(!resource_matches(&r, "secrets", ""));
+        assert!(!resource_matches(&r, "secrets", "status"));
+        assert!(resource_matches(&r, "secretsx", ""));
+        assert!(!resource_matches(&r, "pods", "exec"));
+        assert!(resource_matches(&r, "pods", "log"));
+        assert!(!resource_matches(&r, "serviceaccounts", "token"));
+    }
+
+    #[test]
+    fn resource_names_require_a_name() {
+        let mut r = rule(&["get"], &[""], &["pods"]);
+        r.resource_names = vec!["a".into()];
+        assert!(resource_name_matches(&r, "a"));
+        assert!(!resource_name_matches(&r, ""));
+        assert!(!resource_name_matches(&r, "b"));
+    }
+
+    #[test]
+    fn non_resource_urls_prefix_and_no_mid_glob() {
+        assert!(non_resource_url_matches(&urls(&["/foo/*"]), "/foo/bar"));
+        assert!(non_resource_url_matches(&urls(&["/foo/*"]), "/foo/"));
+        assert!(!non_resource_url_matches(&urls(&["/foo/*"]), "/foo"));
+        assert!(!non_resource_url_matches(&urls(&["/api/*/*"]), "/api/v1"));
+        assert!(non_resource_url_matches(&urls(&["/api/**"]), "/api/v1"));
+        assert!(non_resource_url_matches(&urls(&["*"]), "/anything"));
+        assert!(!non_resource_url_matches(&urls(&["/healthz"]), "/healthz/"));
+    }
+
+    #[test]
+    fn restricted_rules_fail_closed() {
+        let action = Action::Resource(ResourceAttributes {
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        });
+        let mut allow = rule(&["get"], &[""], &["pods"]);
+        allow.attribute_restrictions = Some("{}".into());
+        assert_eq!(rule_effect(&allow, &action), (RuleEffect::None, true));
+        let mut deny = allow.clone();
+        deny.deny = true;
+        assert_eq!(rule_effect(&deny, &action), (RuleEffect::Deny, true));
+    }
+}
