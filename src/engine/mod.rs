@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod explain;
 pub mod reference;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -129,7 +130,10 @@ impl Mode {
         for part in s.split(',') {
             let mode: Mode = part.trim().parse()?;
             if modes.contains(&mode) {
-                return Err(format!("authorization mode `{}` is listed twice", part.trim()));
+                return Err(format!(
+                    "authorization mode `{}` is listed twice",
+                    part.trim()
+                ));
             }
             modes.push(mode);
         }
