@@ -10,6 +10,7 @@
 
 pub mod engine;
 pub mod policy;
+pub mod synth;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {
