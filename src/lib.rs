@@ -8,6 +8,7 @@
 //! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
 //! * [`app`]: the composition root.
 
+pub mod cache;
 pub mod engine;
 pub mod policy;
 pub mod synth;
