@@ -12,6 +12,10 @@ use authzd::policy::model::{Binding, PolicySet, Role};
 use common::*;
 use proptest::prelude::*;
 
+/// Before and after versions of the objects one write changes.
+type RoleChanges = Vec<(Option<Role>, Option<Role>)>;
+type BindingChanges = Vec<(Option<Binding>, Option<Binding>)>;
+
 fn key_of_role(r: &Role) -> (authzd::policy::model::RoleKind, String, String) {
     (r.kind, r.namespace.clone(), r.name.clone())
 }
@@ -113,7 +117,7 @@ proptest! {
         let mut old = old;
         old.canonicalize();
         let mut new = old.clone();
-        let (roles, bindings): (Vec<(Option<Role>, Option<Role>)>, Vec<(Option<Binding>, Option<Binding>)>) = match change {
+        let (roles, bindings): (RoleChanges, BindingChanges) = match change {
             // Apply (create or replace) a role.
             0 => {
                 let before = old.roles.iter().find(|r| key_of_role(r) == key_of_role(&replacement_role)).cloned();
