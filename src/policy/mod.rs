@@ -8,3 +8,4 @@ pub mod index;
 pub mod load;
 pub mod model;
 pub mod rbac;
+pub mod render;
