@@ -934,3 +934,93 @@ fn sources_over_the_limit_are_refused() {
         )]
     );
 }
+
+// ---- the shipped default policy --------------------------------------------------------------
+
+#[test]
+fn shipped_policy_directory_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policy");
+    let set = match load_paths(&[dir], &LoadOptions::default()) {
+        Ok(set) => set,
+        Err(e) => panic!("policy/ does not load:\n{e}"),
+    };
+    assert_eq!(set.roles.len(), 10, "{:#?}", set.roles);
+    assert_eq!(set.bindings.len(), 8, "{:#?}", set.bindings);
+    assert_eq!(set.abac.len(), 10);
+
+    let cluster_roles: Vec<_> = set
+        .roles
+        .iter()
+        .filter(|r| r.kind == RoleKind::ClusterRole)
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        cluster_roles,
+        vec![
+            "admin",
+            "cluster-admin",
+            "edit",
+            "kubelet",
+            "secret-reader",
+            "view"
+        ]
+    );
+    let fat = role(&set, RoleKind::Role, "hammer", "fatFingeredEditor");
+    assert!(fat.rules[0].deny);
+    assert_eq!(
+        fat.rules[0].attribute_restrictions.as_deref(),
+        Some(r#"{"labelsContain":["protected"]}"#)
+    );
+    let read_pods = binding(&set, BindingKind::RoleBinding, "default", "read-pods");
+    assert_eq!(read_pods.subjects, vec![user("jane")]);
+    assert_eq!(read_pods.role_ref.kind, RoleKind::Role);
+    let editors = binding(&set, BindingKind::RoleBinding, "hammer", "Editors");
+    assert_eq!(editors.role_ref.kind, RoleKind::ClusterRole);
+    let kubelets = binding(&set, BindingKind::ClusterRoleBinding, "", "Kubelets");
+    assert_eq!(
+        kubelets.subjects,
+        vec![user("kubelet-01"), user("kubelet-02")]
+    );
+
+    // ABAC: seed 001 (v1beta1) first, then seed 002 (v0), in line order.
+    let abac: Vec<(&str, &str, bool, &str, &str, &str, &str)> = set
+        .abac
+        .iter()
+        .map(|r| {
+            (
+                r.user.as_str(),
+                r.group.as_str(),
+                r.readonly,
+                r.api_group.as_str(),
+                r.namespace.as_str(),
+                r.resource.as_str(),
+                r.non_resource_path.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        abac,
+        vec![
+            ("alice", "", false, "*", "*", "*", ""),
+            ("kubelet", "", true, "", "*", "pods", ""),
+            ("kubelet", "", false, "", "*", "events", ""),
+            ("bob", "", true, "", "projectCaribou", "pods", ""),
+            ("", "system:authenticated", true, "", "", "", "*"),
+            (
+                "system:serviceaccount:kube-system:default",
+                "",
+                false,
+                "*",
+                "*",
+                "*",
+                ""
+            ),
+            ("alice", "", false, "*", "*", "*", "*"),
+            ("kubelet", "", true, "*", "*", "pods", ""),
+            ("kubelet", "", false, "*", "*", "events", ""),
+            ("bob", "", true, "*", "projectCaribou", "pods", ""),
+        ]
+    );
+    assert!(set.abac[0].source.file.ends_with("seed001-abac.jsonl"));
+    assert_eq!(set.abac[0].source.line, 3);
+}
