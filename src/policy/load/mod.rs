@@ -4,10 +4,10 @@
 //! # Formats, by file extension
 //!
 //! * `*.yaml`, `*.yml`: one or more YAML documents (`---`), each a Kubernetes RBAC object
-//!   ([`kube`]) or a seed-003 `role` / `roleBinding` document ([`seed003`]);
+//!   (module `kube`) or a seed-003 `role` / `roleBinding` document (module `seed003`);
 //! * `*.json`: one JSON value, or several concatenated (seed 003 writes objects one after
 //!   another), with the same content;
-//! * `*.jsonl`: ABAC policy lines, v1beta1 or v0 ([`abac`]).
+//! * `*.jsonl`: ABAC policy lines, v1beta1 or v0 (module `abac`).
 //!
 //! # Strictness (a deliberate choice)
 //!
