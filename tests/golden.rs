@@ -25,7 +25,8 @@
 //!       reason: "exact reason"                     # optional; exact
 //!       allowed_by: ["RBAC ClusterRoleBinding/b -> ClusterRole/r rule 0"]  # optional; exact
 //!       denied_by: []                              # optional; exact
-//!       evaluation_error: "..."                    # optional; substring. ABSENT = no errors
+//!       evaluation_error: "exact"                  # optional; "...part..." = substring;
+//!                                                  # ABSENT = no errors
 //! who_can:
 //!   - name: ...
 //!     resource: {...}          # or non_resource
@@ -558,18 +559,18 @@ fn check_authorize(expect: &AuthorizeExpect, got: &Response) -> Vec<String> {
     problems
 }
 
-/// Absent: no error allowed. `""`: no error. Otherwise a substring of the joined errors.
+/// Absent or `""`: no error. `...text...` (leading and/or trailing `...`): the joined errors
+/// contain `text`. Otherwise the joined errors exactly.
 fn check_error(expected: Option<&str>, actual: &str) -> Option<String> {
-    match expected {
-        None | Some("") if actual.is_empty() => None,
-        None | Some("") => Some(format!(
-            "  evaluation_error: expected none, got {actual:?}"
-        )),
-        Some(e) if actual.contains(e) => None,
-        Some(e) => Some(format!(
-            "  evaluation_error: expected to contain {e:?}, got {actual:?}"
-        )),
-    }
+    let expected = expected.unwrap_or("");
+    let inner = expected.strip_prefix("...").unwrap_or(expected);
+    let inner = inner.strip_suffix("...").unwrap_or(inner);
+    let ok = if inner.len() < expected.len() {
+        actual.contains(inner)
+    } else {
+        actual == expected
+    };
+    (!ok).then(|| format!("  evaluation_error: expected {expected:?}, got {actual:?}"))
 }
 
 fn check_who_can(expect: &WhoCanExpect, got: &AllowedSubjects) -> Vec<String> {
