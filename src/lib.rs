@@ -8,8 +8,10 @@
 //! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
 //! * [`app`]: the composition root.
 
+pub mod cache;
 pub mod engine;
 pub mod policy;
+pub mod synth;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {

@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod explain;
 pub mod reference;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -129,7 +130,10 @@ impl Mode {
         for part in s.split(',') {
             let mode: Mode = part.trim().parse()?;
             if modes.contains(&mode) {
-                return Err(format!("authorization mode `{}` is listed twice", part.trim()));
+                return Err(format!(
+                    "authorization mode `{}` is listed twice",
+                    part.trim()
+                ));
             }
             modes.push(mode);
         }
@@ -255,5 +259,32 @@ impl Default for EngineConfig {
             super_users: Vec::new(),
             super_groups: Vec::new(),
         }
+    }
+}
+
+/// A decision as served: shared, because it may come from the cache, and marked when it did.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub response: Arc<Response>,
+    pub cached: bool,
+}
+
+/// The interface the API serves from. The engine implements it directly; the decision cache
+/// implements it as a decorator around an engine.
+pub trait Authorize {
+    fn decide(&self, request: &Request) -> Decided;
+    fn who_can(&self, action: &Action) -> AllowedSubjects;
+}
+
+impl Authorize for Engine {
+    fn decide(&self, request: &Request) -> Decided {
+        Decided {
+            response: Arc::new(self.authorize(request)),
+            cached: false,
+        }
+    }
+
+    fn who_can(&self, action: &Action) -> AllowedSubjects {
+        self.allowed_subjects(action)
     }
 }
