@@ -50,14 +50,17 @@
 //! writes a decision or a who-can list: those are written by hand from the semantics documents
 //! and are the point of the corpus. A case whose decision is wrong is not rewritten.
 
+// Test code: a panic is a test failure, which is what we want.
+#![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
+
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{
-    Action, AllowedSubjects, Decision, Engine, EngineConfig, Mode, NonResourceAttributes,
-    Request, ResourceAttributes, Response, RuleRef, UserInfo,
+    Action, AllowedSubjects, Decision, Engine, EngineConfig, Mode, NonResourceAttributes, Request,
+    ResourceAttributes, Response, RuleRef, UserInfo,
 };
 use authzd::policy::load::{LoadError, LoadErrors};
 use authzd::policy::model::PolicySet;
@@ -247,7 +250,9 @@ fn run_file(file: &str, text: &str, report: &mut Report) -> Updates {
     let suites: Vec<Suite> = match serde_saphyr::from_multiple(text) {
         Ok(s) => s,
         Err(e) => {
-            report.failures.push(format!("{file}: not a valid golden file: {e}"));
+            report
+                .failures
+                .push(format!("{file}: not a valid golden file: {e}"));
             return updates;
         }
     };
@@ -307,12 +312,10 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
             Ok(_) => report.failures.push(format!(
                 "{at} expect_load_error: the policy loaded, expected error `{expected}`"
             )),
-            Err(errors) if !load_error_matches(expected, errors) => {
-                report.failures.push(format!(
-                    "{at} expect_load_error: expected `{expected}`, got:\n{}",
-                    indent(&errors.to_string())
-                ))
-            }
+            Err(errors) if !load_error_matches(expected, errors) => report.failures.push(format!(
+                "{at} expect_load_error: expected `{expected}`, got:\n{}",
+                indent(&errors.to_string())
+            )),
             Err(_) => {}
         }
         if !suite.authorize.is_empty() || !suite.who_can.is_empty() {
@@ -495,7 +498,9 @@ fn action(
 /// A rule reference as the corpus writes it: `Display` without the binding's source.
 fn rule_ref(r: &RuleRef) -> String {
     if r.binding.is_empty() {
-        format!("{} {}", r.authorizer, r.source).trim_end().to_string()
+        format!("{} {}", r.authorizer, r.source)
+            .trim_end()
+            .to_string()
     } else {
         format!(
             "{} {} -> {} rule {}",
@@ -616,7 +621,10 @@ fn who_can_agrees_with_authorize(
             .decision
     };
     let mut problems = Vec::new();
-    for (list, expected) in [(&got.users, Decision::Allow), (&got.denied_users, Decision::Deny)] {
+    for (list, expected) in [
+        (&got.users, Decision::Allow),
+        (&got.denied_users, Decision::Deny),
+    ] {
         for user in list.iter().filter(|u| *u != "*") {
             let decision = ask(user, Vec::new());
             if decision != expected {
@@ -642,9 +650,14 @@ fn who_can_agrees_with_authorize(
     problems
 }
 
-/// A YAML double-quoted scalar (JSON's escapes are valid YAML).
+/// A YAML quoted scalar: single-quoted when that needs no escapes but `''` (easier to read for
+/// reasons full of `"`), else double-quoted (JSON's escapes are valid YAML).
 fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_default()
+    if s.contains('"') && !s.chars().any(char::is_control) {
+        format!("'{}'", s.replace('\'', "''"))
+    } else {
+        serde_json::to_string(s).unwrap_or_default()
+    }
 }
 
 fn quote_list(items: &[String]) -> String {
