@@ -11,6 +11,7 @@
 pub mod cache;
 pub mod engine;
 pub mod policy;
+pub mod store;
 pub mod synth;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.

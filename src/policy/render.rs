@@ -155,3 +155,47 @@ pub fn to_multi_yaml(values: &[Value]) -> String {
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::load::{load_paths, load_sources, LoadOptions};
+    use crate::policy::model::Source;
+
+    /// Every object of the shipped policy renders to a manifest that loads back to itself.
+    #[test]
+    fn shipped_policy_round_trips() {
+        let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/policy"));
+        let policy = load_paths(&[dir], &LoadOptions::default()).unwrap();
+        assert!(!policy.roles.is_empty() && !policy.bindings.is_empty());
+        let mut values: Vec<Value> = policy.roles.iter().map(role_to_value).collect();
+        values.extend(policy.bindings.iter().map(binding_to_value));
+        let text = to_multi_yaml(&values);
+        let back = load_sources(&[("r.yaml".into(), text)], &LoadOptions::default()).unwrap();
+        let strip_roles = |roles: &[Role]| -> Vec<Role> {
+            roles
+                .iter()
+                .cloned()
+                .map(|r| Role {
+                    source: Source::default(),
+                    ..r
+                })
+                .collect()
+        };
+        let strip_bindings = |bindings: &[Binding]| -> Vec<Binding> {
+            bindings
+                .iter()
+                .cloned()
+                .map(|b| Binding {
+                    source: Source::default(),
+                    ..b
+                })
+                .collect()
+        };
+        assert_eq!(strip_roles(&back.roles), strip_roles(&policy.roles));
+        assert_eq!(
+            strip_bindings(&back.bindings),
+            strip_bindings(&policy.bindings)
+        );
+    }
+}
