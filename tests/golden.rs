@@ -62,7 +62,7 @@ use authzd::engine::{
     Action, AllowedSubjects, Decision, Engine, EngineConfig, Mode, NonResourceAttributes, Request,
     ResourceAttributes, Response, RuleRef, UserInfo,
 };
-use authzd::policy::load::{LoadError, LoadErrors};
+use authzd::policy::load::{load_sources, LoadError, LoadErrors, LoadOptions};
 use authzd::policy::model::PolicySet;
 use serde::Deserialize;
 
@@ -419,42 +419,8 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
 }
 
 /// Hands the files to the loader exactly as named.
-// TEMPORARY until `load_sources` lands on main: write the files to a temporary directory and
-// load that, stripping the directory from the names the loader reports.
 fn load(sources: &[(String, String)]) -> Result<PolicySet, LoadErrors> {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    for (name, content) in sources {
-        std::fs::write(dir.path().join(name), content).expect("writable temporary file");
-    }
-    let prefix = format!("{}/", dir.path().display());
-    let strip = |s: &str| s.replace(&prefix, "");
-    match authzd::policy::load::load_paths(
-        &[dir.path().to_path_buf()],
-        &authzd::policy::load::LoadOptions::default(),
-    ) {
-        Ok(mut policy) => {
-            for role in &mut policy.roles {
-                role.source.file = strip(&role.source.file).into();
-            }
-            for binding in &mut policy.bindings {
-                binding.source.file = strip(&binding.source.file).into();
-            }
-            for rule in &mut policy.abac {
-                rule.source.file = strip(&rule.source.file).into();
-            }
-            Ok(policy)
-        }
-        Err(LoadErrors(errors)) => Err(LoadErrors(
-            errors
-                .into_iter()
-                .map(|e| LoadError {
-                    file: strip(&e.file),
-                    line: e.line,
-                    message: strip(&e.message),
-                })
-                .collect(),
-        )),
-    }
+    load_sources(sources, &LoadOptions::default())
 }
 
 /// `file:line: substring` matches an error in that file and line whose message contains the
