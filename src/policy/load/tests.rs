@@ -581,10 +581,10 @@ fn canonical_order() {
     assert_eq!(
         names,
         strs(&[
-            "Role/ns1/c",
-            "Role/ns2/b",
             "ClusterRole//a",
-            "ClusterRole//z"
+            "ClusterRole//z",
+            "Role/ns1/c",
+            "Role/ns2/b"
         ])
     );
 }
@@ -690,9 +690,10 @@ fn seed003_master_namespace_is_an_option() {
         master_namespace: "root".into(),
     };
     let set = load_sources(&sources(&[("m.json", text)]), &options).unwrap();
-    assert_eq!(set.roles[0].kind, RoleKind::Role);
-    assert_eq!(set.roles[0].namespace, "master");
-    assert_eq!(set.roles[1].kind, RoleKind::ClusterRole);
+    // Canonical order puts cluster-scoped objects first.
+    assert_eq!(set.roles[0].kind, RoleKind::ClusterRole);
+    assert_eq!(set.roles[1].kind, RoleKind::Role);
+    assert_eq!(set.roles[1].namespace, "master");
 }
 
 #[test]
