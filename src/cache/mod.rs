@@ -278,7 +278,9 @@ impl DecisionCache {
                         .fetch_add(1, Ordering::Relaxed);
                     return;
                 }
-                vacant.insert(entry);
+                // Count the entry while still holding the shard lock: a concurrent
+                // invalidation or eviction can only remove it (and subtract) after this.
+                let _locked = vacant.insert(entry);
                 self.len.fetch_add(1, Ordering::Relaxed);
             }
         }

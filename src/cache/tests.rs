@@ -158,6 +158,8 @@ fn racing_inserts_never_survive_an_invalidation() {
                         if let Lookup::Miss(key) = c.lookup(&req) {
                             c.insert(key, response(Decision::Allow), 1);
                         }
+                        // The size counter never goes below zero (it once did, transiently).
+                        assert!(c.len() < usize::MAX / 2, "size counter underflowed");
                         i += 1;
                     }
                 })
