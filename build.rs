@@ -10,7 +10,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let file_descriptors = protox::compile(protos, ["proto"])?;
     let out_dir = PathBuf::from(std::env::var("OUT_DIR")?);
     let descriptor_path = out_dir.join("authz_descriptor.bin");
-    std::fs::write(&descriptor_path, prost::Message::encode_to_vec(&file_descriptors))?;
+    std::fs::write(
+        &descriptor_path,
+        prost::Message::encode_to_vec(&file_descriptors),
+    )?;
 
     tonic_prost_build::configure()
         .build_client(true)

@@ -6,10 +6,14 @@
 //! * [`engine`]: the authorizer chain over the index (pure, synchronous), and the reference
 //!   evaluator it is tested against;
 //! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
-//! * [`app`]: the composition root.
+//! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`].
 
+pub mod api;
+pub mod app;
+pub mod config;
 pub mod engine;
 pub mod policy;
+pub mod telemetry;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {

@@ -129,7 +129,10 @@ impl Mode {
         for part in s.split(',') {
             let mode: Mode = part.trim().parse()?;
             if modes.contains(&mode) {
-                return Err(format!("authorization mode `{}` is listed twice", part.trim()));
+                return Err(format!(
+                    "authorization mode `{}` is listed twice",
+                    part.trim()
+                ));
             }
             modes.push(mode);
         }

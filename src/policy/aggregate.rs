@@ -105,9 +105,8 @@ mod tests {
             ..Default::default()
         };
         let agg = aggregated_rules(&policy);
-        let verbs = |n: &str| -> Vec<String> {
-            agg[n].iter().map(|r| r.verbs[0].clone()).collect()
-        };
+        let verbs =
+            |n: &str| -> Vec<String> { agg[n].iter().map(|r| r.verbs[0].clone()).collect() };
         assert_eq!(verbs("admin"), vec!["patch", "get"]);
         assert_eq!(verbs("edit"), vec!["patch"]);
         assert!(verbs("loop-a").is_empty());

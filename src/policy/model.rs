@@ -198,7 +198,10 @@ impl Binding {
         match self.kind {
             BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {:?}", self.name),
             BindingKind::RoleBinding => {
-                format!("RoleBinding {:?}", format!("{}/{}", self.name, self.namespace))
+                format!(
+                    "RoleBinding {:?}",
+                    format!("{}/{}", self.name, self.namespace)
+                )
             }
         }
     }

@@ -222,9 +222,16 @@ mod tests {
         let deep = rule(&["get"], &[""], &["*/other/segment"]);
         assert!(resource_matches(&deep, "foo", "other/segment"));
         for never in ["*/", "", "/", "*x/scale"] {
-            assert!(!resource_matches(&rule(&["get"], &[""], &[never]), "pods", "scale"), "{never}");
+            assert!(
+                !resource_matches(&rule(&["get"], &[""], &[never]), "pods", "scale"),
+                "{never}"
+            );
         }
-        assert!(resource_matches(&rule(&["get"], &[""], &["*"]), "pods", "log"));
+        assert!(resource_matches(
+            &rule(&["get"], &[""], &["*"]),
+            "pods",
+            "log"
+        ));
     }
 
     #[test]

@@ -1,0 +1,101 @@
+//! The one place where adapter errors become `tonic::Status` codes (SPEC §10).
+
+use thiserror::Error;
+
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Everything an adapter can refuse a request for. Evaluation never fails: a decision that could
+/// not be fully evaluated is still a decision, carrying its errors (see `engine::Response`).
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// Malformed input. `field` is the path of the offending field, e.g.
+    /// `requests[3].action.resource_attributes.verb`.
+    #[error("{field}: {problem}")]
+    InvalidArgument { field: String, problem: Invalid },
+
+    /// The request asked for a policy revision the server has not reached.
+    #[error("server is at revision {current}, behind the requested min_revision {requested}")]
+    RevisionNotReached { requested: u64, current: u64 },
+
+    /// No policy has compiled yet; health says `NOT_SERVING` meanwhile.
+    #[error("no policy is loaded yet; retry when health reports SERVING")]
+    NotReady,
+}
+
+/// What is wrong with one field.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Invalid {
+    #[error("must set resource_attributes or non_resource_attributes")]
+    MissingAction,
+    #[error("must not be empty")]
+    Empty,
+    #[error("must set a user or at least one group")]
+    NoSubject,
+    #[error("is {len} bytes long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("has {count} entries; the limit is {max}")]
+    TooMany { count: usize, max: usize },
+    #[error("`{got}` does not match the review's namespace `{want}`")]
+    NamespaceMismatch { got: String, want: String },
+    #[error("non-resource attributes are not allowed in a local review")]
+    NonResourceInLocalReview,
+}
+
+impl ApiError {
+    pub fn invalid(field: impl Into<String>, problem: Invalid) -> Self {
+        ApiError::InvalidArgument {
+            field: field.into(),
+            problem,
+        }
+    }
+
+    /// The same error for a message nested at `prefix` (e.g. `requests[3].`).
+    pub fn within(self, prefix: &str) -> Self {
+        match self {
+            ApiError::InvalidArgument { field, problem } => ApiError::InvalidArgument {
+                field: format!("{prefix}{field}"),
+                problem,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(error: ApiError) -> Self {
+        let message = error.to_string();
+        match error {
+            ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
+            ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
+            ApiError::NotReady => tonic::Status::unavailable(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_argument_names_the_field() {
+        let status = tonic::Status::from(ApiError::invalid(
+            "requests[3].action.resource_attributes.verb",
+            Invalid::Empty,
+        ));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "requests[3].action.resource_attributes.verb: must not be empty"
+        );
+    }
+
+    #[test]
+    fn revision_not_reached_is_failed_precondition() {
+        let status = tonic::Status::from(ApiError::RevisionNotReached {
+            requested: 9,
+            current: 2,
+        });
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(status.message().contains("at revision 2"));
+    }
+}
