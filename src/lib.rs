@@ -13,6 +13,7 @@ pub mod app;
 pub mod config;
 pub mod engine;
 pub mod policy;
+pub mod synth;
 pub mod telemetry;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.

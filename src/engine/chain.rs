@@ -1,20 +1,32 @@
 //! The serving engine: the authorizer chain over the compiled index.
 
-use crate::engine::reference::ReferenceEvaluator;
-use crate::engine::{Action, AllowedSubjects, EngineConfig, Request, Response};
-use crate::policy::model::PolicySet;
+use std::collections::BTreeSet;
 
-/// One compiled policy state plus the chain configuration. Immutable; cheap to share.
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::verdict::{run_chain, subject_chain_decision, FirstMatches, Verdict};
+use crate::engine::{Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response};
+use crate::policy::abac;
+use crate::policy::compile::compile;
+use crate::policy::index::{BindingId, Grant, Index, ScopeGrants, SubjectName, NON_RESOURCE_KEY};
+use crate::policy::model::PolicySet;
+use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
+
+/// One compiled policy state plus the chain configuration. Immutable; share it behind an `Arc`.
 pub struct Engine {
     config: EngineConfig,
-    // TEMPORARY: answers through the reference evaluator until the compiled index lands.
-    inner: ReferenceEvaluator,
+    index: Index,
 }
+
+/// A binding reached through one of the request's subjects.
+type Candidates = SmallVec<[Grant; 16]>;
 
 impl Engine {
     pub fn new(policy: &PolicySet, config: EngineConfig) -> Self {
         Self {
-            inner: ReferenceEvaluator::new(policy, &config),
+            index: compile(policy),
             config,
         }
     }
@@ -23,11 +35,256 @@ impl Engine {
         &self.config
     }
 
-    pub fn authorize(&self, request: &Request) -> Response {
-        self.inner.authorize(request)
+    pub fn index(&self) -> &Index {
+        &self.index
     }
 
+    pub fn authorize(&self, request: &Request) -> Response {
+        run_chain(&self.config, &request.user, |mode| match mode {
+            Mode::Rbac => self.rbac(request),
+            _ => self.abac(request),
+        })
+    }
+
+    /// Grants of one scope naming the request's user or one of its groups.
+    fn collect_grants(scope: &ScopeGrants, request: &Request, into: &mut Candidates) {
+        if let Some(grants) = scope.users.get(request.user.name.as_str()) {
+            into.extend_from_slice(grants);
+        }
+        for group in &request.user.groups {
+            if let Some(grants) = scope.groups.get(group.as_str()) {
+                into.extend_from_slice(grants);
+            }
+        }
+    }
+
+    fn rbac(&self, request: &Request) -> Verdict {
+        let namespace = request.action.namespace();
+        let mut candidates = Candidates::new();
+        Self::collect_grants(&self.index.cluster, request, &mut candidates);
+        if !namespace.is_empty() {
+            if let Some(scope) = self.index.scope(namespace) {
+                Self::collect_grants(scope, request, &mut candidates);
+            }
+        }
+        // Canonical binding order (cluster bindings first), and per binding the first subject
+        // that applies, exactly as a walk over all bindings would meet them.
+        candidates.sort_unstable();
+        candidates.dedup_by_key(|g| g.binding);
+
+        let target = MatchTarget::new(&request.action);
+        let mut errors = Vec::new();
+        let mut matches = FirstMatches::default();
+        for grant in &candidates {
+            let entry = self.index.binding(grant.binding);
+            let Some(role) = entry.role else {
+                errors.push(explain::missing_role_error(&entry.binding));
+                continue;
+            };
+            for (index, rule) in self.index.role_rules(role).iter().enumerate() {
+                let (effect, restricted) = rule_effect_on(rule, &target);
+                if restricted {
+                    errors.push(restriction_error(&entry.role_id, index, rule.deny));
+                }
+                matches.record(effect, entry.cluster, (*grant, index));
+            }
+        }
+        matches.into_verdict(
+            errors,
+            |word, (grant, _)| {
+                let entry = self.index.binding(grant.binding);
+                let subject = &entry.binding.subjects[grant.subject as usize];
+                explain::rbac_reason(word, &entry.binding, subject)
+            },
+            |(grant, index)| {
+                let entry = self.index.binding(grant.binding);
+                crate::engine::RuleRef {
+                    authorizer: explain::RBAC,
+                    binding: entry.binding_id.clone(),
+                    role: entry.role_id.clone(),
+                    rule_index: u32::try_from(index).unwrap_or(u32::MAX),
+                    source: entry.source.clone(),
+                }
+            },
+        )
+    }
+
+    fn abac(&self, request: &Request) -> Verdict {
+        let mut lines: SmallVec<[u32; 16]> = SmallVec::new();
+        if let Some(found) = self.index.abac_by_user.get(request.user.name.as_str()) {
+            lines.extend_from_slice(found);
+        }
+        for group in &request.user.groups {
+            if let Some(found) = self.index.abac_by_group.get(group.as_str()) {
+                lines.extend_from_slice(found);
+            }
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        for line in lines {
+            let rule = &self.index.abac[line as usize];
+            if abac::rule_allows(rule, request) {
+                return Verdict::allow(
+                    explain::abac_reason(rule),
+                    explain::abac_rule_ref(rule, line as usize),
+                );
+            }
+        }
+        Verdict::no_opinion(ABAC_NO_MATCH, Vec::new())
+    }
+
+    /// Who can do this: starts from the rules filed under the action's verb and resource keys,
+    /// follows each matching rule to the in-scope bindings of its role, and decides each
+    /// subject reached on its own through the chain.
     pub fn allowed_subjects(&self, action: &Action) -> AllowedSubjects {
-        self.inner.allowed_subjects(action)
+        let mut user_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
+        let mut group_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
+        let mut errors = BTreeSet::new();
+        if self.config.modes.contains(&Mode::Rbac) {
+            self.rbac_subjects(action, &mut user_matches, &mut group_matches, &mut errors);
+        }
+
+        let mut abac_users = BTreeSet::new();
+        let mut abac_groups = BTreeSet::new();
+        if self.config.modes.contains(&Mode::Abac) {
+            for rule in &self.index.abac {
+                if !abac::rule_allows_action(rule, action) {
+                    continue;
+                }
+                // A user with no groups matches lines naming only the user; a user bound
+                // nowhere matches, through one group, lines naming only that group.
+                match (rule.user.is_empty(), rule.group.is_empty()) {
+                    (false, true) => {
+                        abac_users.insert(rule.user.as_str());
+                    }
+                    (true, false) => {
+                        abac_groups.insert(rule.group.as_str());
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        let modes = &self.config.modes;
+        let decide = |matches: Option<&FirstMatches<()>>, abac_allows: bool| {
+            let rbac = matches.map_or(Decision::NoOpinion, FirstMatches::decision);
+            subject_chain_decision(modes, rbac, abac_allows)
+        };
+        let mut result = AllowedSubjects::default();
+        let mut users: BTreeSet<&str> = user_matches.keys().copied().collect();
+        users.extend(abac_users.iter().copied());
+        let mut allowed_users = BTreeSet::new();
+        let mut denied_users = BTreeSet::new();
+        for user in users {
+            match decide(user_matches.get(user), abac_users.contains(user)) {
+                Decision::Allow => allowed_users.insert(user.to_string()),
+                Decision::Deny => denied_users.insert(user.to_string()),
+                Decision::NoOpinion => false,
+            };
+        }
+        let mut groups: BTreeSet<&str> = group_matches.keys().copied().collect();
+        groups.extend(abac_groups.iter().copied());
+        let mut allowed_groups = BTreeSet::new();
+        let mut denied_groups = BTreeSet::new();
+        for group in groups {
+            match decide(group_matches.get(group), abac_groups.contains(group)) {
+                Decision::Allow => allowed_groups.insert(group.to_string()),
+                Decision::Deny => denied_groups.insert(group.to_string()),
+                Decision::NoOpinion => false,
+            };
+        }
+        // Super-users bypass every authorizer, denies included.
+        for user in &self.config.super_users {
+            denied_users.remove(user);
+            allowed_users.insert(user.clone());
+        }
+        for group in &self.config.super_groups {
+            denied_groups.remove(group);
+            allowed_groups.insert(group.clone());
+        }
+        if modes.contains(&Mode::AlwaysAllow) {
+            allowed_users.insert("*".to_string());
+            allowed_groups.insert("*".to_string());
+        }
+        result.users = allowed_users.into_iter().collect();
+        result.groups = allowed_groups.into_iter().collect();
+        result.denied_users = denied_users.into_iter().collect();
+        result.denied_groups = denied_groups.into_iter().collect();
+        result.errors = errors.into_iter().collect();
+        result
+    }
+
+    /// RBAC's view of every subject the action's matching rules reach, plus who-can errors.
+    fn rbac_subjects<'a>(
+        &'a self,
+        action: &Action,
+        user_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
+        group_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
+        errors: &mut BTreeSet<String>,
+    ) {
+        let namespace = action.namespace();
+        let target = MatchTarget::new(action);
+        let wildcard_sub;
+        let keys: SmallVec<[&str; 3]> = match action {
+            Action::Resource(r) if r.subresource.is_empty() => {
+                SmallVec::from_slice(&[target.combined(), "*"])
+            }
+            Action::Resource(r) => {
+                wildcard_sub = format!("*/{}", r.subresource);
+                SmallVec::from_slice(&[target.combined(), "*", wildcard_sub.as_str()])
+            }
+            Action::NonResource(_) => SmallVec::from_slice(&[NON_RESOURCE_KEY]),
+        };
+        let in_scope = |role: u32| -> SmallVec<[BindingId; 8]> {
+            let by_role = &self.index.bindings_by_role[role as usize];
+            let mut ids = SmallVec::from_slice(&by_role.cluster);
+            if !namespace.is_empty() {
+                if let Some(local) = by_role.by_namespace.get(namespace) {
+                    ids.extend_from_slice(local);
+                }
+            }
+            ids
+        };
+
+        for loc in self.index.candidate_rules(action.verb(), &keys) {
+            let rule = &self.index.role_rules(loc.role)[loc.rule as usize];
+            let (effect, restricted) = rule_effect_on(rule, &target);
+            if effect == RuleEffect::None && !restricted {
+                continue;
+            }
+            for binding_id in in_scope(loc.role) {
+                let entry = self.index.binding(binding_id);
+                if restricted {
+                    errors.insert(restriction_error(
+                        &entry.role_id,
+                        loc.rule as usize,
+                        rule.deny,
+                    ));
+                }
+                if effect == RuleEffect::None {
+                    continue;
+                }
+                for subject in &entry.subjects {
+                    let matches = match subject {
+                        SubjectName::User(user) => user_matches.entry(user).or_default(),
+                        SubjectName::Group(group) => group_matches.entry(group).or_default(),
+                        SubjectName::Nothing => continue,
+                    };
+                    matches.record(effect, entry.cluster, ());
+                }
+            }
+        }
+
+        for binding_id in self.index.broken_cluster.iter().chain(
+            (!namespace.is_empty())
+                .then(|| self.index.broken_by_namespace.get(namespace))
+                .flatten()
+                .into_iter()
+                .flatten(),
+        ) {
+            errors.insert(explain::missing_role_error(
+                &self.index.binding(*binding_id).binding,
+            ));
+        }
     }
 }

@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod explain;
 pub mod reference;
+pub mod verdict;
 
 use std::collections::BTreeMap;
 use std::fmt;

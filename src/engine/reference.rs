@@ -5,39 +5,19 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::verdict::{run_chain, FirstMatches, Verdict};
 use crate::engine::{
-    Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response, RuleRef, UserInfo,
+    Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response, UserInfo,
 };
 use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, RoleKind, Subject};
-use crate::policy::rbac::{restriction_error, rule_effect, RuleEffect};
+use crate::policy::rbac::{restriction_error, rule_effect};
 
 pub struct ReferenceEvaluator {
     policy: PolicySet,
     config: EngineConfig,
     aggregated: HashMap<String, Vec<PolicyRule>>,
-}
-
-/// What one authorizer said.
-struct Verdict {
-    decision: Decision,
-    reason: String,
-    allowed_by: Vec<RuleRef>,
-    denied_by: Vec<RuleRef>,
-    errors: Vec<String>,
-}
-
-impl Verdict {
-    fn no_opinion(reason: &str, errors: Vec<String>) -> Self {
-        Verdict {
-            decision: Decision::NoOpinion,
-            reason: reason.to_string(),
-            allowed_by: Vec::new(),
-            denied_by: Vec::new(),
-            errors,
-        }
-    }
 }
 
 impl ReferenceEvaluator {
@@ -92,11 +72,7 @@ impl ReferenceEvaluator {
     fn rbac(&self, request: &Request) -> Verdict {
         let namespace = request.action.namespace();
         let mut errors = Vec::new();
-        // First match per (cluster?, deny?), in canonical binding then rule order.
-        let mut cluster_deny = None;
-        let mut cluster_allow = None;
-        let mut ns_deny = None;
-        let mut ns_allow = None;
+        let mut matches = FirstMatches::default();
         for binding in &self.policy.bindings {
             if !Self::in_scope(binding, namespace) {
                 continue;
@@ -123,140 +99,34 @@ impl ReferenceEvaluator {
                         rule.deny,
                     ));
                 }
-                let slot = match (effect, cluster) {
-                    (RuleEffect::None, _) => continue,
-                    (RuleEffect::Deny, true) => &mut cluster_deny,
-                    (RuleEffect::Allow, true) => &mut cluster_allow,
-                    (RuleEffect::Deny, false) => &mut ns_deny,
-                    (RuleEffect::Allow, false) => &mut ns_allow,
-                };
-                if slot.is_none() {
-                    *slot = Some((binding, subject, index));
-                }
+                matches.record(effect, cluster, (binding, subject, index));
             }
         }
-        let first_deny = cluster_deny.or(ns_deny);
-        let first_allow = cluster_allow.or(ns_allow);
-        let deciding = if cluster_deny.is_some() {
-            Some((Decision::Deny, cluster_deny))
-        } else if cluster_allow.is_some() {
-            Some((Decision::Allow, cluster_allow))
-        } else if ns_deny.is_some() {
-            Some((Decision::Deny, ns_deny))
-        } else if ns_allow.is_some() {
-            Some((Decision::Allow, ns_allow))
-        } else {
-            None
-        };
-        let to_ref = |m: Option<(&Binding, &Subject, usize)>| {
-            m.map(|(b, _, i)| explain::rbac_rule_ref(b, i))
-                .into_iter()
-                .collect::<Vec<_>>()
-        };
-        match deciding {
-            Some((decision, Some((binding, subject, _)))) => Verdict {
-                decision,
-                reason: explain::rbac_reason(
-                    if decision == Decision::Allow {
-                        "allowed"
-                    } else {
-                        "denied"
-                    },
-                    binding,
-                    subject,
-                ),
-                allowed_by: to_ref(first_allow),
-                denied_by: to_ref(first_deny),
-                errors,
-            },
-            _ => {
-                let reason = if errors.is_empty() {
-                    String::new()
-                } else {
-                    format!("RBAC: {}", crate::engine::join_errors(&errors))
-                };
-                Verdict::no_opinion(&reason, errors)
-            }
-        }
+        matches.into_verdict(
+            errors,
+            |word, (binding, subject, _)| explain::rbac_reason(word, binding, subject),
+            |(binding, _, index)| explain::rbac_rule_ref(binding, index),
+        )
     }
 
     fn abac(&self, request: &Request) -> Verdict {
         for (index, rule) in self.policy.abac.iter().enumerate() {
             if abac::rule_allows(rule, request) {
-                return Verdict {
-                    decision: Decision::Allow,
-                    reason: explain::abac_reason(rule),
-                    allowed_by: vec![explain::abac_rule_ref(rule, index)],
-                    denied_by: Vec::new(),
-                    errors: Vec::new(),
-                };
+                return Verdict::allow(
+                    explain::abac_reason(rule),
+                    explain::abac_rule_ref(rule, index),
+                );
             }
         }
         Verdict::no_opinion(ABAC_NO_MATCH, Vec::new())
     }
 
-    /// The full chain: super-users first, then each mode; the first Allow or Deny decides.
+    /// The full chain over this evaluator's RBAC and ABAC.
     pub fn authorize(&self, request: &Request) -> Response {
-        let user = &request.user;
-        if self.config.super_users.contains(&user.name) {
-            return Response {
-                decision: Decision::Allow,
-                reason: explain::super_user_reason(&user.name),
-                allowed_by: vec![explain::simple_rule_ref(explain::SUPER_USER, &user.name)],
-                denied_by: Vec::new(),
-                errors: Vec::new(),
-            };
-        }
-        if let Some(group) = self
-            .config
-            .super_groups
-            .iter()
-            .find(|g| user.groups.contains(g))
-        {
-            return Response {
-                decision: Decision::Allow,
-                reason: explain::super_group_reason(group),
-                allowed_by: vec![explain::simple_rule_ref(explain::SUPER_USER, group)],
-                denied_by: Vec::new(),
-                errors: Vec::new(),
-            };
-        }
-        let mut reasons = Vec::new();
-        let mut errors = Vec::new();
-        for mode in &self.config.modes {
-            let verdict = match mode {
-                Mode::AlwaysAllow => Verdict {
-                    decision: Decision::Allow,
-                    reason: String::new(),
-                    allowed_by: vec![explain::simple_rule_ref(explain::ALWAYS_ALLOW, "")],
-                    denied_by: Vec::new(),
-                    errors: Vec::new(),
-                },
-                Mode::AlwaysDeny => Verdict::no_opinion("", Vec::new()),
-                Mode::Abac => self.abac(request),
-                Mode::Rbac => self.rbac(request),
-            };
-            if verdict.decision != Decision::NoOpinion {
-                return Response {
-                    decision: verdict.decision,
-                    reason: verdict.reason,
-                    allowed_by: verdict.allowed_by,
-                    denied_by: verdict.denied_by,
-                    errors: verdict.errors,
-                };
-            }
-            if !verdict.reason.is_empty() {
-                reasons.push(verdict.reason);
-            }
-            errors.extend(verdict.errors);
-        }
-        Response {
-            decision: Decision::NoOpinion,
-            reason: reasons.join("\n"),
-            allowed_by: Vec::new(),
-            denied_by: Vec::new(),
-            errors,
-        }
+        run_chain(&self.config, &request.user, |mode| match mode {
+            Mode::Rbac => self.rbac(request),
+            _ => self.abac(request),
+        })
     }
 
     /// A user name bound nowhere, for evaluating a group on its own.
@@ -275,6 +145,20 @@ impl ReferenceEvaluator {
             name.push('\'');
         }
         name
+    }
+
+    /// A subject's own decision for who-can: one that only `AlwaysAllow` admitted is covered
+    /// by the `*` entry rather than listed by name.
+    fn own_decision(response: &Response) -> Decision {
+        let by_always_allow = response
+            .allowed_by
+            .first()
+            .is_some_and(|r| r.authorizer == explain::ALWAYS_ALLOW);
+        if by_always_allow {
+            Decision::NoOpinion
+        } else {
+            response.decision
+        }
     }
 
     /// Who can: every subject named anywhere in the policy, each evaluated on its own through
@@ -312,7 +196,7 @@ impl ReferenceEvaluator {
                 },
                 action: action.clone(),
             };
-            match self.authorize(&request).decision {
+            match Self::own_decision(&self.authorize(&request)) {
                 Decision::Allow => result.users.push(user),
                 Decision::Deny => result.denied_users.push(user),
                 Decision::NoOpinion => {}
@@ -328,15 +212,18 @@ impl ReferenceEvaluator {
                 },
                 action: action.clone(),
             };
-            match self.authorize(&request).decision {
+            match Self::own_decision(&self.authorize(&request)) {
                 Decision::Allow => result.groups.push(group),
                 Decision::Deny => result.denied_groups.push(group),
                 Decision::NoOpinion => {}
             }
         }
         if self.config.modes.contains(&Mode::AlwaysAllow) {
-            result.users.insert(0, "*".to_string());
-            result.groups.insert(0, "*".to_string());
+            // Everyone the earlier authorizers left undecided is allowed: say so once.
+            result.users.push("*".to_string());
+            result.users.sort();
+            result.groups.push("*".to_string());
+            result.groups.sort();
         }
         result.errors = self.who_can_errors(action);
         result
@@ -346,6 +233,9 @@ impl ReferenceEvaluator {
     /// with attribute restrictions that matches the action. Sorted and de-duplicated.
     fn who_can_errors(&self, action: &Action) -> Vec<String> {
         let mut errors = BTreeSet::new();
+        if !self.config.modes.contains(&Mode::Rbac) {
+            return Vec::new();
+        }
         for binding in &self.policy.bindings {
             if !Self::in_scope(binding, action.namespace()) {
                 continue;

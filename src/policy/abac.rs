@@ -13,7 +13,7 @@ pub fn subject_matches(rule: &AbacRule, user: &str, groups: &[String]) -> bool {
         return false;
     }
     let user_ok = !user_set || rule.user == "*" || rule.user == user;
-    let group_ok = !group_set || rule.group == "*" || groups.iter().any(|g| *g == rule.group);
+    let group_ok = !group_set || rule.group == "*" || groups.contains(&rule.group);
     user_ok && group_ok
 }
 

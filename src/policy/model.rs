@@ -52,8 +52,9 @@ pub struct PolicyRule {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum RoleKind {
-    Role,
+    // Cluster-scoped first: canonical order visits cluster objects first, as upstream does.
     ClusterRole,
+    Role,
 }
 
 impl RoleKind {
@@ -122,8 +123,9 @@ pub struct Role {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BindingKind {
-    RoleBinding,
+    // Cluster-scoped first: canonical order visits ClusterRoleBindings first, as upstream does.
     ClusterRoleBinding,
+    RoleBinding,
 }
 
 impl BindingKind {

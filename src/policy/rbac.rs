@@ -11,7 +11,7 @@
 //! These functions are the single definition of rule semantics: the reference evaluator calls
 //! them on every rule it walks; the compiled index only narrows which rules it calls them on.
 
-use crate::engine::{Action, NonResourceAttributes, ResourceAttributes};
+use crate::engine::{Action, NonResourceAttributes};
 use crate::policy::model::PolicyRule;
 
 const NEGATION: char = '-';
@@ -77,13 +77,20 @@ fn negated_resource_matches(entry: &str, combined: &str, subresource: &str) -> b
 
 /// Upstream `ResourceMatches(rule, combined, subresource)`, minus negations.
 pub fn resource_matches(rule: &PolicyRule, resource: &str, subresource: &str) -> bool {
-    let combined_buf;
-    let combined = if subresource.is_empty() {
-        resource
+    resource_matches_combined(rule, &combined_resource(resource, subresource), subresource)
+}
+
+/// `resource` or `resource/subresource`, the form rules are matched against.
+pub fn combined_resource<'a>(resource: &'a str, subresource: &str) -> std::borrow::Cow<'a, str> {
+    if subresource.is_empty() {
+        std::borrow::Cow::Borrowed(resource)
     } else {
-        combined_buf = format!("{resource}/{subresource}");
-        &combined_buf
-    };
+        std::borrow::Cow::Owned(format!("{resource}/{subresource}"))
+    }
+}
+
+/// [`resource_matches`] with the combined form computed once per request by the caller.
+pub fn resource_matches_combined(rule: &PolicyRule, combined: &str, subresource: &str) -> bool {
     list_matches(
         &rule.resources,
         |e| resource_entry_matches(e, combined, subresource),
@@ -115,13 +122,6 @@ pub fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
         .any(|u| non_resource_url_entry_matches(u, path))
 }
 
-pub fn resource_rule_matches(rule: &PolicyRule, attrs: &ResourceAttributes) -> bool {
-    verb_matches(rule, &attrs.verb)
-        && api_group_matches(rule, &attrs.group)
-        && resource_matches(rule, &attrs.resource, &attrs.subresource)
-        && resource_name_matches(rule, &attrs.name)
-}
-
 pub fn non_resource_rule_matches(rule: &PolicyRule, attrs: &NonResourceAttributes) -> bool {
     verb_matches(rule, &attrs.verb) && non_resource_url_matches(rule, &attrs.path)
 }
@@ -129,8 +129,40 @@ pub fn non_resource_rule_matches(rule: &PolicyRule, attrs: &NonResourceAttribute
 /// Upstream `RuleAllows`, ignoring `deny` and restrictions: does the rule's pattern cover the
 /// action? Only the half of the rule that fits the request kind is consulted.
 pub fn rule_matches(rule: &PolicyRule, action: &Action) -> bool {
-    match action {
-        Action::Resource(r) => resource_rule_matches(rule, r),
+    rule_matches_target(rule, &MatchTarget::new(action))
+}
+
+/// An action prepared once per request for matching against many rules (the combined
+/// `resource/subresource` string is built once, not per rule).
+pub struct MatchTarget<'a> {
+    pub action: &'a Action,
+    combined: std::borrow::Cow<'a, str>,
+}
+
+impl<'a> MatchTarget<'a> {
+    pub fn new(action: &'a Action) -> Self {
+        let combined = match action {
+            Action::Resource(r) => combined_resource(&r.resource, &r.subresource),
+            Action::NonResource(_) => std::borrow::Cow::Borrowed(""),
+        };
+        Self { action, combined }
+    }
+
+    /// `resource` or `resource/subresource`; empty for non-resource requests.
+    pub fn combined(&self) -> &str {
+        &self.combined
+    }
+}
+
+/// [`rule_matches`] against a prepared target.
+pub fn rule_matches_target(rule: &PolicyRule, target: &MatchTarget<'_>) -> bool {
+    match target.action {
+        Action::Resource(r) => {
+            verb_matches(rule, &r.verb)
+                && api_group_matches(rule, &r.group)
+                && resource_matches_combined(rule, target.combined(), &r.subresource)
+                && resource_name_matches(rule, &r.name)
+        }
         Action::NonResource(n) => non_resource_rule_matches(rule, n),
     }
 }
@@ -149,7 +181,12 @@ pub enum RuleEffect {
 /// Attribute restrictions cannot be evaluated yet and fail closed: a restricted allow rule is
 /// skipped, a restricted deny rule applies. Uncertainty never widens access.
 pub fn rule_effect(rule: &PolicyRule, action: &Action) -> (RuleEffect, bool) {
-    if !rule_matches(rule, action) {
+    rule_effect_on(rule, &MatchTarget::new(action))
+}
+
+/// [`rule_effect`] against a prepared target.
+pub fn rule_effect_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> (RuleEffect, bool) {
+    if !rule_matches_target(rule, target) {
         return (RuleEffect::None, false);
     }
     let restricted = rule.attribute_restrictions.is_some();
@@ -175,6 +212,7 @@ pub fn restriction_error(role: &str, rule_index: usize, deny: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::ResourceAttributes;
 
     fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
         PolicyRule {
