@@ -1,5 +1,7 @@
 //! Telemetry setup. For now: structured logs through `tracing`, to stderr.
 
+use std::io::IsTerminal;
+
 use tracing_subscriber::EnvFilter;
 
 /// `--log-format`.
@@ -19,7 +21,8 @@ pub fn init(format: LogFormat, default_filter: &str) {
         EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_filter));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal());
     let _already_set = match format {
         LogFormat::Text => builder.try_init(),
         LogFormat::Json => builder.json().try_init(),
