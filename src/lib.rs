@@ -10,9 +10,11 @@
 
 pub mod api;
 pub mod app;
+pub mod cache;
 pub mod config;
 pub mod engine;
 pub mod policy;
+pub mod store;
 pub mod synth;
 pub mod telemetry;
 

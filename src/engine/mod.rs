@@ -261,3 +261,30 @@ impl Default for EngineConfig {
         }
     }
 }
+
+/// A decision as served: shared, because it may come from the cache, and marked when it did.
+#[derive(Clone, Debug)]
+pub struct Decided {
+    pub response: Arc<Response>,
+    pub cached: bool,
+}
+
+/// The interface the API serves from. The engine implements it directly; the decision cache
+/// implements it as a decorator around an engine.
+pub trait Authorize {
+    fn decide(&self, request: &Request) -> Decided;
+    fn who_can(&self, action: &Action) -> AllowedSubjects;
+}
+
+impl Authorize for Engine {
+    fn decide(&self, request: &Request) -> Decided {
+        Decided {
+            response: Arc::new(self.authorize(request)),
+            cached: false,
+        }
+    }
+
+    fn who_can(&self, action: &Action) -> AllowedSubjects {
+        self.allowed_subjects(action)
+    }
+}

@@ -3,7 +3,9 @@
 pub mod abac;
 pub mod aggregate;
 pub mod compile;
+pub mod impact;
 pub mod index;
 pub mod load;
 pub mod model;
 pub mod rbac;
+pub mod render;

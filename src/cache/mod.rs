@@ -1,0 +1,399 @@
+//! The decision cache: a sharded concurrent map (dashmap) in front of the engine, with the same
+//! interface, revocation-aware and precise invalidation, and CLOCK eviction.
+//!
+//! The cache knows keys, decisions and revisions — never policy. What a change affects arrives
+//! as an [`Impact`] (subjects and namespaces) computed by the policy layer.
+//!
+//! # The guarantee and why it holds
+//!
+//! Once a policy change is acknowledged, no request that starts afterwards is answered from a
+//! decision computed on an older policy. The single writer applies a change in three steps:
+//!
+//! 1. [`DecisionCache::begin_revision`]`(new)`: from now on an insert is accepted only if it was
+//!    computed at revision `new`;
+//! 2. the new engine snapshot is published;
+//! 3. [`DecisionCache::invalidate`]`(impact)`: every entry the change can affect is removed;
+//!
+//! and only then acknowledges. An insert checks the revision *while holding its shard's write
+//! lock*, and step 3 takes every shard's write lock after step 1. So an insert computed on the
+//! old snapshot either ran its check before step 1 — then it is in the map before step 3 visits
+//! its shard and step 3 removes it — or after step 1, and it is refused. Entries the change cannot
+//! affect stay: that is the precision. Hits take one shard read lock and no other check.
+//!
+//! INVARIANT: after `invalidate(impact)` returns, no entry computed before `begin_revision`
+//! whose key falls in `impact` is in the map, and none will be inserted later.
+
+use std::hash::{Hash, Hasher};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dashmap::mapref::entry::Entry as MapEntry;
+use dashmap::DashMap;
+use rustc_hash::FxHasher;
+use smallvec::SmallVec;
+
+use crate::engine::{Action, Decision, Request, Response};
+use crate::policy::impact::Impact;
+
+/// Requests whose attributes add up to this many bytes or more are never cached (upstream's
+/// webhook `shouldCache` uses the same bound): the caller controls them, and caching them would
+/// let one client fill memory.
+pub const MAX_CACHEABLE_ATTRIBUTE_BYTES: usize = 10_000;
+/// Requests with more groups than this are evaluated but not cached.
+pub const MAX_CACHEABLE_GROUPS: usize = 64;
+
+#[derive(Clone, Debug)]
+pub struct CacheConfig {
+    /// Maximum entries; 0 disables the cache.
+    pub capacity: usize,
+    /// Optional lifetimes, as defence in depth only: correctness never depends on them.
+    pub allow_ttl: Option<Duration>,
+    pub deny_ttl: Option<Duration>,
+}
+
+impl Default for CacheConfig {
+    fn default() -> Self {
+        Self {
+            capacity: 100_000,
+            allow_ttl: None,
+            deny_ttl: None,
+        }
+    }
+}
+
+/// Counters, read without locks.
+#[derive(Debug, Default)]
+pub struct CacheStats {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub inserts: AtomicU64,
+    pub evictions: AtomicU64,
+    pub expirations: AtomicU64,
+    /// Entries removed because a policy change could affect them, by cause.
+    pub invalidated_by_apply: AtomicU64,
+    pub invalidated_by_delete: AtomicU64,
+    pub invalidated_by_reload: AtomicU64,
+    /// Inserts refused because the policy changed while they were being computed.
+    pub stale_inserts_refused: AtomicU64,
+}
+
+/// Why entries were invalidated, for the per-cause counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum InvalidationCause {
+    Apply,
+    Delete,
+    Reload,
+}
+
+struct CacheEntry {
+    // The canonical request, kept to tell digest collisions from hits.
+    user: Box<str>,
+    groups: Box<[Box<str>]>,
+    action: Action,
+    response: Arc<Response>,
+    expires: Option<Instant>,
+    /// CLOCK reference bit: set on every hit, cleared by the eviction sweep.
+    referenced: AtomicBool,
+}
+
+/// A request prepared for the cache: canonical groups and digest computed once.
+pub struct CacheKey<'a> {
+    digest: u64,
+    request: &'a Request,
+    groups: SmallVec<[&'a str; 16]>,
+}
+
+/// What a lookup found.
+// The key is large on purpose: canonical groups live on the stack so a lookup never allocates.
+#[allow(clippy::large_enum_variant)]
+pub enum Lookup<'a> {
+    Hit(Arc<Response>),
+    /// Not cached; insert the answer with this key.
+    Miss(CacheKey<'a>),
+    /// Never cached (cache disabled, or oversized attributes).
+    Bypass,
+}
+
+pub struct DecisionCache {
+    map: DashMap<u64, CacheEntry, std::hash::BuildHasherDefault<PassThroughHasher>>,
+    config: CacheConfig,
+    /// Inserts are accepted only when computed at this revision (see the module docs).
+    accepting_revision: AtomicU64,
+    len: AtomicUsize,
+    sweeping: AtomicBool,
+    pub stats: CacheStats,
+}
+
+/// The map's keys are already well-mixed 64-bit digests.
+#[derive(Default)]
+pub struct PassThroughHasher(u64);
+
+impl Hasher for PassThroughHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+fn attribute_bytes(request: &Request) -> usize {
+    let action = match &request.action {
+        Action::Resource(r) => {
+            r.namespace.len()
+                + r.verb.len()
+                + r.group.len()
+                + r.version.len()
+                + r.resource.len()
+                + r.subresource.len()
+                + r.name.len()
+        }
+        Action::NonResource(n) => n.path.len() + n.verb.len(),
+    };
+    action + request.user.name.len() + request.user.groups.iter().map(String::len).sum::<usize>()
+}
+
+impl DecisionCache {
+    pub fn new(config: CacheConfig) -> Self {
+        Self {
+            map: DashMap::with_hasher(Default::default()),
+            config,
+            accepting_revision: AtomicU64::new(0),
+            len: AtomicUsize::new(0),
+            sweeping: AtomicBool::new(false),
+            stats: CacheStats::default(),
+        }
+    }
+
+    pub fn enabled(&self) -> bool {
+        self.config.capacity > 0
+    }
+
+    pub fn len(&self) -> usize {
+        self.len.load(Ordering::Relaxed)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn capacity(&self) -> usize {
+        self.config.capacity
+    }
+
+    /// Canonical key: the user, its groups sorted and de-duplicated, and the action. UID and
+    /// extra are not part of it: no authorizer in the chain reads them.
+    fn key<'a>(request: &'a Request) -> CacheKey<'a> {
+        let mut groups: SmallVec<[&str; 16]> =
+            request.user.groups.iter().map(String::as_str).collect();
+        groups.sort_unstable();
+        groups.dedup();
+        let mut h = FxHasher::default();
+        request.user.name.hash(&mut h);
+        groups.hash(&mut h);
+        request.action.hash(&mut h);
+        // Fx is fast but weakly mixed; finish with a multiply-xorshift so dashmap's shard
+        // selection (high bits) and hashbrown's buckets (low bits) both spread.
+        let mut digest = h.finish();
+        digest ^= digest >> 33;
+        digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        digest ^= digest >> 33;
+        CacheKey {
+            digest,
+            request,
+            groups,
+        }
+    }
+
+    pub fn lookup<'a>(&self, request: &'a Request) -> Lookup<'a> {
+        if !self.enabled()
+            || request.user.groups.len() > MAX_CACHEABLE_GROUPS
+            || attribute_bytes(request) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
+        {
+            return Lookup::Bypass;
+        }
+        let key = Self::key(request);
+        if let Some(entry) = self.map.get(&key.digest) {
+            if Self::same_request(&entry, &key) {
+                let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
+                if fresh {
+                    entry.referenced.store(true, Ordering::Relaxed);
+                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    return Lookup::Hit(entry.response.clone());
+                }
+                self.stats.expirations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        Lookup::Miss(key)
+    }
+
+    fn same_request(entry: &CacheEntry, key: &CacheKey<'_>) -> bool {
+        *entry.user == *key.request.user.name
+            && entry.groups.len() == key.groups.len()
+            && entry
+                .groups
+                .iter()
+                .zip(&key.groups)
+                .all(|(a, b)| **a == **b)
+            && entry.action == key.request.action
+    }
+
+    /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
+    /// on since: the decision may already be stale.
+    pub fn insert(&self, key: CacheKey<'_>, response: Arc<Response>, revision: u64) {
+        let ttl = match response.decision {
+            Decision::Allow => self.config.allow_ttl,
+            Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
+        };
+        let entry = CacheEntry {
+            user: key.request.user.name.as_str().into(),
+            groups: key.groups.iter().map(|g| Box::<str>::from(*g)).collect(),
+            action: key.request.action.clone(),
+            response,
+            expires: ttl.map(|ttl| Instant::now() + ttl),
+            referenced: AtomicBool::new(false),
+        };
+        // INVARIANT: the revision check happens under the shard's write lock (see module docs).
+        match self.map.entry(key.digest) {
+            MapEntry::Occupied(mut occupied) => {
+                if self.accepting_revision.load(Ordering::SeqCst) != revision {
+                    self.stats
+                        .stale_inserts_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                occupied.insert(entry);
+            }
+            MapEntry::Vacant(vacant) => {
+                if self.accepting_revision.load(Ordering::SeqCst) != revision {
+                    self.stats
+                        .stale_inserts_refused
+                        .fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                vacant.insert(entry);
+                self.len.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.stats.inserts.fetch_add(1, Ordering::Relaxed);
+        if self.len() > self.config.capacity {
+            self.evict();
+        }
+    }
+
+    /// Step 1 of a policy change: refuse inserts computed before `revision`.
+    pub fn begin_revision(&self, revision: u64) {
+        self.accepting_revision.store(revision, Ordering::SeqCst);
+    }
+
+    /// Step 3 of a policy change: removes every entry the change can affect. Returns how many.
+    pub fn invalidate(&self, impact: &Impact, cause: InvalidationCause) -> usize {
+        if impact.is_empty() {
+            return 0;
+        }
+        let mut removed = 0usize;
+        self.map.retain(|_, entry| {
+            let affected = impact.affects(
+                &entry.user,
+                entry.groups.iter().map(|g| &**g),
+                entry.action.namespace(),
+            );
+            if affected {
+                removed += 1;
+            }
+            !affected
+        });
+        self.len.fetch_sub(removed, Ordering::Relaxed);
+        let counter = match cause {
+            InvalidationCause::Apply => &self.stats.invalidated_by_apply,
+            InvalidationCause::Delete => &self.stats.invalidated_by_delete,
+            InvalidationCause::Reload => &self.stats.invalidated_by_reload,
+        };
+        counter.fetch_add(removed as u64, Ordering::Relaxed);
+        removed
+    }
+
+    /// All invalidations, every cause.
+    pub fn invalidations(&self) -> u64 {
+        self.stats.invalidated_by_apply.load(Ordering::Relaxed)
+            + self.stats.invalidated_by_delete.load(Ordering::Relaxed)
+            + self.stats.invalidated_by_reload.load(Ordering::Relaxed)
+    }
+
+    /// CLOCK (second chance) down to 7/8 of capacity: entries hit since the last sweep survive
+    /// one more round, so hot entries stay. One sweeper at a time; others carry on.
+    fn evict(&self) {
+        if self.sweeping.swap(true, Ordering::Acquire) {
+            return;
+        }
+        let target = self.config.capacity - self.config.capacity / 8;
+        for _pass in 0..2 {
+            if self.len() <= target {
+                break;
+            }
+            let mut removed = 0usize;
+            let excess = self.len().saturating_sub(target);
+            self.map.retain(|_, entry| {
+                if removed >= excess {
+                    return true;
+                }
+                if entry.referenced.swap(false, Ordering::Relaxed) {
+                    return true;
+                }
+                removed += 1;
+                false
+            });
+            self.len.fetch_sub(removed, Ordering::Relaxed);
+            self.stats
+                .evictions
+                .fetch_add(removed as u64, Ordering::Relaxed);
+        }
+        self.sweeping.store(false, Ordering::Release);
+    }
+}
+
+#[cfg(test)]
+mod tests;
+
+/// The cache as a decorator over one engine snapshot: same interface, answers from the cache
+/// when it can, computes and inserts (tagged with the snapshot's revision) when it cannot.
+pub struct CachedEngine<'a> {
+    pub cache: &'a DecisionCache,
+    pub engine: &'a crate::engine::Engine,
+    /// The revision the engine snapshot was published at.
+    pub revision: u64,
+}
+
+impl crate::engine::Authorize for CachedEngine<'_> {
+    fn decide(&self, request: &Request) -> crate::engine::Decided {
+        match self.cache.lookup(request) {
+            Lookup::Hit(response) => crate::engine::Decided {
+                response,
+                cached: true,
+            },
+            Lookup::Miss(key) => {
+                let response = Arc::new(self.engine.authorize(request));
+                self.cache.insert(key, response.clone(), self.revision);
+                crate::engine::Decided {
+                    response,
+                    cached: false,
+                }
+            }
+            Lookup::Bypass => crate::engine::Decided {
+                response: Arc::new(self.engine.authorize(request)),
+                cached: false,
+            },
+        }
+    }
+
+    fn who_can(&self, action: &Action) -> crate::engine::AllowedSubjects {
+        self.engine.allowed_subjects(action)
+    }
+}

@@ -1,0 +1,184 @@
+use super::*;
+use crate::engine::{ResourceAttributes, UserInfo};
+use crate::policy::impact::SubjectKey;
+
+fn request(user: &str, groups: &[&str], namespace: &str) -> Request {
+    Request {
+        user: UserInfo {
+            name: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: namespace.into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        }),
+    }
+}
+
+fn response(decision: Decision) -> Arc<Response> {
+    Arc::new(Response {
+        decision,
+        reason: String::new(),
+        allowed_by: Vec::new(),
+        denied_by: Vec::new(),
+        errors: Vec::new(),
+    })
+}
+
+fn cache(capacity: usize) -> DecisionCache {
+    let cache = DecisionCache::new(CacheConfig {
+        capacity,
+        ..Default::default()
+    });
+    cache.begin_revision(1);
+    cache
+}
+
+fn put(cache: &DecisionCache, req: &Request, revision: u64) {
+    match cache.lookup(req) {
+        Lookup::Miss(key) => cache.insert(key, response(Decision::Allow), revision),
+        Lookup::Hit(_) => panic!("unexpected hit"),
+        Lookup::Bypass => panic!("unexpected bypass"),
+    }
+}
+
+fn is_hit(cache: &DecisionCache, req: &Request) -> bool {
+    matches!(cache.lookup(req), Lookup::Hit(_))
+}
+
+#[test]
+fn keys_are_canonical_in_groups() {
+    let c = cache(100);
+    put(&c, &request("alice", &["b", "a", "a"], "ns"), 1);
+    assert!(is_hit(&c, &request("alice", &["a", "b"], "ns")));
+    assert!(!is_hit(&c, &request("alice", &["a"], "ns")));
+    assert!(!is_hit(&c, &request("alice", &["a", "b"], "other")));
+    assert!(!is_hit(&c, &request("Alice", &["a", "b"], "ns")));
+}
+
+#[test]
+fn oversized_and_disabled_bypass() {
+    let c = cache(100);
+    let mut big = request("alice", &[], "ns");
+    big.user.name = "x".repeat(MAX_CACHEABLE_ATTRIBUTE_BYTES);
+    assert!(matches!(c.lookup(&big), Lookup::Bypass));
+    let many: Vec<String> = (0..=MAX_CACHEABLE_GROUPS).map(|i| i.to_string()).collect();
+    let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+    assert!(matches!(
+        c.lookup(&request("a", &refs, "ns")),
+        Lookup::Bypass
+    ));
+    assert!(matches!(
+        cache(0).lookup(&request("a", &[], "ns")),
+        Lookup::Bypass
+    ));
+}
+
+#[test]
+fn inserts_computed_on_an_older_revision_are_refused() {
+    let c = cache(100);
+    let req = request("alice", &[], "ns");
+    let Lookup::Miss(key) = c.lookup(&req) else {
+        panic!("expected miss")
+    };
+    c.begin_revision(2);
+    c.insert(key, response(Decision::Allow), 1);
+    assert!(!is_hit(&c, &req));
+    assert_eq!(c.stats.stale_inserts_refused.load(Ordering::Relaxed), 1);
+}
+
+#[test]
+fn invalidation_is_precise_by_subject_and_namespace() {
+    let c = cache(100);
+    put(&c, &request("alice", &[], "a"), 1);
+    put(&c, &request("alice", &[], "b"), 1);
+    put(&c, &request("bob", &["dev"], "a"), 1);
+    put(&c, &request("carol", &["ops"], "a"), 1);
+
+    let mut impact = Impact::default();
+    impact
+        .namespaced
+        .insert(("a".into(), SubjectKey::User("alice".into())));
+    impact.cluster.insert(SubjectKey::Group("dev".into()));
+    c.begin_revision(2);
+    assert_eq!(c.invalidate(&impact, InvalidationCause::Apply), 2);
+
+    assert!(!is_hit(&c, &request("alice", &[], "a")));
+    assert!(is_hit(&c, &request("alice", &[], "b")));
+    assert!(!is_hit(&c, &request("bob", &["dev"], "a")));
+    assert!(is_hit(&c, &request("carol", &["ops"], "a")));
+    assert_eq!(c.len(), 2);
+    assert_eq!(c.invalidations(), 2);
+}
+
+#[test]
+fn eviction_bounds_size_and_keeps_hot_entries() {
+    let c = cache(80);
+    let hot = request("hot", &[], "ns");
+    put(&c, &hot, 1);
+    for i in 0..1000 {
+        assert!(is_hit(&c, &hot), "hot entry evicted at {i}");
+        put(&c, &request(&format!("cold-{i}"), &[], "ns"), 1);
+        assert!(c.len() <= 80);
+    }
+    assert!(c.stats.evictions.load(Ordering::Relaxed) > 0);
+}
+
+#[test]
+fn ttl_expires_entries() {
+    let c = DecisionCache::new(CacheConfig {
+        capacity: 10,
+        allow_ttl: Some(Duration::from_millis(1)),
+        deny_ttl: None,
+    });
+    c.begin_revision(1);
+    let req = request("alice", &[], "ns");
+    put(&c, &req, 1);
+    std::thread::sleep(Duration::from_millis(5));
+    assert!(!is_hit(&c, &req));
+}
+
+/// Many threads insert decisions computed at the old revision while a change happens; once
+/// `invalidate` returns, not one affected entry may remain or appear.
+#[test]
+fn racing_inserts_never_survive_an_invalidation() {
+    for round in 0..50 {
+        let c = Arc::new(cache(100_000));
+        let stop = Arc::new(AtomicBool::new(false));
+        let writers: Vec<_> = (0..4)
+            .map(|t| {
+                let (c, stop) = (c.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let mut i = 0u64;
+                    while !stop.load(Ordering::Relaxed) {
+                        let req = request("alice", &[], &format!("ns-{t}-{i}"));
+                        if let Lookup::Miss(key) = c.lookup(&req) {
+                            c.insert(key, response(Decision::Allow), 1);
+                        }
+                        i += 1;
+                    }
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(2));
+        let mut impact = Impact::default();
+        impact.cluster.insert(SubjectKey::User("alice".into()));
+        c.begin_revision(2);
+        c.invalidate(&impact, InvalidationCause::Apply);
+        let after_ack = c.len();
+        std::thread::sleep(Duration::from_millis(2));
+        stop.store(true, Ordering::Relaxed);
+        for w in writers {
+            w.join().unwrap();
+        }
+        assert_eq!(after_ack, 0, "round {round}: stale entries survived");
+        assert_eq!(
+            c.len(),
+            0,
+            "round {round}: stale entries inserted after the change"
+        );
+    }
+}

@@ -1,0 +1,1027 @@
+//! Tests of the loaders through their public API.
+
+use std::collections::BTreeMap;
+use std::fs;
+
+use super::*;
+use crate::policy::model::{
+    BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, RoleKind, SelectorOperator,
+    Subject,
+};
+
+fn sources(files: &[(&str, &str)]) -> Vec<(String, String)> {
+    files
+        .iter()
+        .map(|(n, t)| (n.to_string(), t.to_string()))
+        .collect()
+}
+
+fn load(files: &[(&str, &str)]) -> PolicySet {
+    match load_sources(&sources(files), &LoadOptions::default()) {
+        Ok(set) => set,
+        Err(e) => panic!("unexpected errors:\n{e}"),
+    }
+}
+
+fn errors(files: &[(&str, &str)]) -> Vec<String> {
+    errors_with(files, &LoadOptions::default())
+}
+
+fn errors_with(files: &[(&str, &str)], options: &LoadOptions) -> Vec<String> {
+    match load_sources(&sources(files), options) {
+        Ok(set) => panic!("expected errors, loaded {set:#?}"),
+        Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
+    }
+}
+
+fn strs(items: &[&str]) -> Vec<String> {
+    items.iter().map(|s| s.to_string()).collect()
+}
+
+fn user(name: &str) -> Subject {
+    Subject {
+        kind: "User".into(),
+        api_group: "rbac.authorization.k8s.io".into(),
+        name: name.into(),
+        namespace: String::new(),
+    }
+}
+
+fn group(name: &str) -> Subject {
+    Subject {
+        kind: "Group".into(),
+        ..user(name)
+    }
+}
+
+fn role<'a>(set: &'a PolicySet, kind: RoleKind, ns: &str, name: &str) -> &'a Role {
+    match set
+        .roles
+        .iter()
+        .find(|r| r.kind == kind && r.namespace == ns && r.name == name)
+    {
+        Some(r) => r,
+        None => panic!("no {kind:?} {ns}/{name} in {:#?}", set.roles),
+    }
+}
+
+fn binding<'a>(set: &'a PolicySet, kind: BindingKind, ns: &str, name: &str) -> &'a Binding {
+    match set
+        .bindings
+        .iter()
+        .find(|b| b.kind == kind && b.namespace == ns && b.name == name)
+    {
+        Some(b) => b,
+        None => panic!("no {kind:?} {ns}/{name} in {:#?}", set.bindings),
+    }
+}
+
+// ---- Kubernetes RBAC -------------------------------------------------------------------------
+
+const RBAC_YAML: &str = r#"# leading comment
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: everything
+  labels:
+    rbac.example.com/aggregate: "true"
+  uid: 0d5e0c6a
+  resourceVersion: "42"
+  creationTimestamp: "2024-01-01T00:00:00Z"
+  annotations:
+    note: ignored
+  managedFields:
+    - manager: kubectl
+rules:
+  - apiGroups: ["", "apps"]
+    resources: ["pods", "deployments/scale", "*/status", "*", "-secrets"]
+    resourceNames: ["a", "b"]
+    verbs: ["get", "-delete", "*"]
+  - nonResourceURLs: ["/healthz", "/api/*"]
+    verbs: [get]
+  - apiGroups: ["*"]
+    resources: ["secrets"]
+    verbs: ["*"]
+    deny: true
+    attributeRestrictions: {z: 1, a: [true, null, "x"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1beta1
+kind: ClusterRole
+metadata:
+  name: aggregate
+aggregationRule:
+  clusterRoleSelectors:
+    - matchLabels:
+        rbac.example.com/aggregate: "true"
+    - matchExpressions:
+        - {key: tier, operator: In, values: [a, b]}
+        - {key: tier, operator: NotIn, values: [c]}
+        - {key: x, operator: Exists}
+        - {key: y, operator: DoesNotExist, values: []}
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: rb
+  namespace: ns1
+subjects:
+  - kind: User
+    name: alice
+  - kind: Group
+    apiGroup: rbac.authorization.k8s.io
+    name: devs
+  - kind: ServiceAccount
+    name: default
+  - kind: ServiceAccount
+    name: builder
+    namespace: ci
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: everything
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: crb
+subjects:
+  - kind: ServiceAccount
+    name: builder
+    namespace: ci
+roleRef:
+  kind: ClusterRole
+  name: aggregate
+"#;
+
+#[test]
+fn rbac_objects_are_read_with_every_field() {
+    let set = load(&[("p/rbac.yaml", RBAC_YAML)]);
+    assert_eq!((set.roles.len(), set.bindings.len()), (2, 2));
+
+    let everything = role(&set, RoleKind::ClusterRole, "", "everything");
+    assert_eq!(everything.source, Source::new("p/rbac.yaml", 2));
+    assert_eq!(
+        everything.labels,
+        BTreeMap::from([("rbac.example.com/aggregate".to_string(), "true".to_string())])
+    );
+    assert_eq!(
+        everything.rules,
+        vec![
+            PolicyRule {
+                verbs: strs(&["get", "-delete", "*"]),
+                api_groups: strs(&["", "apps"]),
+                resources: strs(&["pods", "deployments/scale", "*/status", "*", "-secrets"]),
+                resource_names: strs(&["a", "b"]),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                verbs: strs(&["get"]),
+                non_resource_urls: strs(&["/healthz", "/api/*"]),
+                ..PolicyRule::default()
+            },
+            PolicyRule {
+                verbs: strs(&["*"]),
+                api_groups: strs(&["*"]),
+                resources: strs(&["secrets"]),
+                deny: true,
+                attribute_restrictions: Some(r#"{"a":[true,null,"x"],"z":1}"#.to_string()),
+                ..PolicyRule::default()
+            },
+        ]
+    );
+    assert_eq!(everything.aggregation_rule, None);
+
+    let aggregate = role(&set, RoleKind::ClusterRole, "", "aggregate");
+    assert_eq!(aggregate.source.line, 28);
+    assert!(aggregate.rules.is_empty());
+    let req = |key: &str, operator, values: &[&str]| LabelSelectorRequirement {
+        key: key.into(),
+        operator,
+        values: strs(values),
+    };
+    assert_eq!(
+        aggregate.aggregation_rule,
+        Some(vec![
+            LabelSelector {
+                match_labels: BTreeMap::from([(
+                    "rbac.example.com/aggregate".to_string(),
+                    "true".to_string()
+                )]),
+                match_expressions: vec![],
+            },
+            LabelSelector {
+                match_labels: BTreeMap::new(),
+                match_expressions: vec![
+                    req("tier", SelectorOperator::In, &["a", "b"]),
+                    req("tier", SelectorOperator::NotIn, &["c"]),
+                    req("x", SelectorOperator::Exists, &[]),
+                    req("y", SelectorOperator::DoesNotExist, &[]),
+                ],
+            },
+        ])
+    );
+
+    let rb = binding(&set, BindingKind::RoleBinding, "ns1", "rb");
+    assert_eq!(rb.source.line, 43);
+    assert_eq!(
+        rb.subjects,
+        vec![
+            user("alice"),
+            group("devs"),
+            Subject {
+                kind: "ServiceAccount".into(),
+                api_group: String::new(),
+                name: "default".into(),
+                namespace: String::new(),
+            },
+            Subject {
+                kind: "ServiceAccount".into(),
+                api_group: String::new(),
+                name: "builder".into(),
+                namespace: "ci".into(),
+            },
+        ]
+    );
+    assert_eq!(
+        rb.role_ref,
+        RoleRef {
+            kind: RoleKind::ClusterRole,
+            name: "everything".into()
+        }
+    );
+    let crb = binding(&set, BindingKind::ClusterRoleBinding, "", "crb");
+    assert_eq!(crb.source.line, 64);
+    assert_eq!(crb.namespace, "");
+}
+
+use crate::policy::model::RoleRef;
+
+#[test]
+fn json_files_hold_concatenated_objects_with_their_lines() {
+    let text = r#"{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+ "metadata": {"name": "a", "namespace": "n"},
+ "rules": [{"verbs": ["get"], "apiGroups": [""], "resources": ["pods"]}]}
+
+    {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+     "metadata": {"name": "b", "namespace": "n"},
+     "subjects": [{"kind": "User", "name": "u"}],
+     "roleRef": {"kind": "Role", "name": "a"}}{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "c"}}
+"#;
+    let set = load(&[("x.json", text)]);
+    assert_eq!(role(&set, RoleKind::Role, "n", "a").source.line, 1);
+    assert_eq!(
+        binding(&set, BindingKind::RoleBinding, "n", "b")
+            .source
+            .line,
+        5
+    );
+    assert_eq!(role(&set, RoleKind::ClusterRole, "", "c").source.line, 8);
+}
+
+#[test]
+fn lists_and_their_item_lines() {
+    let text = r#"apiVersion: v1
+kind: List
+metadata:
+  resourceVersion: ""
+items:
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: ClusterRole
+    metadata: {name: one}
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: ClusterRoleBinding
+    metadata: {name: one}
+    roleRef: {kind: ClusterRole, name: one}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleList
+metadata: {resourceVersion: "7", continue: ""}
+items:
+  - metadata: {name: r1, namespace: ns}
+  - kind: Role
+    apiVersion: rbac.authorization.k8s.io/v1beta1
+    metadata: {name: r2, namespace: ns}
+"#;
+    let set = load(&[("lists.yaml", text)]);
+    assert_eq!(role(&set, RoleKind::ClusterRole, "", "one").source.line, 6);
+    assert_eq!(
+        binding(&set, BindingKind::ClusterRoleBinding, "", "one")
+            .source
+            .line,
+        9
+    );
+    assert_eq!(role(&set, RoleKind::Role, "ns", "r1").source.line, 18);
+    assert_eq!(role(&set, RoleKind::Role, "ns", "r2").source.line, 19);
+}
+
+#[test]
+fn list_errors() {
+    let text = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: List
+items: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleList
+items:
+  - kind: ClusterRole
+    metadata: {name: x}
+---
+apiVersion: v1
+kind: List
+items:
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: RoleList
+    items: []
+  - kind: Role
+    metadata: {name: y, namespace: n}
+"#;
+    assert_eq!(
+        errors(&[("l.yaml", text)]),
+        strs(&[
+            "l.yaml:1: `List` needs `apiVersion: v1`, found `rbac.authorization.k8s.io/v1`",
+            "l.yaml:8: an item of a `RoleList` must be a `Role`, found kind `ClusterRole`",
+            "l.yaml:14: `RoleList` inside a list is not supported",
+            "l.yaml:17: `Role` `n/y`: unsupported apiVersion none for kind `Role` (expected `rbac.authorization.k8s.io/v1`, `rbac.authorization.k8s.io/v1beta1`, `rbac.authorization.k8s.io/v1alpha1`)",
+        ])
+    );
+}
+
+/// One document with a given body after the header, for validation tests.
+fn doc(kind: &str, meta: &str, body: &str) -> String {
+    format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {meta}\n{body}")
+}
+
+#[test]
+fn validation_errors_name_file_line_and_object() {
+    let rule = "rules: [{verbs: [get], apiGroups: [''], resources: [pods]}]\n";
+    let role_ref = "roleRef: {kind: ClusterRole, name: r}\n";
+    let docs = [
+        doc("ClusterRole", "{}", rule),
+        doc("Role", "{name: r}", rule),
+        doc("ClusterRole", "{name: r, namespace: n}", rule),
+        doc("RoleBinding", "{name: b, namespace: n}", "roleRef: {kind: Other, name: r}\n"),
+        doc("ClusterRoleBinding", "{name: b}", "roleRef: {kind: Role, name: r}\n"),
+        doc(
+            "RoleBinding",
+            "{name: b, namespace: n}",
+            &format!("subjects: [{{kind: Robot, name: x}}]\n{role_ref}"),
+        ),
+        doc(
+            "ClusterRoleBinding",
+            "{name: c}",
+            &format!("subjects: [{{kind: ServiceAccount, name: x}}]\n{role_ref}"),
+        ),
+        doc(
+            "RoleBinding",
+            "{name: d, namespace: n}",
+            &format!("subjects: [{{kind: User, name: ''}}, {{kind: Group}}]\n{role_ref}"),
+        ),
+        doc(
+            "Role",
+            "{name: agg, namespace: n}",
+            "aggregationRule: {clusterRoleSelectors: []}\n",
+        ),
+        doc(
+            "ClusterRole",
+            "{name: neg}",
+            "rules: [{verbs: ['-'], apiGroups: ['', '-apps'], resources: ['-pods', '-secrets']}]\n",
+        ),
+        doc("RoleBinding", "{name: e, namespace: n}", "subjects: []\n"),
+        doc(
+            "ClusterRole",
+            "{name: typo}",
+            "rules: [{verb: [get], apiGroups: [''], resources: [pods]}]\nlabel: {}\n",
+        ),
+        doc(
+            "RoleBinding",
+            "{name: f, namespace: n, nickname: x}",
+            &format!("subjects: [{{kind: User, name: u, namespce: x}}]\n{role_ref}"),
+        ),
+        doc(
+            "Role",
+            "{name: g, namespace: n}",
+            "rules: [{verbs: [get], nonResourceURLs: [/x]}, {verbs: [], apiGroups: [], resources: []}]\n",
+        ),
+        doc(
+            "ClusterRole",
+            "{name: h}",
+            "rules: [{verbs: [get], apiGroups: [''], resources: [pods], nonResourceURLs: [/x]}]\n",
+        ),
+        doc(
+            "ClusterRole",
+            "{name: i}",
+            "aggregationRule:\n  clusterRoleSelectors:\n    - matchExpressions: [{key: '', operator: Has}, {key: k, operator: In}, {key: k, operator: Exists, values: [v]}]\n",
+        ),
+        doc(
+            "ClusterRole",
+            "{name: j}",
+            "rules: [{verbs: get, apiGroups: [1], resources: [pods], deny: 'yes'}]\n",
+        ),
+        doc(
+            "ClusterRoleBinding",
+            "{name: 'a/b'}",
+            // An explicit empty `apiGroup` is defaulted, as upstream does.
+            "roleRef: {kind: ClusterRole, name: r, apiGroup: example.com}\nsubjects: [{kind: User, apiGroup: '', name: u}, {kind: ServiceAccount, apiGroup: x, name: s, namespace: n}]\n",
+        ),
+    ];
+    let text = docs.join("---\n");
+    let got = errors(&[("v.yaml", &text)]);
+    let want = strs(&[
+        "v.yaml:1: `ClusterRole` with no name: missing `metadata.name` (authzd never generates names)",
+        "v.yaml:6: `Role` `r`: missing `metadata.namespace` (a `Role` is namespaced)",
+        "v.yaml:11: `ClusterRole` `n/r`: a `ClusterRole` is cluster-scoped and cannot have `metadata.namespace` (found `n`)",
+        "v.yaml:19: `RoleBinding` `n/b`: `roleRef.kind` must be `Role` or `ClusterRole`, found `Other`",
+        "v.yaml:24: `ClusterRoleBinding` `b`: a `ClusterRoleBinding` can only reference a `ClusterRole`, found `roleRef.kind: Role`",
+        "v.yaml:29: `RoleBinding` `n/b`: `subjects[0].kind` must be `User`, `Group` or `ServiceAccount`, found `Robot`",
+        "v.yaml:35: `ClusterRoleBinding` `c`: `subjects[0]`: a `ServiceAccount` subject of a `ClusterRoleBinding` needs a `namespace`",
+        "v.yaml:41: `RoleBinding` `n/d`: missing `subjects[0].name`",
+        "v.yaml:41: `RoleBinding` `n/d`: missing `subjects[1].name`",
+        "v.yaml:47: `Role` `n/agg`: `aggregationRule` is only allowed on a `ClusterRole`",
+        "v.yaml:52: `ClusterRole` `neg`: `rules[0].verbs[0]` is a bare `-`, which negates nothing",
+        "v.yaml:52: `ClusterRole` `neg`: `rules[0].verbs` has only negated entries, so the rule matches nothing (add `*`)",
+        "v.yaml:52: `ClusterRole` `neg`: `rules[0].resources` has only negated entries, so the rule matches nothing (add `*`)",
+        "v.yaml:52: `ClusterRole` `neg`: `rules[0].apiGroups[1]` `-apps`: negation is only supported in `verbs` and `resources`",
+        "v.yaml:54: `RoleBinding` `n/e`: missing `roleRef`",
+        "v.yaml:62: `ClusterRole` `typo`: unknown field `rules[0].verb`",
+        "v.yaml:62: `ClusterRole` `typo`: `rules[0].verbs` must list at least one verb",
+        "v.yaml:63: `ClusterRole` `typo`: unknown field `label`",
+        "v.yaml:67: `RoleBinding` `n/f`: unknown field `metadata.nickname`",
+        "v.yaml:68: `RoleBinding` `n/f`: unknown field `subjects[0].namespce`",
+        "v.yaml:74: `Role` `n/g`: `rules[0].nonResourceURLs` is not allowed in a namespaced `Role`",
+        "v.yaml:74: `Role` `n/g`: `rules[1].verbs` must list at least one verb",
+        "v.yaml:74: `Role` `n/g`: `rules[1].apiGroups` must list at least one API group (`\"\"` is the core group)",
+        "v.yaml:74: `Role` `n/g`: `rules[1].resources` must list at least one resource",
+        "v.yaml:79: `ClusterRole` `h`: `rules[0]` cannot apply to both `resources` and `nonResourceURLs`",
+        "v.yaml:86: `ClusterRole` `i`: missing `aggregationRule.clusterRoleSelectors[0].matchExpressions[0].key`",
+        "v.yaml:86: `ClusterRole` `i`: `aggregationRule.clusterRoleSelectors[0].matchExpressions[0].operator` must be `In`, `NotIn`, `Exists` or `DoesNotExist`, found `Has`",
+        "v.yaml:86: `ClusterRole` `i`: `aggregationRule.clusterRoleSelectors[0].matchExpressions[1].values` must not be empty for operator `In` or `NotIn`",
+        "v.yaml:86: `ClusterRole` `i`: `aggregationRule.clusterRoleSelectors[0].matchExpressions[2].values` must be empty for operator `Exists` or `DoesNotExist`",
+        "v.yaml:91: `ClusterRole` `j`: `rules[0].verbs` must be a list, found a string",
+        "v.yaml:91: `ClusterRole` `j`: `rules[0].apiGroups[0]` must be a string, found a number",
+        "v.yaml:91: `ClusterRole` `j`: `rules[0].deny` must be a boolean, found a string",
+        "v.yaml:91: `ClusterRole` `j`: `rules[0].verbs` must list at least one verb",
+        "v.yaml:91: `ClusterRole` `j`: `rules[0].apiGroups` must list at least one API group (`\"\"` is the core group)",
+        "v.yaml:93: `ClusterRoleBinding` `a/b`: `metadata.name` `a/b` may not contain `/` or `%`",
+        "v.yaml:97: `ClusterRoleBinding` `a/b`: `subjects[1].apiGroup` must be empty for a `ServiceAccount`, found `x`",
+        "v.yaml:96: `ClusterRoleBinding` `a/b`: `roleRef.apiGroup` must be `rbac.authorization.k8s.io`, found `example.com`",
+]);
+    for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+        assert_eq!(g, w, "error {i}");
+    }
+    assert_eq!(got.len(), want.len(), "{got:#?}");
+}
+
+#[test]
+fn v1alpha1_role_ref_namespace() {
+    let binding = |version: &str, ns: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/{version}\nkind: RoleBinding\nmetadata: {{name: b, namespace: default}}\nroleRef: {{kind: Role, namespace: {ns}, name: r, apiVersion: rbac.authorization.k8s.io/{version}}}\nsubjects: [{{kind: User, name: jane, apiVersion: rbac.authorization.k8s.io/{version}}}]\n"
+        )
+    };
+    let set = load(&[("ok.yaml", &binding("v1alpha1", "default"))]);
+    assert_eq!(set.bindings[0].role_ref.name, "r");
+    assert_eq!(set.bindings[0].subjects, vec![user("jane")]);
+    assert_eq!(
+        errors(&[("bad.yaml", &binding("v1alpha1", "other"))]),
+        strs(&["bad.yaml:4: `RoleBinding` `default/b`: `roleRef.namespace` `other` differs from the binding's namespace `default` (roles are looked up in the binding's namespace)"])
+    );
+    assert_eq!(
+        errors(&[("v1.yaml", &binding("v1", "default"))]),
+        strs(&[
+            "v1.yaml:5: `RoleBinding` `default/b`: unknown field `subjects[0].apiVersion`",
+            "v1.yaml:4: `RoleBinding` `default/b`: unknown field `roleRef.namespace`",
+            "v1.yaml:4: `RoleBinding` `default/b`: unknown field `roleRef.apiVersion`",
+        ])
+    );
+}
+
+#[test]
+fn kinds_versions_and_document_shapes() {
+    let text = "apiVersion: rbac.authorization.k8s.io/v2\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: v1\nkind: ConfigMap\n---\nmetadata: {name: x}\n---\n- a\n- b\n---\nplain\n---\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: role\nname: x\n";
+    assert_eq!(
+        errors(&[("k.yaml", text)]),
+        strs(&[
+            "k.yaml:1: `Role` `n/a`: unsupported apiVersion `rbac.authorization.k8s.io/v2` for kind `Role` (expected `rbac.authorization.k8s.io/v1`, `rbac.authorization.k8s.io/v1beta1`, `rbac.authorization.k8s.io/v1alpha1`)",
+            "k.yaml:5: unknown kind `ConfigMap` for apiVersion `v1`",
+            "k.yaml:8: missing `kind`",
+            "k.yaml:10: a document must be an object, found a list",
+            "k.yaml:13: a document must be an object, found a string",
+            "k.yaml:15: `Role` `n/a`: unsupported apiVersion none for kind `Role` (expected `rbac.authorization.k8s.io/v1`, `rbac.authorization.k8s.io/v1beta1`, `rbac.authorization.k8s.io/v1alpha1`)",
+            "k.yaml:18: unknown kind `role` for apiVersion `rbac.authorization.k8s.io/v1` (seed-003 documents have no `apiVersion`)",
+        ])
+    );
+}
+
+#[test]
+fn syntax_errors_name_the_line_and_every_file_is_checked() {
+    let got = errors(&[
+        ("a.yaml", "kind: Role\nrules: [\n"),
+        (
+            "b.json",
+            "{\"kind\": \"role\",\n \"name\": \"x\"\n \"namespace\": \"y\"}",
+        ),
+        ("c.yaml", "a: 1\na: 2\n"),
+        ("d.txt", ""),
+    ]);
+    assert_eq!(got.len(), 4, "{got:#?}");
+    assert_eq!(
+        got[0],
+        "a.yaml:2: invalid yaml: unclosed bracket '[' (column 8)"
+    );
+    assert_eq!(
+        got[1],
+        "b.json:3: invalid json: expected `,` or `}` (column 2)"
+    );
+    assert!(got[2].starts_with("c.yaml:2: invalid yaml: "), "{}", got[2]);
+    assert!(got[2].contains("duplicate"), "{}", got[2]);
+    assert_eq!(
+        got[3],
+        "d.txt:0: unsupported file extension (expected `.yaml`, `.yml`, `.json` or `.jsonl`)"
+    );
+}
+
+#[test]
+fn duplicates_within_and_across_files_name_both_places() {
+    let role =
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: view}\n";
+    let seed_role = r#"{"kind": "role", "name": "view", "namespace": "master", "rules": []}"#;
+    let got = errors(&[
+        ("a.yaml", &format!("{role}---\n{role}")),
+        ("b.json", seed_role),
+    ]);
+    assert_eq!(
+        got,
+        strs(&[
+            "a.yaml:5: duplicate `ClusterRole` `view`: already defined at a.yaml:1",
+            "b.json:1: duplicate `ClusterRole` `view`: already defined at a.yaml:1",
+        ])
+    );
+    // Same name, different kind or namespace: not duplicates.
+    let rb = |ns: &str| {
+        format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: view, namespace: {ns}}}\nroleRef: {{kind: ClusterRole, name: view}}\n")
+    };
+    let set = load(&[("c.yaml", &format!("{role}---\n{}---\n{}", rb("a"), rb("b")))]);
+    assert_eq!((set.roles.len(), set.bindings.len()), (1, 2));
+}
+
+#[test]
+fn canonical_order() {
+    let text = r#"{"kind": "role", "name": "z", "namespace": "master", "rules": []}
+{"kind": "role", "name": "b", "namespace": "ns2", "rules": []}
+{"kind": "role", "name": "a", "namespace": "master", "rules": []}
+{"kind": "role", "name": "c", "namespace": "ns1", "rules": []}
+"#;
+    let set = load(&[("o.json", text)]);
+    let names: Vec<_> = set
+        .roles
+        .iter()
+        .map(|r| format!("{:?}/{}/{}", r.kind, r.namespace, r.name))
+        .collect();
+    assert_eq!(
+        names,
+        strs(&[
+            "ClusterRole//a",
+            "ClusterRole//z",
+            "Role/ns1/c",
+            "Role/ns2/b"
+        ])
+    );
+}
+
+// ---- seed 003 --------------------------------------------------------------------------------
+
+#[test]
+fn seed003_documents_map_onto_rbac() {
+    let text = r#"{"kind": "role", "name": "view", "namespace": "master",
+ "rules": [{"verbs": ["get"], "resourceKinds": ["*", "-roles"]}]}
+{"Kind": "role", "Name": "fat", "NameSpace": "hammer",
+ "rule": [{"Deny": "true", "Verbs": ["delete"], "ResourceKinds": ["DeploymentConfig"],
+           "AttributeRestrictions": {"labelsContain": ["protected"]}},
+          {"deny": false, "verbs": ["get"], "resourceKinds": ["pods"]},
+          {"DENY": true, "verbs": ["*"], "resourceKinds": ["secrets"]},
+          {"deny": "false", "verbs": ["list"], "resourceKinds": ["pods"]}]}
+{"kind": "roleBinding", "name": "admins", "namespace": "hammer",
+ "roleRef": {"namespace": "master", "name": "admin"}, "userNames": ["Hubert"], "groupNames": ["g"]}
+{"kind": "roleBinding", "name": "local", "namespace": "hammer",
+ "RoleRef": {"Namespace": "hammer", "Name": "fat"}}
+{"kind": "roleBinding", "name": "local2", "namespace": "hammer", "roleRef": {"name": "fat"}}
+{"kind": "roleBinding", "name": "Editors", "namespace": "hammer",
+ "referencesGlobalRole": true, "roleName": "edit", "userNames": ["Edgar"]}
+{"kind": "roleBinding", "name": "byname", "namespace": "hammer", "roleName": "fat"}
+{"kind": "roleBinding", "name": "Kubelets", "namespace": "master",
+ "roleRef": {"namespace": "master", "name": "kubelet"}, "userNames": ["kubelet-01"]}
+{"kind": "roleBinding", "name": "own", "namespace": "master", "roleRef": {"name": "kubelet"}}
+{"kind": "Policy", "name": "Policy", "namespace": "hammer", "lastModified": "2015-01-01T00:00:00Z"}
+{"kind": "PolicyBinding", "name": "hammer", "namespace": "hammer", "policyRef": {"namespace": "hammer"}}
+"#;
+    let set = load(&[("s.json", text)]);
+    assert_eq!((set.roles.len(), set.bindings.len()), (2, 7));
+
+    let view = role(&set, RoleKind::ClusterRole, "", "view");
+    assert_eq!(
+        view.rules,
+        vec![PolicyRule {
+            verbs: strs(&["get"]),
+            api_groups: strs(&["*"]),
+            resources: strs(&["*", "-roles"]),
+            ..PolicyRule::default()
+        }]
+    );
+    let fat = role(&set, RoleKind::Role, "hammer", "fat");
+    assert_eq!(fat.source, Source::new("s.json", 3));
+    assert_eq!(
+        fat.rules.iter().map(|r| r.deny).collect::<Vec<_>>(),
+        vec![true, false, true, false]
+    );
+    assert_eq!(
+        fat.rules[0],
+        PolicyRule {
+            verbs: strs(&["delete"]),
+            api_groups: strs(&["*"]),
+            resources: strs(&["DeploymentConfig"]),
+            deny: true,
+            attribute_restrictions: Some(r#"{"labelsContain":["protected"]}"#.into()),
+            ..PolicyRule::default()
+        }
+    );
+
+    let admins = binding(&set, BindingKind::RoleBinding, "hammer", "admins");
+    assert_eq!(admins.source.line, 9);
+    assert_eq!(admins.subjects, vec![user("Hubert"), group("g")]);
+    assert_eq!(
+        admins.role_ref,
+        RoleRef {
+            kind: RoleKind::ClusterRole,
+            name: "admin".into()
+        }
+    );
+    for name in ["local", "local2", "byname"] {
+        assert_eq!(
+            binding(&set, BindingKind::RoleBinding, "hammer", name).role_ref,
+            RoleRef {
+                kind: RoleKind::Role,
+                name: "fat".into()
+            },
+            "{name}"
+        );
+    }
+    let editors = binding(&set, BindingKind::RoleBinding, "hammer", "Editors");
+    assert_eq!(editors.role_ref.kind, RoleKind::ClusterRole);
+    assert_eq!(editors.role_ref.name, "edit");
+    for name in ["Kubelets", "own"] {
+        let b = binding(&set, BindingKind::ClusterRoleBinding, "", name);
+        assert_eq!(
+            b.role_ref,
+            RoleRef {
+                kind: RoleKind::ClusterRole,
+                name: "kubelet".into()
+            }
+        );
+    }
+}
+
+#[test]
+fn seed003_master_namespace_is_an_option() {
+    let text = r#"{"kind": "role", "name": "r", "namespace": "root", "rules": []}
+{"kind": "role", "name": "r", "namespace": "master", "rules": []}
+"#;
+    let options = LoadOptions {
+        master_namespace: "root".into(),
+    };
+    let set = load_sources(&sources(&[("m.json", text)]), &options).unwrap();
+    // Canonical order puts cluster-scoped objects first.
+    assert_eq!(set.roles[0].kind, RoleKind::ClusterRole);
+    assert_eq!(set.roles[1].kind, RoleKind::Role);
+    assert_eq!(set.roles[1].namespace, "master");
+}
+
+#[test]
+fn seed003_errors() {
+    let text = r#"{"kind": "role", "name": "a", "namespace": "n", "rules": [], "rule": []}
+{"kind": "role", "name": "b", "namespace": "n",
+ "rules": [{"verbs": ["get"], "resourceKinds": ["pods"], "deny": "yes", "apiGroups": ["x"]}]}
+{"kind": "roleBinding", "name": "c", "namespace": "n", "roleRef": {"namespace": "other", "name": "r"}}
+{"kind": "roleBinding", "name": "d", "namespace": "n"}
+{"kind": "roleBinding", "name": "e", "namespace": "n", "roleRef": {"name": "r"}, "roleName": "s"}
+{"kind": "roleBinding", "name": "f", "namespace": "n", "referencesGlobalRole": true}
+{"kind": "role", "name": "g", "rules": []}
+{"kind": "Policy", "name": "p", "namespace": "n", "roles": {"x": {}}}
+{"kind": "role", "name": "h", "namespace": "n", "verbs": [], "Name": "dup"}
+{"kind": "roleBinding", "name": "i", "namespace": "n", "userNames": [""], "roleRef": {"name": "r", "kind": "Role"}}
+{"kind": "role", "name": "j", "namespace": "n", "rules": [{"verbs": ["-"], "resourceKinds": []}]}
+"#;
+    assert_eq!(
+        errors(&[("e.json", text)]),
+        strs(&[
+            "e.json:1: `role` `n/a`: both `rules` and its alias `rule` are set",
+            "e.json:2: `role` `n/b`: `rules[0].deny` must be `true`, `false`, `\"true\"` or `\"false\"`, found `yes`",
+            "e.json:2: `role` `n/b`: unknown field `rules[0].apiGroups`",
+            "e.json:4: `roleBinding` `n/c`: `roleRef.namespace` `other` must be the binding's own namespace `n` or the master namespace `master`",
+            "e.json:5: `roleBinding` `n/d`: missing `roleRef` (or `referencesGlobalRole: true` with `roleName`)",
+            "e.json:6: `roleBinding` `n/e`: set either `roleRef` or `referencesGlobalRole` with `roleName`, not both",
+            "e.json:7: `roleBinding` `n/f`: missing `roleName`",
+            "e.json:8: `role` `g`: missing `namespace` (cluster-wide objects live in the master namespace `master`)",
+            "e.json:9: `Policy` `n/p`: embedded `roles` are not supported; write each as its own `role` document",
+            "e.json:10: `role` `n/h`: duplicate field `Name`: also written as `name`",
+            "e.json:10: `role` `n/h`: unknown field `verbs`",
+            "e.json:11: `roleBinding` `n/i`: `userNames[0]` is empty",
+            "e.json:11: `roleBinding` `n/i`: unknown field `roleRef.kind`",
+            "e.json:12: `role` `n/j`: `rules[0].verbs[0]` is a bare `-`, which negates nothing",
+            "e.json:12: `role` `n/j`: `rules[0].verbs` has only negated entries, so the rule matches nothing (add `*`)",
+            "e.json:12: `role` `n/j`: `rules[0].resourceKinds` must list at least one resource",
+        ])
+    );
+}
+
+#[test]
+fn seed003_in_yaml() {
+    let text = "kind: role\nname: r\nnamespace: master\nrules:\n  - Verbs: [get]\n    ResourceKinds: [pods]\n    Deny: true\n";
+    let set = load(&[("s.yml", text)]);
+    assert_eq!(set.roles[0].kind, RoleKind::ClusterRole);
+    assert!(set.roles[0].rules[0].deny);
+}
+
+// ---- ABAC through the public API -------------------------------------------------------------
+
+#[test]
+fn abac_files_in_order_with_sources() {
+    let set = load(&[
+        ("b.jsonl", "{\"user\":\"bob\"}\n"),
+        ("a.jsonl", "\n{\"user\":\"alice\"}\n"),
+        ("empty.jsonl", ""),
+    ]);
+    assert_eq!(
+        set.abac
+            .iter()
+            .map(|r| r.source.to_string())
+            .collect::<Vec<_>>(),
+        strs(&["b.jsonl:1", "a.jsonl:2"])
+    );
+}
+
+// ---- parse_manifest --------------------------------------------------------------------------
+
+#[test]
+fn parse_manifest_reads_yaml_and_json() {
+    let options = LoadOptions::default();
+    let yaml = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: a}\n---\nkind: role\nname: b\nnamespace: n\nrules: []\n";
+    let objects = parse_manifest("request", yaml, &options).unwrap();
+    assert_eq!(
+        objects
+            .iter()
+            .map(|o| (o.kind(), o.namespace(), o.name(), o.source().line))
+            .collect::<Vec<_>>(),
+        vec![("ClusterRole", "", "a", 1), ("Role", "n", "b", 5)]
+    );
+    let json = r#"{"kind": "roleBinding", "name": "x", "namespace": "master", "roleName": "r"}
+{"kind": "role", "name": "r", "namespace": "master", "rules": []}"#;
+    let objects = parse_manifest("request", json, &options).unwrap();
+    assert!(
+        matches!(&objects[0], PolicyObject::Binding(b) if b.kind == BindingKind::ClusterRoleBinding)
+    );
+    assert!(matches!(&objects[1], PolicyObject::Role(r) if r.kind == RoleKind::ClusterRole));
+
+    let dup = parse_manifest("m.json", &format!("{json}\n{json}"), &options).unwrap_err();
+    assert_eq!(
+        dup.to_string(),
+        "m.json:3: duplicate `ClusterRoleBinding` `x`: already defined at m.json:1\nm.json:4: duplicate `ClusterRole` `r`: already defined at m.json:2"
+    );
+    let abac = parse_manifest("p.jsonl", "{}", &options).unwrap_err();
+    assert_eq!(
+        abac.to_string(),
+        "p.jsonl:0: ABAC lines are not a manifest of roles and bindings"
+    );
+    assert!(parse_manifest("empty.yaml", "", &options)
+        .unwrap()
+        .is_empty());
+}
+
+// ---- files and directories -------------------------------------------------------------------
+
+const CLUSTER_ROLE: &str =
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: NAME}\n";
+
+fn write(path: &Path, text: &str) {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
+    fs::write(path, text).unwrap();
+}
+
+#[test]
+fn directories_recurse_in_sorted_order_and_skip_dot_and_unrelated_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(&root.join("b.yaml"), &CLUSTER_ROLE.replace("NAME", "b"));
+    write(&root.join("a/z.yml"), &CLUSTER_ROLE.replace("NAME", "az"));
+    write(&root.join("a/1.jsonl"), "{\"user\":\"first\"}\n");
+    write(&root.join("c.jsonl"), "{\"user\":\"second\"}\n");
+    write(
+        &root.join("d.JSON"),
+        r#"{"kind": "role", "name": "d", "namespace": "master"}"#,
+    );
+    // Skipped: dot files and directories, other extensions.
+    write(&root.join(".b.yaml.swp"), "garbage");
+    write(&root.join(".tmp-123.yaml"), "garbage: [");
+    write(&root.join(".hidden/x.yaml"), "garbage: [");
+    write(&root.join("README.md"), "# not policy");
+    write(&root.join("a/notes.txt"), "not policy");
+    write(&root.join("e.yaml~"), "garbage: [");
+
+    let set = load_paths(&[root.to_path_buf()], &LoadOptions::default()).unwrap();
+    let mut names: Vec<_> = set.roles.iter().map(|r| r.name.as_str()).collect();
+    names.sort();
+    assert_eq!(names, vec!["az", "b", "d"]);
+    assert_eq!(
+        set.abac.iter().map(|r| r.user.as_str()).collect::<Vec<_>>(),
+        vec!["first", "second"]
+    );
+    let az = set.roles.iter().find(|r| r.name == "az").unwrap();
+    assert_eq!(
+        &*az.source.file,
+        root.join("a/z.yml").display().to_string().as_str()
+    );
+
+    // The same file reached twice is read once.
+    let twice = load_paths(
+        &[root.to_path_buf(), root.join("b.yaml")],
+        &LoadOptions::default(),
+    )
+    .unwrap();
+    assert_eq!(twice, set);
+}
+
+#[test]
+fn path_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    let missing = root.join("missing.yaml");
+    let notes = root.join("notes.txt");
+    write(&notes, "x");
+    let big = root.join("big/big.yaml");
+    write(&big, &"#".repeat(MAX_FILE_BYTES as usize + 1));
+    let bad_utf8 = root.join("bin.yaml");
+    fs::write(&bad_utf8, [b'a', b':', b' ', 0xff, b'\n']).unwrap();
+    let hidden = root.join(".explicit.yaml");
+    write(&hidden, &CLUSTER_ROLE.replace("NAME", "hidden"));
+
+    let err = load_paths(
+        &[
+            missing.clone(),
+            notes.clone(),
+            root.join("big"),
+            bad_utf8.clone(),
+        ],
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    let show = |p: &Path| p.display().to_string();
+    assert_eq!(
+        err.0
+            .iter()
+            .map(|e| (e.file.clone(), e.line, e.message.clone()))
+            .collect::<Vec<_>>(),
+        vec![
+            (
+                show(&missing),
+                0,
+                "cannot read: no such file or directory (os error 2)".to_string()
+            ),
+            (
+                show(&notes),
+                0,
+                "unsupported file extension (expected `.yaml`, `.yml`, `.json` or `.jsonl`)"
+                    .to_string()
+            ),
+            (
+                show(&big),
+                0,
+                format!(
+                    "file is too large ({} bytes; the limit is 16777216 bytes, 16 MiB)",
+                    MAX_FILE_BYTES + 1
+                )
+            ),
+            (
+                show(&bad_utf8),
+                0,
+                "file is not valid utf-8 (invalid byte at offset 3)".to_string()
+            ),
+        ]
+    );
+
+    // A dot file named explicitly is read.
+    let set = load_paths(&[hidden], &LoadOptions::default()).unwrap();
+    assert_eq!(set.roles[0].name, "hidden");
+    // An empty directory, an empty file: an empty policy.
+    let empty = root.join("empty");
+    fs::create_dir(&empty).unwrap();
+    write(&empty.join("e.yaml"), "");
+    write(&empty.join("e.json"), "\n");
+    assert_eq!(
+        load_paths(&[empty], &LoadOptions::default()).unwrap(),
+        PolicySet::default()
+    );
+}
+
+#[test]
+fn sources_over_the_limit_are_refused() {
+    let big = " ".repeat(MAX_FILE_BYTES as usize + 1);
+    assert_eq!(
+        errors(&[("big.jsonl", &big)]),
+        vec![format!(
+            "big.jsonl:0: file is too large ({} bytes; the limit is 16777216 bytes, 16 MiB)",
+            MAX_FILE_BYTES + 1
+        )]
+    );
+}
+
+// ---- the shipped default policy --------------------------------------------------------------
+
+#[test]
+fn shipped_policy_directory_loads() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("policy");
+    let set = match load_paths(&[dir], &LoadOptions::default()) {
+        Ok(set) => set,
+        Err(e) => panic!("policy/ does not load:\n{e}"),
+    };
+    assert_eq!(set.roles.len(), 10, "{:#?}", set.roles);
+    assert_eq!(set.bindings.len(), 8, "{:#?}", set.bindings);
+    assert_eq!(set.abac.len(), 10);
+
+    let cluster_roles: Vec<_> = set
+        .roles
+        .iter()
+        .filter(|r| r.kind == RoleKind::ClusterRole)
+        .map(|r| r.name.as_str())
+        .collect();
+    assert_eq!(
+        cluster_roles,
+        vec![
+            "admin",
+            "cluster-admin",
+            "edit",
+            "kubelet",
+            "secret-reader",
+            "view"
+        ]
+    );
+    let fat = role(&set, RoleKind::Role, "hammer", "fatFingeredEditor");
+    assert!(fat.rules[0].deny);
+    assert_eq!(
+        fat.rules[0].attribute_restrictions.as_deref(),
+        Some(r#"{"labelsContain":["protected"]}"#)
+    );
+    let read_pods = binding(&set, BindingKind::RoleBinding, "default", "read-pods");
+    assert_eq!(read_pods.subjects, vec![user("jane")]);
+    assert_eq!(read_pods.role_ref.kind, RoleKind::Role);
+    let editors = binding(&set, BindingKind::RoleBinding, "hammer", "Editors");
+    assert_eq!(editors.role_ref.kind, RoleKind::ClusterRole);
+    let kubelets = binding(&set, BindingKind::ClusterRoleBinding, "", "Kubelets");
+    assert_eq!(
+        kubelets.subjects,
+        vec![user("kubelet-01"), user("kubelet-02")]
+    );
+
+    // ABAC: seed 001 (v1beta1) first, then seed 002 (v0), in line order.
+    let abac: Vec<(&str, &str, bool, &str, &str, &str, &str)> = set
+        .abac
+        .iter()
+        .map(|r| {
+            (
+                r.user.as_str(),
+                r.group.as_str(),
+                r.readonly,
+                r.api_group.as_str(),
+                r.namespace.as_str(),
+                r.resource.as_str(),
+                r.non_resource_path.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        abac,
+        vec![
+            ("alice", "", false, "*", "*", "*", ""),
+            ("kubelet", "", true, "", "*", "pods", ""),
+            ("kubelet", "", false, "", "*", "events", ""),
+            ("bob", "", true, "", "projectCaribou", "pods", ""),
+            ("", "system:authenticated", true, "", "", "", "*"),
+            (
+                "system:serviceaccount:kube-system:default",
+                "",
+                false,
+                "*",
+                "*",
+                "*",
+                ""
+            ),
+            ("alice", "", false, "*", "*", "*", "*"),
+            ("kubelet", "", true, "*", "*", "pods", ""),
+            ("kubelet", "", false, "*", "*", "events", ""),
+            ("bob", "", true, "*", "projectCaribou", "pods", ""),
+        ]
+    );
+    assert!(set.abac[0].source.file.ends_with("seed001-abac.jsonl"));
+    assert_eq!(set.abac[0].source.line, 3);
+}

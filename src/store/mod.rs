@@ -1,0 +1,593 @@
+//! The policy store: the single writer that owns policy I/O, revisions and change events.
+//!
+//! Every change — an admin write, a directory reload — goes through [`Store`], one at a time
+//! (an async mutex is the single-writer lock). A change is persisted by the [`Backend`] first,
+//! then published through the [`Publisher`] (which compiles the engine, swaps it in and
+//! invalidates exactly the affected cache entries), and only then acknowledged with its
+//! revision. Startup and reload take the same path.
+//!
+//! The backend is a trait so that a revisioned, watchable shared store (etcd, on the roadmap)
+//! can replace the policy directory; the directory backend lives in [`dir`].
+
+pub mod dir;
+pub mod watch;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::fmt;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex as StdMutex};
+
+use arc_swap::ArcSwap;
+use thiserror::Error;
+use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
+
+use crate::cache::InvalidationCause;
+use crate::policy::impact::{impact_of_change, impact_of_objects, Impact};
+use crate::policy::load::{LoadErrors, PolicyObject};
+use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
+use crate::policy::render;
+
+/// The four kinds of object the admin API manages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ObjectKind {
+    ClusterRole,
+    Role,
+    ClusterRoleBinding,
+    RoleBinding,
+}
+
+impl ObjectKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ObjectKind::ClusterRole => "ClusterRole",
+            ObjectKind::Role => "Role",
+            ObjectKind::ClusterRoleBinding => "ClusterRoleBinding",
+            ObjectKind::RoleBinding => "RoleBinding",
+        }
+    }
+
+    pub fn is_namespaced(self) -> bool {
+        matches!(self, ObjectKind::Role | ObjectKind::RoleBinding)
+    }
+}
+
+impl FromStr for ObjectKind {
+    type Err = String;
+    /// Accepts the kind as written (`ClusterRole`) or as kubectl resources (`clusterroles`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.to_ascii_lowercase().trim_end_matches('s') {
+            "clusterrole" => Ok(ObjectKind::ClusterRole),
+            "role" => Ok(ObjectKind::Role),
+            "clusterrolebinding" => Ok(ObjectKind::ClusterRoleBinding),
+            "rolebinding" => Ok(ObjectKind::RoleBinding),
+            _ => Err(format!(
+                "unknown kind `{s}` (expected Role, ClusterRole, RoleBinding or ClusterRoleBinding)"
+            )),
+        }
+    }
+}
+
+/// Names one object.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectRef {
+    pub kind: ObjectKind,
+    /// Empty for cluster-scoped kinds.
+    pub namespace: String,
+    pub name: String,
+}
+
+impl ObjectRef {
+    pub fn of_role(role: &Role) -> Self {
+        ObjectRef {
+            kind: match role.kind {
+                RoleKind::ClusterRole => ObjectKind::ClusterRole,
+                RoleKind::Role => ObjectKind::Role,
+            },
+            namespace: role.namespace.clone(),
+            name: role.name.clone(),
+        }
+    }
+
+    pub fn of_binding(binding: &Binding) -> Self {
+        ObjectRef {
+            kind: match binding.kind {
+                BindingKind::ClusterRoleBinding => ObjectKind::ClusterRoleBinding,
+                BindingKind::RoleBinding => ObjectKind::RoleBinding,
+            },
+            namespace: binding.namespace.clone(),
+            name: binding.name.clone(),
+        }
+    }
+
+    pub fn of(object: &PolicyObject) -> Self {
+        match object {
+            PolicyObject::Role(r) => Self::of_role(r),
+            PolicyObject::Binding(b) => Self::of_binding(b),
+        }
+    }
+}
+
+impl fmt::Display for ObjectRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.namespace.is_empty() {
+            write!(f, "{} `{}`", self.kind.as_str(), self.name)
+        } else {
+            write!(
+                f,
+                "{} `{}/{}`",
+                self.kind.as_str(),
+                self.namespace,
+                self.name
+            )
+        }
+    }
+}
+
+/// One object of a policy, borrowed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ObjectView<'a> {
+    Role(&'a Role),
+    Binding(&'a Binding),
+}
+
+impl ObjectView<'_> {
+    pub fn manifest(&self) -> String {
+        render::to_yaml(&match self {
+            ObjectView::Role(r) => render::role_to_value(r),
+            ObjectView::Binding(b) => render::binding_to_value(b),
+        })
+    }
+
+    pub fn file(&self) -> &str {
+        match self {
+            ObjectView::Role(r) => &r.source.file,
+            ObjectView::Binding(b) => &b.source.file,
+        }
+    }
+}
+
+/// Every role and binding of a policy by reference, in canonical order.
+pub fn objects(policy: &PolicySet) -> BTreeMap<ObjectRef, ObjectView<'_>> {
+    let roles = policy
+        .roles
+        .iter()
+        .map(|r| (ObjectRef::of_role(r), ObjectView::Role(r)));
+    let bindings = policy
+        .bindings
+        .iter()
+        .map(|b| (ObjectRef::of_binding(b), ObjectView::Binding(b)));
+    roles.chain(bindings).collect()
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EventType {
+    Added,
+    Modified,
+    Deleted,
+}
+
+impl EventType {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventType::Added => "ADDED",
+            EventType::Modified => "MODIFIED",
+            EventType::Deleted => "DELETED",
+        }
+    }
+}
+
+/// One object changed at one revision. `manifest` is the new object, or the last state of a
+/// deleted one.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeEvent {
+    pub kind: EventType,
+    pub object: ObjectRef,
+    pub manifest: String,
+    pub revision: u64,
+}
+
+#[derive(Debug, Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    Invalid(LoadErrors),
+    #[error("{0} not found")]
+    NotFound(ObjectRef),
+    #[error("policy writes are disabled: no writable policy directory was given with --policy")]
+    ReadOnly,
+    #[error("cannot write `{path}`: {source}")]
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
+    #[error("watch from revision {from} is no longer available (the oldest kept change is at revision {oldest}); list again and watch from the current revision")]
+    Compacted { from: u64, oldest: u64 },
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Where policy is persisted. The directory backend writes files; a shared store would write
+/// keys. Both return the policy exactly as a later full read would see it.
+pub trait Backend: Send + Sync {
+    /// Reads the whole policy.
+    fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors>;
+
+    /// Durably creates or replaces `upserts` and removes `deletes`, given the current policy,
+    /// and returns the policy after the write. Nothing is changed when it fails.
+    fn commit(
+        &self,
+        current: &PolicySet,
+        upserts: &[PolicyObject],
+        deletes: &[ObjectRef],
+    ) -> Result<PolicySet>;
+}
+
+/// Makes a policy state the one requests are answered from.
+///
+/// Implementations must, in this order: refuse cache inserts computed before `revision`,
+/// swap in the engine compiled from `policy`, and invalidate the cache entries `impact`
+/// covers. When `publish` returns, no request starting afterwards sees the older policy.
+pub trait Publisher: Send + Sync {
+    fn publish(&self, policy: &PolicySet, revision: u64, impact: &Impact, cause: InvalidationCause);
+}
+
+/// Checks a write against the caller's own permissions (privilege-escalation prevention).
+pub trait WriteGuard: Send + Sync {
+    /// `Err` names what the caller lacks.
+    fn check(
+        &self,
+        current: &PolicySet,
+        objects: &[PolicyObject],
+    ) -> std::result::Result<(), String>;
+}
+
+/// How many change events are kept for `watch` from an older revision.
+const HISTORY: usize = 4096;
+
+struct WriterState {
+    revision: u64,
+    history: VecDeque<ChangeEvent>,
+}
+
+pub struct Store {
+    backend: Box<dyn Backend>,
+    publisher: Arc<dyn Publisher>,
+    writer: Mutex<WriterState>,
+    /// The current policy, for reads that do not need the writer lock.
+    policy: ArcSwap<PolicySet>,
+    revision_tx: tokio_watch::Sender<u64>,
+    events_tx: broadcast::Sender<ChangeEvent>,
+    last_error: StdMutex<Option<String>>,
+}
+
+impl Store {
+    /// Reads the policy, publishes it as revision 1 and returns the store. A policy that does
+    /// not load is returned as the error: there is no last good policy yet.
+    pub fn open(
+        backend: Box<dyn Backend>,
+        publisher: Arc<dyn Publisher>,
+    ) -> std::result::Result<Self, LoadErrors> {
+        let policy = backend.read_all()?;
+        publisher.publish(&policy, 1, &Impact::everything(), InvalidationCause::Reload);
+        let (revision_tx, _) = tokio_watch::channel(1);
+        let (events_tx, _) = broadcast::channel(1024);
+        Ok(Store {
+            backend,
+            publisher,
+            writer: Mutex::new(WriterState {
+                revision: 1,
+                history: VecDeque::new(),
+            }),
+            policy: ArcSwap::from_pointee(policy),
+            revision_tx,
+            events_tx,
+            last_error: StdMutex::new(None),
+        })
+    }
+
+    /// The revision the current policy was published at.
+    pub fn revision(&self) -> u64 {
+        *self.revision_tx.borrow()
+    }
+
+    pub fn policy(&self) -> Arc<PolicySet> {
+        self.policy.load_full()
+    }
+
+    /// The last reload error, if the policy on disk is currently rejected.
+    pub fn last_error(&self) -> Option<String> {
+        self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    fn set_last_error(&self, error: Option<String>) {
+        if let Ok(mut slot) = self.last_error.lock() {
+            *slot = error;
+        }
+    }
+
+    /// Waits until the published revision is at least `min`, or until `timeout` passes.
+    /// Returns the revision reached, or the current one as the error.
+    pub async fn wait_for_revision(
+        &self,
+        min: u64,
+        timeout: std::time::Duration,
+    ) -> std::result::Result<u64, u64> {
+        let mut rx = self.revision_tx.subscribe();
+        let current = *rx.borrow();
+        if current >= min {
+            return Ok(current);
+        }
+        let reached = tokio::time::timeout(timeout, async {
+            rx.wait_for(|r| *r >= min).await.map(|r| *r)
+        })
+        .await;
+        match reached {
+            Ok(Ok(r)) => Ok(r),
+            _ => Err(self.revision()),
+        }
+    }
+
+    /// Publishes `new` as the next revision with its events. Caller holds the writer lock.
+    fn publish_change(
+        &self,
+        writer: &mut WriterState,
+        old: &PolicySet,
+        new: PolicySet,
+        impact: &Impact,
+        cause: InvalidationCause,
+    ) -> u64 {
+        let revision = writer.revision + 1;
+        self.publisher.publish(&new, revision, impact, cause);
+        let events = diff_events(old, &new, revision);
+        self.policy.store(Arc::new(new));
+        writer.revision = revision;
+        for event in events {
+            if writer.history.len() == HISTORY {
+                writer.history.pop_front();
+            }
+            writer.history.push_back(event.clone());
+            // No receivers is fine: nobody is watching.
+            let _ = self.events_tx.send(event);
+        }
+        self.revision_tx.send_replace(revision);
+        revision
+    }
+
+    /// Re-reads the backend. A policy that does not load is rejected and the last good one stays
+    /// in force (the error is kept for `Status`). Returns the new revision if anything changed.
+    pub async fn reload(&self) -> std::result::Result<Option<u64>, LoadErrors> {
+        let mut writer = self.writer.lock().await;
+        let new = match self.backend.read_all() {
+            Ok(new) => new,
+            Err(errors) => {
+                tracing::error!(errors = %errors, "policy reload rejected; the last good policy stays in force");
+                self.set_last_error(Some(errors.to_string()));
+                return Err(errors);
+            }
+        };
+        self.set_last_error(None);
+        let old = self.policy.load_full();
+        if *old == new {
+            return Ok(None);
+        }
+        let impact = impact_of_change(&old, &new);
+        let revision =
+            self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Reload);
+        tracing::info!(revision, "policy reloaded");
+        Ok(Some(revision))
+    }
+
+    /// Creates or replaces `objects`. Validated (and checked by `guard`) before anything is
+    /// written; persisted durably before it is published; returns the revision at which the
+    /// change is visible. An apply that changes nothing returns the current revision.
+    pub async fn apply(
+        &self,
+        objects: Vec<PolicyObject>,
+        dry_run: bool,
+        guard: Option<&dyn WriteGuard>,
+    ) -> Result<(u64, Vec<ObjectRef>)> {
+        let mut writer = self.writer.lock().await;
+        let old = self.policy.load_full();
+        if let Some(guard) = guard {
+            guard.check(&old, &objects).map_err(StoreError::Forbidden)?;
+        }
+        let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
+        let current = objects_by_ref(&old);
+        let changed: Vec<PolicyObject> = objects
+            .into_iter()
+            .filter(|o| {
+                !current
+                    .get(&ObjectRef::of(o))
+                    .is_some_and(|c| same_content(c, o))
+            })
+            .collect();
+        if dry_run || changed.is_empty() {
+            return Ok((writer.revision, refs));
+        }
+        let new = self.backend.commit(&old, &changed, &[])?;
+        let impact = change_impact(&old, &new, &changed, &[]);
+        let revision =
+            self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Apply);
+        Ok((revision, refs))
+    }
+
+    /// Deletes one object; returns the revision at which it is gone.
+    pub async fn delete(&self, object: &ObjectRef, guard: Option<&dyn WriteGuard>) -> Result<u64> {
+        let mut writer = self.writer.lock().await;
+        let old = self.policy.load_full();
+        let Some(existing) = objects_by_ref(&old).remove(object) else {
+            return Err(StoreError::NotFound(object.clone()));
+        };
+        if let Some(guard) = guard {
+            guard
+                .check(&old, std::slice::from_ref(&existing))
+                .map_err(StoreError::Forbidden)?;
+        }
+        let new = self
+            .backend
+            .commit(&old, &[], std::slice::from_ref(object))?;
+        let impact = change_impact(&old, &new, &[], std::slice::from_ref(&existing));
+        Ok(self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Delete))
+    }
+
+    pub fn get(&self, object: &ObjectRef) -> Option<String> {
+        let policy = self.policy();
+        objects(&policy).get(object).map(ObjectView::manifest)
+    }
+
+    /// Manifests of every object of `kind` (all kinds when `None`) in `namespace` (all when
+    /// empty), in canonical order.
+    pub fn list(&self, kind: Option<ObjectKind>, namespace: &str) -> Vec<String> {
+        let policy = self.policy();
+        objects(&policy)
+            .into_iter()
+            .filter(|(r, _)| kind.is_none_or(|k| r.kind == k))
+            .filter(|(r, _)| namespace.is_empty() || r.namespace == namespace)
+            .map(|(_, view)| view.manifest())
+            .collect()
+    }
+
+    /// Changes after `from` that are still kept, and a receiver for the ones to come.
+    /// `from == 0` means "from now on".
+    pub async fn watch(
+        &self,
+        from: u64,
+    ) -> Result<(Vec<ChangeEvent>, broadcast::Receiver<ChangeEvent>)> {
+        // Holding the writer lock makes backlog and subscription seamless: no event is published
+        // between them.
+        let writer = self.writer.lock().await;
+        let receiver = self.events_tx.subscribe();
+        if from == 0 || from >= writer.revision {
+            return Ok((Vec::new(), receiver));
+        }
+        let oldest = writer
+            .history
+            .front()
+            .map_or(writer.revision, |e| e.revision);
+        if from + 1 < oldest {
+            return Err(StoreError::Compacted { from, oldest });
+        }
+        let backlog = writer
+            .history
+            .iter()
+            .filter(|e| e.revision > from)
+            .cloned()
+            .collect();
+        Ok((backlog, receiver))
+    }
+}
+
+fn objects_by_ref(policy: &PolicySet) -> BTreeMap<ObjectRef, PolicyObject> {
+    objects(policy)
+        .into_iter()
+        .map(|(r, view)| {
+            let object = match view {
+                ObjectView::Role(role) => PolicyObject::Role(role.clone()),
+                ObjectView::Binding(binding) => PolicyObject::Binding(binding.clone()),
+            };
+            (r, object)
+        })
+        .collect()
+}
+
+/// Equal apart from where they were read from.
+fn same_content(a: &PolicyObject, b: &PolicyObject) -> bool {
+    match (a, b) {
+        (PolicyObject::Role(a), PolicyObject::Role(b)) => {
+            Role {
+                source: Default::default(),
+                ..a.clone()
+            } == Role {
+                source: Default::default(),
+                ..b.clone()
+            }
+        }
+        (PolicyObject::Binding(a), PolicyObject::Binding(b)) => {
+            Binding {
+                source: Default::default(),
+                ..a.clone()
+            } == Binding {
+                source: Default::default(),
+                ..b.clone()
+            }
+        }
+        _ => false,
+    }
+}
+
+/// The impact of a write: the objects it touched, plus anything whose source position moved
+/// because a file was rewritten (explanations carry `file:line`).
+fn change_impact(
+    old: &PolicySet,
+    new: &PolicySet,
+    upserts: &[PolicyObject],
+    deletes: &[PolicyObject],
+) -> Impact {
+    let old_objects = objects(old);
+    let new_objects = objects(new);
+    let mut roles: Vec<(Option<&Role>, Option<&Role>)> = Vec::new();
+    let mut bindings: Vec<(Option<&Binding>, Option<&Binding>)> = Vec::new();
+    let touched = upserts.iter().chain(deletes).map(ObjectRef::of);
+    // Objects rewritten in place keep their content but may move lines: include every object
+    // whose stored form (source included) differs.
+    let moved = new_objects
+        .iter()
+        .filter(|(r, v)| old_objects.get(*r) != Some(*v))
+        .map(|(r, _)| r.clone());
+    let mut all: Vec<ObjectRef> = touched.chain(moved).collect();
+    all.sort();
+    all.dedup();
+    for r in &all {
+        let before = old_objects.get(r).copied();
+        let after = new_objects.get(r).copied();
+        match (before, after) {
+            (Some(ObjectView::Role(a)), Some(ObjectView::Role(b))) => {
+                roles.push((Some(a), Some(b)))
+            }
+            (Some(ObjectView::Role(a)), None) => roles.push((Some(a), None)),
+            (None, Some(ObjectView::Role(b))) => roles.push((None, Some(b))),
+            (Some(ObjectView::Binding(a)), Some(ObjectView::Binding(b))) => {
+                bindings.push((Some(a), Some(b)))
+            }
+            (Some(ObjectView::Binding(a)), None) => bindings.push((Some(a), None)),
+            (None, Some(ObjectView::Binding(b))) => bindings.push((None, Some(b))),
+            _ => {}
+        }
+    }
+    impact_of_objects(new, old, &roles, &bindings)
+}
+
+/// ADDED / MODIFIED / DELETED events between two policies, in canonical object order.
+fn diff_events(old: &PolicySet, new: &PolicySet, revision: u64) -> Vec<ChangeEvent> {
+    let old_objects = objects(old);
+    let new_objects = objects(new);
+    let mut events = Vec::new();
+    for (r, view) in &new_objects {
+        let kind = match old_objects.get(r) {
+            None => EventType::Added,
+            Some(before) if before.manifest() != view.manifest() => EventType::Modified,
+            Some(_) => continue,
+        };
+        events.push(ChangeEvent {
+            kind,
+            object: r.clone(),
+            manifest: view.manifest(),
+            revision,
+        });
+    }
+    for (r, view) in &old_objects {
+        if !new_objects.contains_key(r) {
+            events.push(ChangeEvent {
+                kind: EventType::Deleted,
+                object: r.clone(),
+                manifest: view.manifest(),
+                revision,
+            });
+        }
+    }
+    events
+}
+
+#[cfg(test)]
+mod tests;

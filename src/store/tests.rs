@@ -1,0 +1,244 @@
+use std::path::PathBuf;
+use std::sync::Mutex as StdMutex;
+
+use super::dir::DirectoryBackend;
+use super::*;
+use crate::policy::load::{load_paths, parse_manifest, LoadOptions};
+
+/// Records what was published, in order.
+#[derive(Default)]
+struct Recorder {
+    published: StdMutex<Vec<(u64, usize, bool)>>,
+}
+
+impl Publisher for Recorder {
+    fn publish(&self, policy: &PolicySet, revision: u64, impact: &Impact, _: InvalidationCause) {
+        self.published
+            .lock()
+            .unwrap()
+            .push((revision, policy.bindings.len(), impact.is_empty()));
+    }
+}
+
+const ROLES: &str = "\
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: reader
+rules:
+- apiGroups: [\"\"]
+  resources: [pods]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: readers
+subjects:
+- kind: User
+  name: alice
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: reader
+";
+
+fn binding(name: &str, user: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: {name}
+  namespace: team-a
+subjects:
+- kind: User
+  name: {user}
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: reader
+"
+    )
+}
+
+fn setup() -> (tempfile::TempDir, PathBuf, Arc<Recorder>, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("policy");
+    std::fs::create_dir(&path).unwrap();
+    std::fs::write(path.join("roles.yaml"), ROLES).unwrap();
+    let recorder = Arc::new(Recorder::default());
+    let backend = DirectoryBackend::new(vec![path.clone()], LoadOptions::default());
+    let store = Store::open(Box::new(backend), recorder.clone()).unwrap();
+    (dir, path, recorder, store)
+}
+
+fn objects_of(text: &str) -> Vec<PolicyObject> {
+    parse_manifest("request", text, &LoadOptions::default()).unwrap()
+}
+
+fn files(path: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[tokio::test]
+async fn apply_creates_a_file_and_a_revision() {
+    let (_dir, path, recorder, store) = setup();
+    assert_eq!(store.revision(), 1);
+    let (revision, applied) = store
+        .apply(objects_of(&binding("bob-reads", "bob")), false, None)
+        .await
+        .unwrap();
+    assert_eq!(revision, 2);
+    assert_eq!(applied[0].to_string(), "RoleBinding `team-a/bob-reads`");
+    assert_eq!(
+        files(&path),
+        vec!["rolebinding.team-a.bob-reads.yaml", "roles.yaml"]
+    );
+    // The directory alone reproduces the store's policy: it is the source of truth.
+    assert_eq!(
+        load_paths(std::slice::from_ref(&path), &LoadOptions::default()).unwrap(),
+        *store.policy()
+    );
+    assert_eq!(
+        recorder.published.lock().unwrap().last(),
+        Some(&(2, 2, false))
+    );
+
+    // The same content again changes nothing and publishes nothing.
+    let (again, _) = store
+        .apply(objects_of(&binding("bob-reads", "bob")), false, None)
+        .await
+        .unwrap();
+    assert_eq!(again, 2);
+    assert_eq!(recorder.published.lock().unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn apply_replaces_in_place_and_delete_removes() {
+    let (_dir, path, _recorder, store) = setup();
+    let replaced = ROLES
+        .split("---\n")
+        .nth(1)
+        .unwrap()
+        .replace("alice", "carol");
+    let (revision, _) = store
+        .apply(objects_of(&replaced), false, None)
+        .await
+        .unwrap();
+    assert_eq!(revision, 2);
+    assert_eq!(files(&path), vec!["roles.yaml"]);
+    let text = std::fs::read_to_string(path.join("roles.yaml")).unwrap();
+    assert!(text.contains("carol") && !text.contains("alice"), "{text}");
+    assert!(
+        text.contains("reader"),
+        "the other object of the file is kept: {text}"
+    );
+
+    let readers = ObjectRef {
+        kind: ObjectKind::ClusterRoleBinding,
+        namespace: String::new(),
+        name: "readers".into(),
+    };
+    assert_eq!(store.delete(&readers, None).await.unwrap(), 3);
+    assert!(store.get(&readers).is_none());
+    assert!(matches!(
+        store.delete(&readers, None).await,
+        Err(StoreError::NotFound(_))
+    ));
+    let role = ObjectRef {
+        kind: ObjectKind::ClusterRole,
+        namespace: String::new(),
+        name: "reader".into(),
+    };
+    store.delete(&role, None).await.unwrap();
+    assert!(files(&path).is_empty(), "an emptied file is removed");
+}
+
+#[tokio::test]
+async fn dry_run_and_rejected_reload_change_nothing() {
+    let (_dir, path, _recorder, store) = setup();
+    let (revision, _) = store
+        .apply(objects_of(&binding("x", "bob")), true, None)
+        .await
+        .unwrap();
+    assert_eq!(revision, 1);
+    assert_eq!(files(&path), vec!["roles.yaml"]);
+
+    std::fs::write(path.join("broken.yaml"), "kind: Role\nmetadata: {}\n").unwrap();
+    let before = store.policy();
+    let errors = store.reload().await.unwrap_err();
+    assert!(errors.to_string().contains("broken.yaml:"), "{errors}");
+    assert_eq!(store.revision(), 1);
+    assert_eq!(store.policy(), before);
+    assert!(store.last_error().unwrap().contains("broken.yaml"));
+
+    std::fs::remove_file(path.join("broken.yaml")).unwrap();
+    assert_eq!(store.reload().await.unwrap(), None, "nothing changed");
+    assert!(store.last_error().is_none());
+
+    std::fs::write(path.join("more.yaml"), binding("dave-reads", "dave")).unwrap();
+    assert_eq!(store.reload().await.unwrap(), Some(2));
+}
+
+#[tokio::test]
+async fn watch_replays_kept_changes_and_streams_new_ones() {
+    let (_dir, _path, _recorder, store) = setup();
+    store
+        .apply(objects_of(&binding("a", "bob")), false, None)
+        .await
+        .unwrap();
+    store
+        .apply(objects_of(&binding("a", "carol")), false, None)
+        .await
+        .unwrap();
+    let (backlog, mut live) = store.watch(1).await.unwrap();
+    let kinds: Vec<_> = backlog.iter().map(|e| (e.kind, e.revision)).collect();
+    assert_eq!(kinds, vec![(EventType::Added, 2), (EventType::Modified, 3)]);
+    assert!(backlog[1].manifest.contains("carol"));
+
+    let gone = ObjectRef {
+        kind: ObjectKind::RoleBinding,
+        namespace: "team-a".into(),
+        name: "a".into(),
+    };
+    store.delete(&gone, None).await.unwrap();
+    let event = live.recv().await.unwrap();
+    assert_eq!((event.kind, event.revision), (EventType::Deleted, 4));
+}
+
+#[tokio::test]
+async fn wait_for_revision_times_out_with_the_current_revision() {
+    let (_dir, _path, _recorder, store) = setup();
+    assert_eq!(
+        store
+            .wait_for_revision(1, std::time::Duration::from_millis(1))
+            .await,
+        Ok(1)
+    );
+    assert_eq!(
+        store
+            .wait_for_revision(5, std::time::Duration::from_millis(10))
+            .await,
+        Err(1)
+    );
+}
+
+#[tokio::test]
+async fn a_store_without_a_directory_is_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("roles.yaml");
+    std::fs::write(&file, ROLES).unwrap();
+    let backend = DirectoryBackend::new(vec![file], LoadOptions::default());
+    let store = Store::open(Box::new(backend), Arc::new(Recorder::default())).unwrap();
+    assert!(matches!(
+        store
+            .apply(objects_of(&binding("x", "bob")), false, None)
+            .await,
+        Err(StoreError::ReadOnly)
+    ));
+}

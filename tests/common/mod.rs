@@ -1,0 +1,311 @@
+//! Proptest generators of random policies and requests, shared by the property tests.
+//! Vocabularies are small on purpose so that names collide, wildcards overlap and edge cases
+//! (`*/`, case differences, negation, missing roles, service accounts without namespaces) come
+//! up often.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use authzd::engine::{
+    Action, EngineConfig, Mode, NonResourceAttributes, ResourceAttributes, UserInfo,
+};
+use authzd::policy::model::{
+    AbacRule, Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, PolicySet,
+    Role, RoleKind, RoleRef, SelectorOperator, Source, Subject,
+};
+use proptest::prelude::*;
+use proptest::sample::{select, subsequence};
+
+pub const USERS: &[&str] = &[
+    "alice",
+    "bob",
+    "Alice",
+    "system:serviceaccount:ns1:sa",
+    "system:serviceaccount:ns2:default",
+];
+pub const GROUPS: &[&str] = &["dev", "ops", "Dev", "system:authenticated"];
+const NAMESPACES: &[&str] = &["ns1", "ns2", "*"];
+const VERBS: &[&str] = &["get", "list", "create", "delete", "GET", "*", "watch"];
+const API_GROUPS: &[&str] = &["", "apps", "*"];
+const RULE_RESOURCES: &[&str] = &[
+    "pods",
+    "pods/status",
+    "pods/log",
+    "deployments",
+    "deployments/scale",
+    "*",
+    "*/scale",
+    "*/status",
+    "*/other/segment",
+    "secrets",
+    "Pods",
+    "*/",
+    "",
+    "/",
+];
+const RESOURCE_NAMES: &[&str] = &["a", "b"];
+const URLS: &[&str] = &[
+    "/healthz", "/api/*", "/api", "*", "/api/*/*", "/apis/**", "/",
+];
+const ROLE_NAMES: &[&str] = &["r1", "r2", "r3"];
+const LABELS: &[&str] = &["agg-a", "agg-b"];
+
+fn strings(pool: &'static [&'static str], max: usize) -> impl Strategy<Value = Vec<String>> {
+    proptest::collection::vec(select(pool), 0..=max)
+        .prop_map(|v| v.into_iter().map(str::to_string).collect())
+}
+
+/// Verb or resource entries, some negated with seed 003's leading `-`.
+fn negatable(pool: &'static [&'static str], max: usize) -> impl Strategy<Value = Vec<String>> {
+    proptest::collection::vec((select(pool), prop::bool::weighted(0.2)), 0..=max).prop_map(|v| {
+        v.into_iter()
+            .map(|(s, neg)| if neg { format!("-{s}") } else { s.to_string() })
+            .collect()
+    })
+}
+
+pub fn rule() -> impl Strategy<Value = PolicyRule> {
+    (
+        negatable(VERBS, 3),
+        strings(API_GROUPS, 2),
+        negatable(RULE_RESOURCES, 3),
+        prop_oneof![3 => Just(Vec::new()), 1 => strings(RESOURCE_NAMES, 2)],
+        prop_oneof![3 => Just(Vec::new()), 1 => strings(URLS, 2)],
+        prop::bool::weighted(0.25),
+        prop::bool::weighted(0.1),
+    )
+        .prop_map(
+            |(
+                verbs,
+                api_groups,
+                resources,
+                resource_names,
+                non_resource_urls,
+                deny,
+                restricted,
+            )| {
+                PolicyRule {
+                    verbs,
+                    api_groups,
+                    resources,
+                    resource_names,
+                    non_resource_urls,
+                    deny,
+                    attribute_restrictions: restricted
+                        .then(|| "{\"labelsContain\":[\"x\"]}".to_string()),
+                }
+            },
+        )
+}
+
+fn selector() -> impl Strategy<Value = LabelSelector> {
+    prop_oneof![
+        select(LABELS).prop_map(|l| LabelSelector {
+            match_labels: BTreeMap::from([(l.to_string(), "true".to_string())]),
+            ..Default::default()
+        }),
+        select(LABELS).prop_map(|l| LabelSelector {
+            match_expressions: vec![LabelSelectorRequirement {
+                key: l.to_string(),
+                operator: SelectorOperator::Exists,
+                values: Vec::new(),
+            }],
+            ..Default::default()
+        }),
+    ]
+}
+
+pub fn role() -> impl Strategy<Value = Role> {
+    (
+        prop::bool::ANY,
+        select(&["ns1", "ns2"][..]),
+        select(ROLE_NAMES),
+        proptest::collection::vec(rule(), 0..=3),
+        subsequence(LABELS, 0..=2),
+        prop_oneof![4 => Just(None), 1 => proptest::collection::vec(selector(), 0..=2).prop_map(Some)],
+    )
+        .prop_map(|(cluster, ns, name, rules, labels, aggregation)| {
+            let kind = if cluster { RoleKind::ClusterRole } else { RoleKind::Role };
+            Role {
+                kind,
+                namespace: if cluster { String::new() } else { ns.to_string() },
+                name: name.to_string(),
+                labels: labels
+                    .into_iter()
+                    .map(|l| (l.to_string(), "true".to_string()))
+                    .collect(),
+                rules,
+                aggregation_rule: if cluster { aggregation } else { None },
+                source: Source::new("roles.yaml", 1),
+            }
+        })
+}
+
+pub fn subject() -> impl Strategy<Value = Subject> {
+    let name = prop_oneof![
+        select(USERS),
+        select(GROUPS),
+        select(&["sa", "default"][..])
+    ];
+    (
+        select(&["User", "Group", "ServiceAccount", "Robot"][..]),
+        name,
+        select(&["", "ns1", "ns2"][..]),
+    )
+        .prop_map(|(kind, name, namespace)| Subject {
+            kind: kind.to_string(),
+            api_group: String::new(),
+            name: name.to_string(),
+            namespace: if kind == "ServiceAccount" {
+                namespace.to_string()
+            } else {
+                String::new()
+            },
+        })
+}
+
+pub fn binding() -> impl Strategy<Value = Binding> {
+    (
+        prop::bool::ANY,
+        select(NAMESPACES),
+        select(&["b1", "b2", "b3", "b4"][..]),
+        proptest::collection::vec(subject(), 1..=3),
+        prop::bool::ANY,
+        select(ROLE_NAMES),
+    )
+        .prop_map(|(cluster, ns, name, subjects, ref_cluster, role)| Binding {
+            kind: if cluster {
+                BindingKind::ClusterRoleBinding
+            } else {
+                BindingKind::RoleBinding
+            },
+            namespace: if cluster {
+                String::new()
+            } else {
+                ns.to_string()
+            },
+            name: name.to_string(),
+            subjects,
+            role_ref: RoleRef {
+                kind: if cluster || ref_cluster {
+                    RoleKind::ClusterRole
+                } else {
+                    RoleKind::Role
+                },
+                name: role.to_string(),
+            },
+            source: Source::new("bindings.yaml", 1),
+        })
+}
+
+/// ABAC lines in their converted form: `*` user/group already became `system:authenticated`.
+pub fn abac_rule() -> impl Strategy<Value = AbacRule> {
+    (
+        prop_oneof![Just(""), select(USERS)],
+        prop_oneof![Just(""), select(GROUPS)],
+        prop::bool::ANY,
+        select(&["", "*", "apps"][..]),
+        select(&["", "*", "ns1"][..]),
+        select(&["", "*", "pods", "deployments"][..]),
+        select(&["", "*", "/api/*", "/healthz"][..]),
+        1u32..50,
+    )
+        .prop_map(
+            |(user, group, readonly, api_group, namespace, resource, path, line)| AbacRule {
+                user: user.to_string(),
+                group: group.to_string(),
+                readonly,
+                api_group: api_group.to_string(),
+                namespace: namespace.to_string(),
+                resource: resource.to_string(),
+                non_resource_path: path.to_string(),
+                source: Source::new("policy.jsonl", line),
+            },
+        )
+}
+
+fn dedup_roles(mut roles: Vec<Role>) -> Vec<Role> {
+    let mut seen = std::collections::HashSet::new();
+    roles.retain(|r| seen.insert((r.kind, r.namespace.clone(), r.name.clone())));
+    roles
+}
+
+fn dedup_bindings(mut bindings: Vec<Binding>) -> Vec<Binding> {
+    let mut seen = std::collections::HashSet::new();
+    bindings.retain(|b| seen.insert((b.kind, b.namespace.clone(), b.name.clone())));
+    bindings
+}
+
+pub fn policy() -> impl Strategy<Value = PolicySet> {
+    (
+        proptest::collection::vec(role(), 0..=6),
+        proptest::collection::vec(binding(), 0..=8),
+        proptest::collection::vec(abac_rule(), 0..=4),
+    )
+        .prop_map(|(roles, bindings, abac)| PolicySet {
+            roles: dedup_roles(roles),
+            bindings: dedup_bindings(bindings),
+            abac,
+        })
+}
+
+pub fn config() -> impl Strategy<Value = EngineConfig> {
+    let modes = prop_oneof![
+        6 => Just(vec![Mode::Rbac, Mode::Abac]),
+        2 => Just(vec![Mode::Abac, Mode::Rbac]),
+        1 => Just(vec![Mode::Rbac]),
+        1 => Just(vec![Mode::Abac]),
+        1 => Just(vec![Mode::AlwaysDeny, Mode::Rbac, Mode::AlwaysAllow]),
+        1 => Just(vec![Mode::AlwaysDeny]),
+    ];
+    (
+        modes,
+        subsequence(&["bob"][..], 0..=1),
+        subsequence(&["ops"][..], 0..=1),
+    )
+        .prop_map(|(modes, users, groups)| EngineConfig {
+            modes,
+            super_users: users.into_iter().map(str::to_string).collect(),
+            super_groups: groups.into_iter().map(str::to_string).collect(),
+        })
+}
+
+pub fn action() -> impl Strategy<Value = Action> {
+    prop_oneof![
+        4 => (
+            select(&["", "ns1", "ns2", "*"][..]),
+            select(VERBS),
+            select(&["", "apps", "Apps"][..]),
+            select(&["pods", "deployments", "secrets", "Pods", "*"][..]),
+            select(&["", "status", "log", "scale", "other/segment"][..]),
+            select(&["", "a", "b"][..]),
+        )
+            .prop_map(|(namespace, verb, group, resource, subresource, name)| {
+                Action::Resource(ResourceAttributes {
+                    namespace: namespace.to_string(),
+                    verb: verb.to_string(),
+                    group: group.to_string(),
+                    version: "v1".to_string(),
+                    resource: resource.to_string(),
+                    subresource: subresource.to_string(),
+                    name: name.to_string(),
+                })
+            }),
+        1 => (
+            select(&["/healthz", "/api", "/api/v1", "/apis/x", "/", "", "/healthz/"][..]),
+            select(VERBS),
+        )
+            .prop_map(|(path, verb)| Action::NonResource(NonResourceAttributes {
+                path: path.to_string(),
+                verb: verb.to_string(),
+            })),
+    ]
+}
+
+pub fn user() -> impl Strategy<Value = UserInfo> {
+    (select(USERS), subsequence(GROUPS, 0..=3)).prop_map(|(name, groups)| UserInfo {
+        name: name.to_string(),
+        groups: groups.into_iter().map(str::to_string).collect(),
+        ..Default::default()
+    })
+}
