@@ -191,6 +191,9 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     };
     let server = tokio::spawn(
         Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::api::error::oversized_is_resource_exhausted,
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)

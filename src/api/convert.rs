@@ -11,7 +11,7 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{
     MAX_EXTRA_KEYS, MAX_EXTRA_VALUES, MAX_GROUPS, MAX_PATH_BYTES, MAX_STRING_BYTES,
 };
-use crate::engine::{self, AllowedSubjects, Decision, Response, RuleRef};
+use crate::engine::{self, AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::proto;
 
 /// Where a field lives: `{scope}{field}`, e.g. `user.` + `groups`. Formatted only when an
@@ -226,7 +226,8 @@ fn rule_refs(refs: &[RuleRef]) -> Vec<proto::RuleRef> {
         .collect()
 }
 
-pub fn authorize_response(response: &Response, revision: u64) -> proto::AuthorizeResponse {
+pub fn authorize_response(decided: &Decided, revision: u64) -> proto::AuthorizeResponse {
+    let response = &decided.response;
     proto::AuthorizeResponse {
         decision: decision(response.decision) as i32,
         allowed: response.allowed(),
@@ -236,8 +237,7 @@ pub fn authorize_response(response: &Response, revision: u64) -> proto::Authoriz
         allowed_by: rule_refs(&response.allowed_by),
         denied_by: rule_refs(&response.denied_by),
         revision,
-        // The decision cache lands with live reloads; until then every answer is computed.
-        cached: false,
+        cached: decided.cached,
     }
 }
 

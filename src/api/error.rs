@@ -72,6 +72,28 @@ impl From<ApiError> for tonic::Status {
     }
 }
 
+/// Transport-level half of the mapping, applied to every HTTP response as a tower layer:
+/// tonic's codec refuses a message over the size limit with `OUT_OF_RANGE`, where gRPC's
+/// convention (and SPEC §10) is `RESOURCE_EXHAUSTED`. The status of such a refusal travels in
+/// the response headers (a trailers-only response), so rewriting the headers suffices.
+///
+/// INVARIANT: no handler returns `OUT_OF_RANGE` (see [`ApiError`]), so every `OUT_OF_RANGE`
+/// here is a size refusal.
+pub fn oversized_is_resource_exhausted<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    const OUT_OF_RANGE: &str = "11";
+    let headers = response.headers_mut();
+    if headers
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() == OUT_OF_RANGE.as_bytes())
+    {
+        let code = tonic::Code::ResourceExhausted as i32;
+        headers.insert("grpc-status", code.into());
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -87,6 +109,20 @@ mod tests {
             status.message(),
             "requests[3].action.resource_attributes.verb: must not be empty"
         );
+    }
+
+    #[test]
+    fn oversized_refusals_become_resource_exhausted() {
+        let refusal = tonic::Status::out_of_range("too large").into_http::<()>();
+        let mapped = oversized_is_resource_exhausted(refusal);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(status.message(), "too large");
+
+        let other = tonic::Status::invalid_argument("x").into_http::<()>();
+        let mapped = oversized_is_resource_exhausted(other);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
     }
 
     #[test]

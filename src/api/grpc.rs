@@ -16,7 +16,7 @@ use crate::api::identity::{
 };
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
-use crate::engine::{self, UserInfo};
+use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
@@ -72,16 +72,17 @@ impl GrpcApi {
     }
 
     fn authorize_one(snapshot: &Snapshot, request: &engine::Request) -> proto::AuthorizeResponse {
-        let response = snapshot.engine.authorize(request);
+        let decided = snapshot.engine.decide(request);
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
             namespace = request.action.namespace(),
-            decision = %response.decision,
+            decision = %decided.response.decision,
+            cached = decided.cached,
             revision = snapshot.revision,
             "authorize"
         );
-        convert::authorize_response(&response, snapshot.revision)
+        convert::authorize_response(&decided, snapshot.revision)
     }
 
     fn review(
@@ -90,8 +91,12 @@ impl GrpcApi {
         action: engine::Action,
     ) -> proto::SubjectAccessReviewResponse {
         let request = engine::Request { user, action };
-        let response = snapshot.engine.authorize(&request);
-        convert::review_response(&response, request.action.namespace(), snapshot.revision)
+        let decided = snapshot.engine.decide(&request);
+        convert::review_response(
+            &decided.response,
+            request.action.namespace(),
+            snapshot.revision,
+        )
     }
 }
 
@@ -169,7 +174,7 @@ impl Authorizer for GrpcApi {
             },
         )?;
         let snapshot = self.snapshot(wire.min_revision)?;
-        let subjects = snapshot.engine.allowed_subjects(&action);
+        let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
             snapshot.revision,
@@ -260,7 +265,7 @@ impl AccessReview for GrpcApi {
             },
         )?;
         let snapshot = self.snapshot(wire.min_revision)?;
-        let subjects = snapshot.engine.allowed_subjects(&action);
+        let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::resource_review_response(
             subjects,
             action.namespace(),
@@ -283,7 +288,7 @@ impl AccessReview for GrpcApi {
             },
         )?;
         let snapshot = self.snapshot(wire.min_revision)?;
-        let subjects = snapshot.engine.allowed_subjects(&action);
+        let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::resource_review_response(
             subjects,
             action.namespace(),

@@ -1,6 +1,5 @@
 //! Input limits, all in one place. Anything larger is refused with `INVALID_ARGUMENT` naming
-//! the field (or, for whole messages, `OUT_OF_RANGE` from tonic's decoder), before any
-//! evaluation. They bound the work and memory one request can demand; no real
+//! the field (or, for whole messages, `RESOURCE_EXHAUSTED`), before any evaluation. They bound the work and memory one request can demand; no real
 //! Kubernetes name, path or group list comes near them.
 
 /// Bytes in any one string attribute: user, uid, group, extra key or value, verb, namespace,
