@@ -98,7 +98,13 @@ pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engin
     let mut extra = BTreeMap::new();
     for (key, values) in wire.extra {
         if key.len() > MAX_STRING_BYTES {
-            at.check_len("extra (a key)", &key, MAX_STRING_BYTES)?;
+            return Err(at.invalid(
+                "extra",
+                Invalid::KeyTooLong {
+                    len: key.len(),
+                    max: MAX_STRING_BYTES,
+                },
+            ));
         }
         let field = || format!("extra[{key:?}]");
         if values.values.len() > MAX_EXTRA_VALUES {

@@ -35,6 +35,8 @@ pub enum Invalid {
     TooLong { len: usize, max: usize },
     #[error("has {count} entries; the limit is {max}")]
     TooMany { count: usize, max: usize },
+    #[error("has a key {len} bytes long; the limit is {max}")]
+    KeyTooLong { len: usize, max: usize },
     #[error("`{got}` does not match the review's namespace `{want}`")]
     NamespaceMismatch { got: String, want: String },
     #[error("non-resource attributes are not allowed in a local review")]
