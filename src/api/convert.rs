@@ -125,6 +125,26 @@ pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engin
     })
 }
 
+/// Validates the subject of a (local) SubjectAccessReview: flat `user`, `uid`, `groups`,
+/// `extra` fields.
+pub fn review_subject(
+    user: String,
+    uid: String,
+    groups: Vec<String>,
+    extra: HashMap<String, proto::ExtraValues>,
+) -> Result<engine::UserInfo> {
+    subject(
+        "",
+        "user",
+        WireSubject {
+            name: user,
+            uid,
+            groups,
+            extra,
+        },
+    )
+}
+
 /// Validates an action (field `action`).
 pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
     use proto::action::Kind;

@@ -8,12 +8,9 @@ use std::sync::Arc;
 
 use tonic::{Request, Response, Status};
 
-use crate::api::convert::{self, WireSubject};
+use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::identity::{
-    Authenticator, Peer, Privilege, LOCAL_RESOURCE_ACCESS_REVIEWS, LOCAL_SUBJECT_ACCESS_REVIEWS,
-    RESOURCE_ACCESS_REVIEWS, SUBJECT_ACCESS_REVIEWS,
-};
+use crate::api::identity::{Authenticator, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
 use crate::engine::{self, Authorize as _, UserInfo};
@@ -85,6 +82,14 @@ impl GrpcApi {
         convert::authorize_response(&decided, snapshot.revision)
     }
 
+    fn resource_review(
+        snapshot: &Snapshot,
+        action: &engine::Action,
+    ) -> proto::ResourceAccessReviewResponse {
+        let subjects = snapshot.engine.who_can(action);
+        convert::resource_review_response(subjects, action.namespace(), snapshot.revision)
+    }
+
     fn review(
         snapshot: &Snapshot,
         user: UserInfo,
@@ -110,12 +115,7 @@ impl Authorizer for GrpcApi {
         let wire = request.into_inner();
         let min_revision = wire.min_revision;
         let request = convert::authorize_request(wire)?;
-        self.admit(
-            &caller,
-            Privilege::Cluster {
-                resource: SUBJECT_ACCESS_REVIEWS,
-            },
-        )?;
+        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(min_revision)?;
         Ok(Response::new(Self::authorize_one(&snapshot, &request)))
     }
@@ -146,12 +146,7 @@ impl Authorizer for GrpcApi {
                 .map_err(|e| e.within(&format!("requests[{i}].")))?;
             requests.push(request);
         }
-        self.admit(
-            &caller,
-            Privilege::Cluster {
-                resource: SUBJECT_ACCESS_REVIEWS,
-            },
-        )?;
+        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(min_revision)?;
         let responses = requests
             .iter()
@@ -167,12 +162,7 @@ impl Authorizer for GrpcApi {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        self.admit(
-            &caller,
-            Privilege::Cluster {
-                resource: RESOURCE_ACCESS_REVIEWS,
-            },
-        )?;
+        self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision)?;
         let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::allowed_subjects_response(
@@ -191,22 +181,8 @@ impl AccessReview for GrpcApi {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        let user = convert::subject(
-            "",
-            "user",
-            WireSubject {
-                name: wire.user,
-                uid: wire.uid,
-                groups: wire.groups,
-                extra: wire.extra,
-            },
-        )?;
-        self.admit(
-            &caller,
-            Privilege::Cluster {
-                resource: SUBJECT_ACCESS_REVIEWS,
-            },
-        )?;
+        let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
+        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision)?;
         Ok(Response::new(Self::review(&snapshot, user, action)))
     }
@@ -230,22 +206,10 @@ impl AccessReview for GrpcApi {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
         let action = convert::local_action(&wire.namespace, wire.action)?;
-        let user = convert::subject(
-            "",
-            "user",
-            WireSubject {
-                name: wire.user,
-                uid: wire.uid,
-                groups: wire.groups,
-                extra: wire.extra,
-            },
-        )?;
+        let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
         self.admit(
             &caller,
-            Privilege::Namespaced {
-                resource: LOCAL_SUBJECT_ACCESS_REVIEWS,
-                namespace: &wire.namespace,
-            },
+            Privilege::local_subject_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision)?;
         Ok(Response::new(Self::review(&snapshot, user, action)))
@@ -258,19 +222,9 @@ impl AccessReview for GrpcApi {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        self.admit(
-            &caller,
-            Privilege::Cluster {
-                resource: RESOURCE_ACCESS_REVIEWS,
-            },
-        )?;
+        self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision)?;
-        let subjects = snapshot.engine.who_can(&action);
-        Ok(Response::new(convert::resource_review_response(
-            subjects,
-            action.namespace(),
-            snapshot.revision,
-        )))
+        Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
 
     async fn local_resource_access_review(
@@ -282,17 +236,9 @@ impl AccessReview for GrpcApi {
         let action = convert::local_action(&wire.namespace, wire.action)?;
         self.admit(
             &caller,
-            Privilege::Namespaced {
-                resource: LOCAL_RESOURCE_ACCESS_REVIEWS,
-                namespace: &wire.namespace,
-            },
+            Privilege::local_resource_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision)?;
-        let subjects = snapshot.engine.who_can(&action);
-        Ok(Response::new(convert::resource_review_response(
-            subjects,
-            action.namespace(),
-            snapshot.revision,
-        )))
+        Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
 }

@@ -70,7 +70,27 @@ pub enum Privilege<'a> {
     Authenticated,
 }
 
-pub const SUBJECT_ACCESS_REVIEWS: &str = "subjectaccessreviews";
-pub const LOCAL_SUBJECT_ACCESS_REVIEWS: &str = "localsubjectaccessreviews";
-pub const RESOURCE_ACCESS_REVIEWS: &str = "resourceaccessreviews";
-pub const LOCAL_RESOURCE_ACCESS_REVIEWS: &str = "localresourceaccessreviews";
+impl<'a> Privilege<'a> {
+    /// SubjectAccessReview, and Authorize/BatchAuthorize ("same as the cluster-wide reviews").
+    pub const SUBJECT_ACCESS_REVIEW: Privilege<'static> = Privilege::Cluster {
+        resource: "subjectaccessreviews",
+    };
+    /// ResourceAccessReview and GetAllowedSubjects.
+    pub const RESOURCE_ACCESS_REVIEW: Privilege<'static> = Privilege::Cluster {
+        resource: "resourceaccessreviews",
+    };
+
+    pub fn local_subject_access_review(namespace: &'a str) -> Self {
+        Privilege::Namespaced {
+            resource: "localsubjectaccessreviews",
+            namespace,
+        }
+    }
+
+    pub fn local_resource_access_review(namespace: &'a str) -> Self {
+        Privilege::Namespaced {
+            resource: "localresourceaccessreviews",
+            namespace,
+        }
+    }
+}
