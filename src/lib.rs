@@ -6,13 +6,17 @@
 //! * [`engine`]: the authorizer chain over the index (pure, synchronous), and the reference
 //!   evaluator it is tested against;
 //! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
-//! * [`app`]: the composition root.
+//! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`].
 
+pub mod api;
+pub mod app;
 pub mod cache;
+pub mod config;
 pub mod engine;
 pub mod policy;
 pub mod store;
 pub mod synth;
+pub mod telemetry;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {

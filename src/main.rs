@@ -1,1 +1,24 @@
-fn main() {}
+//! `authzd`: parse flags, set up logging, run the command, map the outcome to an exit code
+//! (0 success/allowed, 1 not allowed/lint problems/runtime failure, 2 usage or policy error).
+
+use std::process::ExitCode;
+
+use authzd::config::{Cli, Command};
+use authzd::{app, telemetry};
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_filter = match cli.command {
+        Command::Serve(_) => "info",
+        _ => "warn",
+    };
+    telemetry::init(cli.log_format, default_filter);
+    match app::run(cli.settings()) {
+        Ok(outcome) => ExitCode::from(outcome.exit_code()),
+        Err(error) => {
+            eprintln!("authzd: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The test command (README): sets up what the end-to-end tests need, then checks formatting and
+# lints and runs every test target. Works from a fresh clone with only cargo, python3 and pip.
+#
+#   scripts/test.sh            # everything
+#   scripts/test.sh --quick    # tests only (skip fmt and clippy)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+quick=false
+[ "${1:-}" = "--quick" ] && quick=true
+
+# --- Python client stack for tests/e2e (grpcio + grpcio-reflection + protobuf, pinned) -------
+venv=.e2e-venv
+requirements=tests/e2e/requirements.txt
+stamp="$venv/.requirements"
+python="$PWD/$venv/bin/python"
+
+if ! cmp -s "$requirements" "$stamp" 2>/dev/null \
+  || ! "$python" -c 'import grpc, grpc_reflection, google.protobuf' 2>/dev/null; then
+  echo "test.sh: installing the e2e Python client into $venv" >&2
+  rm -rf "$venv"
+  if python3 -m venv "$venv" 2>/dev/null && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$requirements"
+  else
+    # No venv/ensurepip module (e.g. Debian without python3-venv): install next to the repo
+    # with the system pip and wrap the interpreter so it finds the packages.
+    rm -rf "$venv"
+    mkdir -p "$venv/bin"
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/site" -r "$requirements"
+    cat >"$venv/bin/python" <<WRAP
+#!/bin/sh
+PYTHONPATH="$PWD/$venv/site\${PYTHONPATH:+:\$PYTHONPATH}" exec python3 "\$@"
+WRAP
+    chmod +x "$venv/bin/python"
+  fi
+  cp "$requirements" "$stamp"
+fi
+export AUTHZD_E2E_PYTHON="$python"
+
+# --- Rust -------------------------------------------------------------------------------
+if ! $quick; then
+  cargo fmt --all -- --check
+  cargo clippy --all-targets -- -D warnings
+fi
+cargo test --all-targets

@@ -1,0 +1,139 @@
+//! The one place where adapter errors become `tonic::Status` codes (SPEC §10).
+
+use thiserror::Error;
+
+pub type Result<T, E = ApiError> = std::result::Result<T, E>;
+
+/// Everything an adapter can refuse a request for. Evaluation never fails: a decision that could
+/// not be fully evaluated is still a decision, carrying its errors (see `engine::Response`).
+#[derive(Debug, Error)]
+pub enum ApiError {
+    /// Malformed input. `field` is the path of the offending field, e.g.
+    /// `requests[3].action.resource_attributes.verb`.
+    #[error("{field}: {problem}")]
+    InvalidArgument { field: String, problem: Invalid },
+
+    /// The request asked for a policy revision the server has not reached.
+    #[error("server is at revision {current}, behind the requested min_revision {requested}")]
+    RevisionNotReached { requested: u64, current: u64 },
+
+    /// No policy has compiled yet; health says `NOT_SERVING` meanwhile.
+    #[error("no policy is loaded yet; retry when health reports SERVING")]
+    NotReady,
+}
+
+/// What is wrong with one field.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum Invalid {
+    #[error("must set resource_attributes or non_resource_attributes")]
+    MissingAction,
+    #[error("must not be empty")]
+    Empty,
+    #[error("must set a user or at least one group")]
+    NoSubject,
+    #[error("is {len} bytes long; the limit is {max}")]
+    TooLong { len: usize, max: usize },
+    #[error("has {count} entries; the limit is {max}")]
+    TooMany { count: usize, max: usize },
+    #[error("has a key {len} bytes long; the limit is {max}")]
+    KeyTooLong { len: usize, max: usize },
+    #[error("`{got}` does not match the review's namespace `{want}`")]
+    NamespaceMismatch { got: String, want: String },
+    #[error("non-resource attributes are not allowed in a local review")]
+    NonResourceInLocalReview,
+}
+
+impl ApiError {
+    pub fn invalid(field: impl Into<String>, problem: Invalid) -> Self {
+        ApiError::InvalidArgument {
+            field: field.into(),
+            problem,
+        }
+    }
+
+    /// The same error for a message nested at `prefix` (e.g. `requests[3].`).
+    pub fn within(self, prefix: &str) -> Self {
+        match self {
+            ApiError::InvalidArgument { field, problem } => ApiError::InvalidArgument {
+                field: format!("{prefix}{field}"),
+                problem,
+            },
+            other => other,
+        }
+    }
+}
+
+impl From<ApiError> for tonic::Status {
+    fn from(error: ApiError) -> Self {
+        let message = error.to_string();
+        match error {
+            ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
+            ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
+            ApiError::NotReady => tonic::Status::unavailable(message),
+        }
+    }
+}
+
+/// Transport-level half of the mapping, applied to every HTTP response as a tower layer:
+/// tonic's codec refuses a message over the size limit with `OUT_OF_RANGE`, where gRPC's
+/// convention (and SPEC §10) is `RESOURCE_EXHAUSTED`. The status of such a refusal travels in
+/// the response headers (a trailers-only response), so rewriting the headers suffices.
+///
+/// INVARIANT: no handler returns `OUT_OF_RANGE` (see [`ApiError`]), so every `OUT_OF_RANGE`
+/// here is a size refusal.
+pub fn oversized_is_resource_exhausted<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    const OUT_OF_RANGE: &str = "11";
+    let headers = response.headers_mut();
+    if headers
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() == OUT_OF_RANGE.as_bytes())
+    {
+        let code = tonic::Code::ResourceExhausted as i32;
+        headers.insert("grpc-status", code.into());
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn invalid_argument_names_the_field() {
+        let status = tonic::Status::from(ApiError::invalid(
+            "requests[3].action.resource_attributes.verb",
+            Invalid::Empty,
+        ));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert_eq!(
+            status.message(),
+            "requests[3].action.resource_attributes.verb: must not be empty"
+        );
+    }
+
+    #[test]
+    fn oversized_refusals_become_resource_exhausted() {
+        let refusal = tonic::Status::out_of_range("too large").into_http::<()>();
+        let mapped = oversized_is_resource_exhausted(refusal);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert_eq!(status.message(), "too large");
+
+        let other = tonic::Status::invalid_argument("x").into_http::<()>();
+        let mapped = oversized_is_resource_exhausted(other);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn revision_not_reached_is_failed_precondition() {
+        let status = tonic::Status::from(ApiError::RevisionNotReached {
+            requested: 9,
+            current: 2,
+        });
+        assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+        assert!(status.message().contains("at revision 2"));
+    }
+}

@@ -1,0 +1,259 @@
+//! The composition root: the only place that names every concrete type and wires them.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use thiserror::Error;
+use tokio::net::TcpListener;
+use tonic::server::NamedService;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::Server;
+use tonic_health::server::HealthReporter;
+use tonic_health::ServingStatus;
+
+use crate::api::grpc::GrpcApi;
+use crate::api::identity::LocalIdentity;
+use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::api::state::ServingState;
+use crate::api::text;
+use crate::config::{EngineSettings, PolicySettings, ServeSettings, Settings};
+use crate::engine::Engine;
+use crate::policy::load::{load_paths, LoadErrors};
+use crate::proto::access_review_server::AccessReviewServer;
+use crate::proto::authorizer_server::AuthorizerServer;
+
+/// How a command that did its job ended; `main` maps it to the exit code.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// Exit 0: served until shut down, the checked request is allowed, the policy is clean.
+    Success,
+    /// Exit 1: `check` answered "not allowed" (a deny or no opinion).
+    NotAllowed,
+    /// Exit 1: `lint` found problems (already printed).
+    LintFailed,
+}
+
+impl Outcome {
+    pub fn exit_code(self) -> u8 {
+        match self {
+            Outcome::Success => 0,
+            Outcome::NotAllowed | Outcome::LintFailed => 1,
+        }
+    }
+}
+
+#[derive(Debug, Error)]
+pub enum AppError {
+    /// Displayed as one `file:line: message` line per problem.
+    #[error("policy rejected:\n{0}")]
+    Policy(LoadErrors),
+    #[error("cannot listen on `{addr}`: {source}")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    #[error("cannot build the reflection service: {0}")]
+    Reflection(#[from] tonic_reflection::server::Error),
+    #[error("server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    #[error("background task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}
+
+impl AppError {
+    /// 2 for bad policy (as for usage errors: the input is wrong), 1 for everything else.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            AppError::Policy(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+pub type Result<T, E = AppError> = std::result::Result<T, E>;
+
+/// Runs one command to completion.
+pub fn run(settings: Settings) -> Result<Outcome> {
+    match settings {
+        Settings::Serve(settings) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(AppError::Runtime)?
+            .block_on(serve(settings)),
+        Settings::Check { engine, request } => {
+            let response = build_engine(&engine)?.authorize(&request);
+            print!("{}", text::decision(&response));
+            Ok(if response.allowed() {
+                Outcome::Success
+            } else {
+                Outcome::NotAllowed
+            })
+        }
+        Settings::WhoCan { engine, action } => {
+            let subjects = build_engine(&engine)?.allowed_subjects(&action);
+            print!("{}", text::allowed_subjects(&subjects));
+            Ok(Outcome::Success)
+        }
+        Settings::Lint(policy) => Ok(lint(&policy)),
+    }
+}
+
+/// Loads and compiles the policy: the one path for startup, offline commands and (later)
+/// reloads.
+pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
+    let policy =
+        load_paths(&settings.policy.paths, &settings.policy.load).map_err(AppError::Policy)?;
+    Ok(Engine::new(&policy, settings.engine.clone()))
+}
+
+fn lint(settings: &PolicySettings) -> Outcome {
+    let paths = settings
+        .paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    match load_paths(&settings.paths, &settings.load) {
+        Ok(policy) => {
+            println!(
+                "ok: {paths}: {} roles, {} bindings, {} ABAC rules",
+                policy.roles.len(),
+                policy.bindings.len(),
+                policy.abac.len()
+            );
+            Outcome::Success
+        }
+        Err(errors) => {
+            println!("{errors}");
+            println!("{} problem(s) in {paths}", errors.0.len());
+            Outcome::LintFailed
+        }
+    }
+}
+
+/// Every name health reports on: the whole server (`""`) and each authz service.
+const HEALTH_SERVICES: [&str; 3] = [
+    "",
+    <AuthorizerServer<GrpcApi> as NamedService>::NAME,
+    <AccessReviewServer<GrpcApi> as NamedService>::NAME,
+];
+
+async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
+    for name in HEALTH_SERVICES {
+        reporter.set_service_status(name, status).await;
+    }
+}
+
+/// Binds, starts serving (health `NOT_SERVING`), compiles the policy, publishes it as
+/// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
+async fn serve(settings: ServeSettings) -> Result<Outcome> {
+    let listener = TcpListener::bind(settings.listen)
+        .await
+        .map_err(|source| AppError::Listen {
+            addr: settings.listen,
+            source,
+        })?;
+    let addr = listener.local_addr().map_err(|source| AppError::Listen {
+        addr: settings.listen,
+        source,
+    })?;
+
+    let state = Arc::new(ServingState::default());
+    let (health, health_service) = tonic_health::server::health_reporter();
+    set_health(&health, ServingStatus::NotServing).await;
+
+    let identity = LocalIdentity::new(
+        settings.local_identity.name.clone(),
+        settings.local_identity.groups.clone(),
+    );
+    let (authorizer, access_review) =
+        GrpcApi::new(Arc::clone(&state), Arc::new(identity)).services(MAX_REQUEST_BYTES);
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1()?;
+    let reflection_v1alpha = reflection().build_v1alpha()?;
+
+    let (stop, mut stopped) = tokio::sync::watch::channel(());
+    let shutdown_health = health.clone();
+    let shutdown = async move {
+        tokio::select! {
+            () = shutdown_signal() => {
+                tracing::info!("shutting down");
+                set_health(&shutdown_health, ServingStatus::NotServing).await;
+            }
+            _ = stopped.changed() => {}
+        }
+    };
+    let server = tokio::spawn(
+        Server::builder()
+            .layer(tower::util::MapResponseLayer::new(
+                crate::api::error::oversized_is_resource_exhausted,
+            ))
+            .add_service(health_service)
+            .add_service(reflection_v1)
+            .add_service(reflection_v1alpha)
+            .add_service(authorizer)
+            .add_service(access_review)
+            .serve_with_incoming_shutdown(
+                TcpIncoming::from(listener).with_nodelay(Some(true)),
+                shutdown,
+            ),
+    );
+    eprintln!("authzd listening on {addr}");
+    tracing::info!(%addr, "listening");
+
+    let engine_settings = settings.engine.clone();
+    let loaded = tokio::task::spawn_blocking(move || build_engine(&engine_settings))
+        .await
+        .map_err(AppError::from)
+        .and_then(|built| built);
+    match loaded {
+        Ok(engine) => {
+            let revision = state.publish(engine);
+            set_health(&health, ServingStatus::Serving).await;
+            tracing::info!(revision, "policy loaded; serving");
+        }
+        Err(error) => {
+            let _ = stop.send(());
+            server.await??;
+            return Err(error);
+        }
+    }
+    server.await??;
+    tracing::info!("stopped");
+    Ok(Outcome::Success)
+}
+
+/// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
+async fn shutdown_signal() {
+    let interrupt = async {
+        if let Err(error) = tokio::signal::ctrl_c().await {
+            tracing::warn!(%error, "cannot listen for SIGINT");
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut sigterm) => {
+                sigterm.recv().await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "cannot listen for SIGTERM");
+                std::future::pending::<()>().await;
+            }
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {}
+        () = terminate => {}
+    }
+}

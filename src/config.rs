@@ -1,0 +1,391 @@
+//! Command line and typed settings. Flags are parsed by clap into [`Cli`], then turned into
+//! validated settings that the rest of the program reads; nothing else looks at flags.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use clap::{ArgGroup, Args, Parser, Subcommand};
+
+use crate::engine::{
+    Action, EngineConfig, Mode, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
+};
+use crate::policy::load::LoadOptions;
+use crate::telemetry::LogFormat;
+
+/// authzd: Kubernetes-style authorization (RBAC, ABAC, deny rules) as a gRPC service.
+#[derive(Debug, Parser)]
+#[command(name = "authzd", version, about)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log format (logs go to stderr; filter with RUST_LOG, e.g. `RUST_LOG=authzd=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "AUTHZD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API.
+    Serve(ServeArgs),
+    /// Decide one request offline and explain the decision (exit 0 allowed, 1 not, 2 error).
+    Check(CheckArgs),
+    /// List who may perform an action, offline.
+    WhoCan(WhoCanArgs),
+    /// Validate policy files (exit 0 clean, 1 problems found, 2 usage error).
+    Lint(LintArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Policy file or directory (repeatable). Default: `./policy` if it exists, else the
+    /// `policy/` directory shipped in the source tree.
+    #[arg(long = "policy", value_name = "PATH")]
+    pub policy: Vec<PathBuf>,
+
+    /// Seed 003's master namespace: its roles and bindings are cluster-wide.
+    #[arg(long, value_name = "NS", default_value = "master")]
+    pub master_namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChainArgs {
+    /// Authorizer chain, in order: AlwaysAllow, AlwaysDeny, ABAC, RBAC.
+    #[arg(long, value_name = "MODES", default_value = "RBAC,ABAC", value_parser = parse_chain)]
+    pub authorization_mode: ModeChain,
+
+    /// A user allowed everything and listed in every who-can answer (repeatable).
+    #[arg(long = "super-user", value_name = "NAME")]
+    pub super_users: Vec<String>,
+
+    /// A group whose members are allowed everything (repeatable). Defaults to
+    /// `system:masters`, which kube-apiserver always privileges; giving any --super-group
+    /// replaces the default, and `--super-group ''` means none.
+    #[arg(
+        long = "super-group",
+        value_name = "NAME",
+        default_value = "system:masters"
+    )]
+    pub super_groups: Vec<String>,
+}
+
+/// `--authorization-mode`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeChain(pub Vec<Mode>);
+
+fn parse_chain(s: &str) -> Result<ModeChain, String> {
+    Mode::parse_chain(s).map(ModeChain)
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+
+    /// Address to listen on; port 0 picks a free port (the bound address is printed).
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:50051",
+        env = "AUTHZD_LISTEN"
+    )]
+    pub listen: SocketAddr,
+
+    /// The caller identity every request gets while no authentication is configured.
+    #[arg(long, value_name = "NAME", default_value = "system:admin")]
+    pub local_user: String,
+
+    /// Groups of the local caller identity (repeatable).
+    #[arg(
+        long = "local-group",
+        value_name = "NAME",
+        default_value = "system:masters"
+    )]
+    pub local_groups: Vec<String>,
+}
+
+/// What is being done: resource attributes, or `--path` for a non-resource URL.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["resource", "path"])))]
+pub struct ActionArgs {
+    /// Verb, e.g. get, list, create, delete (for --path: the lower-case HTTP verb).
+    #[arg(long)]
+    pub verb: String,
+    /// Namespace of the resource (empty: cluster scope).
+    #[arg(long, short = 'n', default_value = "")]
+    pub namespace: String,
+    /// API group of the resource (empty: the core group).
+    #[arg(long = "api-group", value_name = "GROUP", default_value = "")]
+    pub api_group: String,
+    /// API version of the resource (informational; rules do not match on it).
+    #[arg(long, default_value = "")]
+    pub version: String,
+    /// Resource, e.g. pods.
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Subresource, e.g. log for pods/log.
+    #[arg(long, default_value = "")]
+    pub subresource: String,
+    /// Name of the object.
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// Non-resource URL path, e.g. /healthz (instead of the resource flags).
+    #[arg(long, conflicts_with_all = ["namespace", "api_group", "version", "resource", "subresource", "name"])]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("subject").required(true).multiple(true).args(["user", "groups"])))]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// The user asking.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// A group of the user (repeatable). The API group is --api-group.
+    #[arg(long = "group", value_name = "NAME")]
+    pub groups: Vec<String>,
+    #[command(flatten)]
+    pub action: ActionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WhoCanArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub action: ActionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Where and how to read policy.
+#[derive(Clone, Debug)]
+pub struct PolicySettings {
+    pub paths: Vec<PathBuf>,
+    pub load: LoadOptions,
+}
+
+/// Policy plus the authorizer chain: everything needed to build an engine.
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    pub policy: PolicySettings,
+    pub engine: EngineConfig,
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeSettings {
+    pub engine: EngineSettings,
+    pub listen: SocketAddr,
+    /// The identity of every caller while no authentication is configured.
+    pub local_identity: UserInfo,
+}
+
+/// What the program is asked to do, with validated settings.
+#[derive(Clone, Debug)]
+pub enum Settings {
+    Serve(ServeSettings),
+    Check {
+        engine: EngineSettings,
+        request: Request,
+    },
+    WhoCan {
+        engine: EngineSettings,
+        action: Action,
+    },
+    Lint(PolicySettings),
+}
+
+/// The policy used when no `--policy` is given.
+pub fn default_policy_path() -> PathBuf {
+    let local = Path::new("policy");
+    if local.is_dir() {
+        local.to_path_buf()
+    } else {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/policy"))
+    }
+}
+
+fn non_empty(names: Vec<String>) -> Vec<String> {
+    names.into_iter().filter(|n| !n.is_empty()).collect()
+}
+
+impl PolicyArgs {
+    fn settings(self) -> PolicySettings {
+        let paths = if self.policy.is_empty() {
+            vec![default_policy_path()]
+        } else {
+            self.policy
+        };
+        PolicySettings {
+            paths,
+            load: LoadOptions {
+                master_namespace: self.master_namespace,
+            },
+        }
+    }
+}
+
+fn engine_settings(policy: PolicyArgs, chain: ChainArgs) -> EngineSettings {
+    EngineSettings {
+        policy: policy.settings(),
+        engine: EngineConfig {
+            modes: chain.authorization_mode.0,
+            super_users: non_empty(chain.super_users),
+            super_groups: non_empty(chain.super_groups),
+        },
+    }
+}
+
+impl ActionArgs {
+    fn action(self) -> Action {
+        match self.path {
+            Some(path) => Action::NonResource(NonResourceAttributes {
+                path,
+                verb: self.verb,
+            }),
+            None => Action::Resource(ResourceAttributes {
+                namespace: self.namespace,
+                verb: self.verb,
+                group: self.api_group,
+                version: self.version,
+                resource: self.resource.unwrap_or_default(),
+                subresource: self.subresource,
+                name: self.name,
+            }),
+        }
+    }
+}
+
+impl Cli {
+    /// The validated settings of the chosen subcommand.
+    pub fn settings(self) -> Settings {
+        match self.command {
+            Command::Serve(args) => Settings::Serve(ServeSettings {
+                engine: engine_settings(args.policy, args.chain),
+                listen: args.listen,
+                local_identity: UserInfo {
+                    name: args.local_user,
+                    groups: non_empty(args.local_groups),
+                    ..UserInfo::default()
+                },
+            }),
+            Command::Check(args) => Settings::Check {
+                engine: engine_settings(args.policy, args.chain),
+                request: Request {
+                    user: UserInfo {
+                        name: args.user.unwrap_or_default(),
+                        groups: args.groups,
+                        ..UserInfo::default()
+                    },
+                    action: args.action.action(),
+                },
+            },
+            Command::WhoCan(args) => Settings::WhoCan {
+                engine: engine_settings(args.policy, args.chain),
+                action: args.action.action(),
+            },
+            Command::Lint(args) => Settings::Lint(args.policy.settings()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
+        let Settings::Serve(s) = cli.settings() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(s.engine.engine.modes, vec![Mode::Rbac, Mode::Abac]);
+        assert_eq!(s.engine.engine.super_groups, vec!["system:masters"]);
+        assert!(s.engine.engine.super_users.is_empty());
+        assert_eq!(s.engine.policy.load.master_namespace, "master");
+        assert_eq!(s.local_identity.name, "system:admin");
+        assert_eq!(s.local_identity.groups, vec!["system:masters"]);
+        assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+    }
+
+    #[test]
+    fn super_group_replaces_the_default_and_empty_means_none() {
+        let cli = Cli::try_parse_from(["authzd", "serve", "--super-group", ""]).unwrap();
+        let Settings::Serve(s) = cli.settings() else {
+            panic!("not serve")
+        };
+        assert!(s.engine.engine.super_groups.is_empty());
+    }
+
+    #[test]
+    fn bad_mode_is_a_usage_error() {
+        let err = Cli::try_parse_from(["authzd", "serve", "--authorization-mode", "RBAC,Nope"])
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("unknown authorization mode `Nope`"));
+    }
+
+    #[test]
+    fn check_builds_a_request() {
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "check",
+            "--user",
+            "alice",
+            "--group",
+            "dev",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "-n",
+            "ns1",
+            "--api-group",
+            "apps",
+        ])
+        .unwrap();
+        let Settings::Check { request, .. } = cli.settings() else {
+            panic!("not check")
+        };
+        assert_eq!(request.user.groups, vec!["dev"]);
+        let Action::Resource(r) = request.action else {
+            panic!("not a resource action")
+        };
+        assert_eq!((r.namespace.as_str(), r.group.as_str()), ("ns1", "apps"));
+    }
+
+    #[test]
+    fn path_excludes_resource_flags() {
+        assert!(Cli::try_parse_from([
+            "authzd",
+            "who-can",
+            "--verb",
+            "get",
+            "--path",
+            "/x",
+            "--resource",
+            "pods"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["authzd", "who-can", "--verb", "get"]).is_err());
+    }
+}

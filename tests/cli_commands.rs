@@ -1,0 +1,296 @@
+//! The offline commands against the sample policy: output and exit codes
+//! (check: 0 allowed, 1 not allowed, 2 usage/policy error; lint: 0 clean, 1 problems).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
+mod grpc_harness;
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::process::Output;
+use std::time::Duration;
+
+use grpc_harness::{run_bin, sample_policy};
+
+fn authzd(policy: &Path, args: &[&str]) -> Output {
+    let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+    all.push(OsStr::new("--policy"));
+    all.push(policy.as_os_str());
+    run_bin(&all, Duration::from_secs(60))
+}
+
+fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+const BROKEN_YAML: &str =
+    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: x\nrules: [\n";
+
+#[test]
+fn check_allowed_exits_zero_with_explanation() {
+    let policy = sample_policy();
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--user",
+            "alice",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "-n",
+            "default",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("decision: ALLOW (allowed)"), "{text}");
+    assert!(
+        text.contains(r#"reason: RBAC: allowed by ClusterRoleBinding "read-pods""#),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "allowed by: RBAC ClusterRoleBinding/read-pods -> ClusterRole/pod-reader rule 0 ("
+        ),
+        "{text}"
+    );
+    assert!(text.contains("denied by: -"), "{text}");
+}
+
+#[test]
+fn check_denied_exits_one_naming_the_deny_rule() {
+    let policy = sample_policy();
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--user",
+            "ivan",
+            "--group",
+            "devs",
+            "--group",
+            "interns",
+            "--verb",
+            "get",
+            "--resource",
+            "secrets",
+            "--namespace",
+            "dev",
+        ],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}{}",
+        stdout(&out),
+        stderr(&out)
+    );
+    let text = stdout(&out);
+    assert!(text.contains("decision: DENY (not allowed)"), "{text}");
+    assert!(
+        text.contains(
+            "denied by: RBAC RoleBinding/dev/interns-no-secrets -> Role/dev/no-secrets rule 0"
+        ),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_no_opinion_exits_one_and_reports_errors() {
+    let policy = sample_policy();
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--user",
+            "eve",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "-n",
+            "dev",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains("decision: NO_OPINION (not allowed)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("errors: ") && text.contains("ghost"),
+        "{text}"
+    );
+}
+
+#[test]
+fn check_non_resource_and_super_group() {
+    let policy = sample_policy();
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--group",
+            "system:masters",
+            "--verb",
+            "get",
+            "--path",
+            "/metrics",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("allowed by: SuperUser"),
+        "{}",
+        stdout(&out)
+    );
+
+    // Without the default super-group nothing allows it.
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--group",
+            "system:masters",
+            "--super-group",
+            "",
+            "--verb",
+            "get",
+            "--path",
+            "/metrics",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+}
+
+#[test]
+fn check_usage_and_policy_errors_exit_two() {
+    let policy = sample_policy();
+    // No verb.
+    let out = authzd(
+        policy.path(),
+        &["check", "--user", "alice", "--resource", "pods"],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    // Both a resource and a path.
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--user",
+            "a",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "--path",
+            "/x",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+
+    std::fs::write(policy.path().join("broken.yaml"), BROKEN_YAML).unwrap();
+    let out = authzd(
+        policy.path(),
+        &[
+            "check",
+            "--user",
+            "alice",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("broken.yaml:"), "{}", stderr(&out));
+}
+
+#[test]
+fn who_can_lists_users_groups_and_denied() {
+    let policy = sample_policy();
+    let out = authzd(
+        policy.path(),
+        &[
+            "who-can",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "-n",
+            "default",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("users: alice\n"), "{text}");
+    assert!(text.contains("groups: readers, system:masters\n"), "{text}");
+
+    let out = authzd(
+        policy.path(),
+        &[
+            "who-can",
+            "--verb",
+            "delete",
+            "--resource",
+            "secrets",
+            "-n",
+            "dev",
+        ],
+    );
+    let text = stdout(&out);
+    assert!(text.contains("denied groups: interns\n"), "{text}");
+    assert!(text.contains("devs"), "{text}");
+}
+
+#[test]
+fn lint_clean_policy_prints_a_summary() {
+    let policy = sample_policy();
+    let out = authzd(policy.path(), &["lint"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("3 roles, 4 bindings, 1 ABAC rules"),
+        "{}",
+        stdout(&out)
+    );
+}
+
+#[test]
+fn lint_reports_file_line_problems_and_exits_one() {
+    let policy = sample_policy();
+    std::fs::write(policy.path().join("broken.yaml"), BROKEN_YAML).unwrap();
+    std::fs::write(
+        policy.path().join("more.jsonl"),
+        "{\"user\": \"a\", \"resource\": \"pods\"}\nnot json\n",
+    )
+    .unwrap();
+    let out = authzd(policy.path(), &["lint"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    let text = stdout(&out);
+    let problem_lines: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("broken.yaml:") || l.contains("more.jsonl:"))
+        .collect();
+    assert!(
+        problem_lines.iter().any(|l| l.contains("more.jsonl:2: ")),
+        "{text}"
+    );
+    assert!(
+        problem_lines.iter().any(|l| l.contains("broken.yaml:")),
+        "{text}"
+    );
+    assert!(text.contains("problem(s) in"), "{text}");
+}

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""A real gRPC client that knows authzd only through server reflection.
+
+It has no generated code and no .proto file: it lists the services, builds the message classes
+from descriptors fetched over grpc.reflection.v1alpha (the only version grpcio-reflection
+speaks), and calls Authorize and GetAllowedSubjects against the sample policy of
+tests/grpc_harness. Usage: reflection_client.py HOST:PORT. Exits non-zero on any failed check.
+"""
+
+import sys
+
+import grpc
+from google.protobuf import descriptor_pool, message_factory
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+
+CHECKS = 0
+
+
+def check(condition, what):
+    global CHECKS
+    if not condition:
+        raise AssertionError(what)
+    CHECKS += 1
+
+
+class Reflected:
+    """Callables for one service, built from reflected descriptors."""
+
+    def __init__(self, channel, pool, service_name):
+        self.service = pool.FindServiceByName(service_name)
+        self.channel = channel
+
+    def method(self, name):
+        method = self.service.FindMethodByName(name)
+        request_class = message_factory.GetMessageClass(method.input_type)
+        response_class = message_factory.GetMessageClass(method.output_type)
+        call = self.channel.unary_unary(
+            f"/{self.service.full_name}/{name}",
+            request_serializer=request_class.SerializeToString,
+            response_deserializer=response_class.FromString,
+        )
+        return request_class, call
+
+
+def enum_name(message, field):
+    enum = message.DESCRIPTOR.fields_by_name[field].enum_type
+    return enum.values_by_number[getattr(message, field)].name
+
+
+def main(address):
+    channel = grpc.insecure_channel(address)
+    grpc.channel_ready_future(channel).result(timeout=30)
+
+    reflection = ProtoReflectionDescriptorDatabase(channel)
+    services = set(reflection.get_services())
+    for name in ("authz.v1.Authorizer", "authz.v1.AccessReview", "grpc.health.v1.Health"):
+        check(name in services, f"reflection lists {name}: {sorted(services)}")
+
+    pool = descriptor_pool.DescriptorPool(reflection)
+    authorizer = Reflected(channel, pool, "authz.v1.Authorizer")
+
+    AuthorizeRequest, authorize = authorizer.method("Authorize")
+
+    def ask(user, groups, namespace, verb, resource):
+        request = AuthorizeRequest()
+        request.user.name = user
+        request.user.groups.extend(groups)
+        attrs = request.action.resource_attributes
+        attrs.namespace, attrs.verb, attrs.resource = namespace, verb, resource
+        return authorize(request, timeout=10)
+
+    allow = ask("alice", [], "default", "get", "pods")
+    check(enum_name(allow, "decision") == "DECISION_ALLOW", f"alice may get pods: {allow}")
+    check(allow.allowed and not allow.denied, "allowed flags")
+    check(allow.revision >= 1, "a revision")
+    check(
+        [r.binding for r in allow.allowed_by] == ["ClusterRoleBinding/read-pods"],
+        f"allowed_by names the binding: {allow.allowed_by}",
+    )
+
+    deny = ask("ivan", ["devs", "interns"], "dev", "get", "secrets")
+    check(enum_name(deny, "decision") == "DECISION_DENY", f"ivan is denied secrets: {deny}")
+    check(deny.denied_by[0].role == "Role/dev/no-secrets", "denied_by names the deny role")
+
+    none = ask("mallory", [], "default", "delete", "pods")
+    check(enum_name(none, "decision") == "DECISION_NO_OPINION", f"no opinion: {none}")
+
+    no_action = AuthorizeRequest()
+    no_action.user.name = "alice"
+    try:
+        authorize(no_action, timeout=10)
+        check(False, "a request without an action is refused")
+    except grpc.RpcError as error:
+        check(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code: {error.code()}")
+        check(error.details().startswith("action: "), f"names the field: {error.details()}")
+
+    GetAllowedSubjectsRequest, who_can = authorizer.method("GetAllowedSubjects")
+    request = GetAllowedSubjectsRequest()
+    attrs = request.action.resource_attributes
+    attrs.namespace, attrs.verb, attrs.resource = "dev", "get", "secrets"
+    subjects = who_can(request, timeout=10)
+    check("devs" in subjects.groups, f"devs may get secrets: {subjects}")
+    check(list(subjects.denied_groups) == ["interns"], f"interns are denied: {subjects}")
+
+    print(f"e2e reflection client: {CHECKS} checks passed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: reflection_client.py HOST:PORT")
+    main(sys.argv[1])

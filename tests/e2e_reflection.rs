@@ -1,0 +1,70 @@
+//! End to end with a real, independent client: Python grpcio that knows authzd only through
+//! server reflection (`tests/e2e/reflection_client.py`).
+//!
+//! The interpreter comes from `AUTHZD_E2E_PYTHON` (set by `scripts/test.sh`), else
+//! `.e2e-venv/bin/python`. Without one that can import grpcio and grpcio-reflection the test
+//! is skipped with a message — unless `CI=true`, where a missing client is a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
+mod grpc_harness;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use grpc_harness::{run_with_timeout, sample_policy, Server};
+
+const MODULES: &str = "import grpc, grpc_reflection, google.protobuf";
+
+fn python() -> Result<PathBuf, String> {
+    let candidate = match std::env::var_os("AUTHZD_E2E_PYTHON") {
+        Some(path) => PathBuf::from(path),
+        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.e2e-venv/bin/python")),
+    };
+    let usable = Command::new(&candidate)
+        .args(["-c", MODULES])
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if usable {
+        Ok(candidate)
+    } else {
+        Err(format!(
+            "no Python with grpcio/grpcio-reflection/protobuf at {} (run scripts/test.sh, or set \
+             AUTHZD_E2E_PYTHON)",
+            candidate.display()
+        ))
+    }
+}
+
+#[tokio::test]
+async fn python_client_uses_only_reflection() {
+    let python = match python() {
+        Ok(python) => python,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
+        Err(why) => {
+            eprintln!("SKIPPED python_client_uses_only_reflection: {why}");
+            return;
+        }
+    };
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/e2e/reflection_client.py"
+    );
+    let mut client = Command::new(&python);
+    client.arg(script).arg(server.addr.to_string());
+    let output = run_with_timeout(client, Duration::from_secs(120));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "python client failed ({}):\n{stdout}\n{stderr}\nserver stderr:\n{}",
+        output.status,
+        server.stderr()
+    );
+    assert!(stdout.contains("checks passed"), "{stdout}");
+    println!("{stdout}");
+}

@@ -1,0 +1,285 @@
+//! Shared by the gRPC, CLI and end-to-end tests: a sample policy directory and the real
+//! `authzd` binary started on `127.0.0.1:0`, killed when dropped.
+// Test support: failing loudly is the point here.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_authzd");
+
+/// RBAC: alice and group `readers` read pods cluster-wide; in `dev`, group `devs` may do
+/// anything with pods and secrets, but group `interns` is denied secrets (a seed-003 deny
+/// rule); eve's RoleBinding names a missing Role, which is reported as an evaluation error.
+pub const RBAC_YAML: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: pod-reader
+rules:
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: read-pods
+subjects:
+- kind: User
+  name: alice
+  apiGroup: rbac.authorization.k8s.io
+- kind: Group
+  name: readers
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: ClusterRole
+  name: pod-reader
+  apiGroup: rbac.authorization.k8s.io
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: dev-editor
+  namespace: dev
+rules:
+- apiGroups: [""]
+  resources: ["pods", "secrets"]
+  verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata:
+  name: no-secrets
+  namespace: dev
+rules:
+- apiGroups: [""]
+  resources: ["secrets"]
+  verbs: ["*"]
+  deny: true
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: devs-edit
+  namespace: dev
+subjects:
+- kind: Group
+  name: devs
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: Role
+  name: dev-editor
+  apiGroup: rbac.authorization.k8s.io
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: interns-no-secrets
+  namespace: dev
+subjects:
+- kind: Group
+  name: interns
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: Role
+  name: no-secrets
+  apiGroup: rbac.authorization.k8s.io
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata:
+  name: eve-ghost
+  namespace: dev
+subjects:
+- kind: User
+  name: eve
+  apiGroup: rbac.authorization.k8s.io
+roleRef:
+  kind: Role
+  name: ghost
+  apiGroup: rbac.authorization.k8s.io
+"#;
+
+/// ABAC: carol may read configmaps in every namespace.
+pub const ABAC_JSONL: &str = r#"# ABAC lines (v1beta1)
+{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "carol", "namespace": "*", "resource": "configmaps", "apiGroup": "*", "readonly": true}}
+"#;
+
+/// Writes the sample policy into `dir`.
+pub fn write_policy(dir: &Path) {
+    std::fs::write(dir.join("rbac.yaml"), RBAC_YAML).unwrap();
+    std::fs::write(dir.join("abac.jsonl"), ABAC_JSONL).unwrap();
+}
+
+/// A temp directory holding the sample policy.
+pub fn sample_policy() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    write_policy(dir.path());
+    dir
+}
+
+/// Runs `command` to completion, killing it after `timeout` (a server that should have
+/// refused to start, or a stuck client, must not hang the test run).
+pub fn run_with_timeout(mut command: Command, timeout: Duration) -> std::process::Output {
+    let mut child = command
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start process");
+    // Drain both pipes while waiting, so a chatty child never blocks on a full pipe.
+    let drain = |pipe: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut pipe) = pipe {
+                let _ = pipe.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let stdout = drain(child.stdout.take().map(|p| Box::new(p) as _));
+    let stderr = drain(child.stderr.take().map(|p| Box::new(p) as _));
+    let deadline = Instant::now() + timeout;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    std::process::Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
+
+/// Runs `authzd ARGS...` with [`run_with_timeout`].
+pub fn run_bin(args: &[&std::ffi::OsStr], timeout: Duration) -> std::process::Output {
+    let mut command = Command::new(BIN);
+    command.args(args);
+    run_with_timeout(command, timeout)
+}
+
+/// A running `authzd serve`; killed (and reaped) on drop.
+pub struct Server {
+    child: Child,
+    pub addr: SocketAddr,
+    stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Starts `authzd serve --listen 127.0.0.1:0 --policy DIR ARGS...` and waits for its
+    /// `authzd listening on ADDR` line.
+    pub fn start(policy: &Path, args: &[&str]) -> Server {
+        let mut child = Command::new(BIN)
+            .arg("serve")
+            .arg("--listen")
+            .arg("127.0.0.1:0")
+            .arg("--policy")
+            .arg(policy)
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start authzd");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = mpsc::channel();
+        let pipe = child.stderr.take().expect("stderr piped");
+        let log = Arc::clone(&stderr);
+        // Keeps draining stderr so the server never blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if let Some(addr) = line.strip_prefix("authzd listening on ") {
+                    let _ = tx.send(addr.trim().to_string());
+                }
+                let mut log = log.lock().unwrap();
+                log.push_str(&line);
+                log.push('\n');
+            }
+        });
+        let addr = match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(addr) => addr.parse().expect("a socket address"),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "authzd did not report its address; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        Server {
+            child,
+            addr,
+            stderr,
+        }
+    }
+
+    /// Starts the server and waits until health says SERVING.
+    pub async fn start_serving(policy: &Path, args: &[&str]) -> Server {
+        let server = Server::start(policy, args);
+        server.wait_serving().await;
+        server
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn channel(&self) -> Channel {
+        Channel::from_shared(self.url())
+            .unwrap()
+            .connect()
+            .await
+            .expect("connect to authzd")
+    }
+
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    pub async fn wait_serving(&self) {
+        let mut health = HealthClient::new(self.channel().await);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let status = health
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .map(|r| r.into_inner().status);
+            if matches!(status, Ok(s) if s == ServingStatus::Serving as i32) {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "authzd never became SERVING ({status:?}); stderr:\n{}",
+                self.stderr()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
