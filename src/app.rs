@@ -11,8 +11,9 @@ use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
+use crate::api::admin::{AdminApi, StoreCell};
 use crate::api::grpc::GrpcApi;
-use crate::api::identity::LocalIdentity;
+use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::state::ServingState;
 use crate::api::text;
@@ -21,6 +22,9 @@ use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
 use crate::proto::authorizer_server::AuthorizerServer;
+use crate::proto::policy_admin_server::PolicyAdminServer;
+use crate::store::dir::DirectoryBackend;
+use crate::store::{watch, Publisher, Store};
 
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -134,10 +138,11 @@ fn lint(settings: &PolicySettings) -> Outcome {
 }
 
 /// Every name health reports on: the whole server (`""`) and each authz service.
-const HEALTH_SERVICES: [&str; 3] = [
+const HEALTH_SERVICES: [&str; 4] = [
     "",
     <AuthorizerServer<GrpcApi> as NamedService>::NAME,
     <AccessReviewServer<GrpcApi> as NamedService>::NAME,
+    <PolicyAdminServer<AdminApi> as NamedService>::NAME,
 ];
 
 async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
@@ -160,16 +165,31 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         source,
     })?;
 
-    let state = Arc::new(ServingState::default());
+    let state = Arc::new(ServingState::new(
+        settings.engine.engine.clone(),
+        settings.cache.clone(),
+    ));
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
-    let identity = LocalIdentity::new(
+    let identity: Arc<dyn Authenticator> = Arc::new(LocalIdentity::new(
         settings.local_identity.name.clone(),
         settings.local_identity.groups.clone(),
-    );
-    let (authorizer, access_review) =
-        GrpcApi::new(Arc::clone(&state), Arc::new(identity)).services(MAX_REQUEST_BYTES);
+    ));
+    let (authorizer, access_review) = GrpcApi::new(
+        Arc::clone(&state),
+        Arc::clone(&identity),
+        settings.max_revision_wait,
+    )
+    .services(MAX_REQUEST_BYTES);
+    let store_cell: StoreCell = Arc::default();
+    let admin = AdminApi::new(
+        Arc::clone(&store_cell),
+        Arc::clone(&state),
+        identity,
+        settings.engine.policy.load.clone(),
+    )
+    .service(MAX_REQUEST_BYTES);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
@@ -199,6 +219,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             .add_service(reflection_v1alpha)
             .add_service(authorizer)
             .add_service(access_review)
+            .add_service(admin)
             .serve_with_incoming_shutdown(
                 TcpIncoming::from(listener).with_nodelay(Some(true)),
                 shutdown,
@@ -207,23 +228,34 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     eprintln!("authzd listening on {addr}");
     tracing::info!(%addr, "listening");
 
-    let engine_settings = settings.engine.clone();
-    let loaded = tokio::task::spawn_blocking(move || build_engine(&engine_settings))
-        .await
-        .map_err(AppError::from)
-        .and_then(|built| built);
-    match loaded {
-        Ok(engine) => {
-            let revision = state.publish(engine);
+    // Startup goes through the store like every later change: read, compile, publish rev 1.
+    let policy = settings.engine.policy.clone();
+    let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
+    let opened = tokio::task::spawn_blocking(move || {
+        let backend = DirectoryBackend::new(policy.paths, policy.load);
+        Store::open(Box::new(backend), publisher)
+    })
+    .await?;
+    let _reloader = match opened {
+        Ok(store) => {
+            let store = Arc::new(store);
+            let _ = store_cell.set(Arc::clone(&store));
+            let watched: &[std::path::PathBuf] = if settings.watch {
+                &settings.engine.policy.paths
+            } else {
+                &[]
+            };
+            let reloader = watch::spawn(store, watched, watch::DEFAULT_DEBOUNCE);
             set_health(&health, ServingStatus::Serving).await;
-            tracing::info!(revision, "policy loaded; serving");
+            tracing::info!(revision = 1, "policy loaded; serving");
+            reloader
         }
-        Err(error) => {
+        Err(errors) => {
             let _ = stop.send(());
             server.await??;
-            return Err(error);
+            return Err(AppError::Policy(errors));
         }
-    }
+    };
     server.await??;
     tracing::info!("stopped");
     Ok(Outcome::Success)

@@ -3,9 +3,11 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
 
+use crate::cache::CacheConfig;
 use crate::engine::{
     Action, EngineConfig, Mode, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
 };
@@ -104,6 +106,46 @@ pub struct ServeArgs {
         default_value = "system:masters"
     )]
     pub local_groups: Vec<String>,
+
+    /// Decision cache size in entries; 0 disables the cache.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub cache_size: usize,
+
+    /// Optional lifetime of cached allows (e.g. `5m`, `30s`, `250ms`). Defence in depth only:
+    /// invalidation on policy change does not depend on it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub cache_allow_ttl: Option<Duration>,
+
+    /// Optional lifetime of cached denies and no-opinions.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub cache_deny_ttl: Option<Duration>,
+
+    /// Do not watch the policy files for changes (SIGHUP still reloads).
+    #[arg(long)]
+    pub no_watch: bool,
+
+    /// The longest a request with `min_revision` waits for the server to reach it (less if
+    /// the request's own deadline is shorter).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub max_revision_wait: Duration,
+}
+
+/// `250ms`, `30s`, `5m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{s}` needs a unit: ms, s, m or h"))?;
+    let (digits, unit) = s.split_at(split);
+    let amount: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` does not start with a number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(amount)),
+        "s" => Ok(Duration::from_secs(amount)),
+        "m" => Ok(Duration::from_secs(amount.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(amount.saturating_mul(3600))),
+        _ => Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    }
 }
 
 /// What is being done: resource attributes, or `--path` for a non-resource URL.
@@ -189,6 +231,10 @@ pub struct ServeSettings {
     pub listen: SocketAddr,
     /// The identity of every caller while no authentication is configured.
     pub local_identity: UserInfo,
+    pub cache: CacheConfig,
+    /// Watch the policy files and reload on change.
+    pub watch: bool,
+    pub max_revision_wait: Duration,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -279,6 +325,13 @@ impl Cli {
                     groups: non_empty(args.local_groups),
                     ..UserInfo::default()
                 },
+                cache: CacheConfig {
+                    capacity: args.cache_size,
+                    allow_ttl: args.cache_allow_ttl,
+                    deny_ttl: args.cache_deny_ttl,
+                },
+                watch: !args.no_watch,
+                max_revision_wait: args.max_revision_wait,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),

@@ -521,10 +521,15 @@ async fn min_revision_ahead_of_the_server_fails_precondition() {
     let server = Server::start_serving(policy.path(), &[]).await;
     let mut client = AuthorizerClient::new(server.channel().await);
 
+    // The wait is bounded by the request's own deadline (here 300 ms, not the 5 s default).
     let mut ahead = request("alice", &[], resource("", "get", "pods"));
     ahead.min_revision = 7;
+    let mut ahead = tonic::Request::new(ahead);
+    ahead.set_timeout(std::time::Duration::from_millis(300));
+    let started = std::time::Instant::now();
     let status = client.authorize(ahead).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
+    assert!(started.elapsed() < std::time::Duration::from_secs(3));
     assert!(
         status.message().contains("at revision 1"),
         "{}",
@@ -535,13 +540,12 @@ async fn min_revision_ahead_of_the_server_fails_precondition() {
     current.min_revision = 1;
     assert!(authorize(&mut client, current).await.allowed);
 
-    let status = client
-        .get_allowed_subjects(GetAllowedSubjectsRequest {
-            action: resource("", "get", "pods"),
-            min_revision: 2,
-        })
-        .await
-        .unwrap_err();
+    let mut behind = tonic::Request::new(GetAllowedSubjectsRequest {
+        action: resource("", "get", "pods"),
+        min_revision: 2,
+    });
+    behind.set_timeout(std::time::Duration::from_millis(300));
+    let status = client.get_allowed_subjects(behind).await.unwrap_err();
     assert_eq!(status.code(), Code::FailedPrecondition);
 }
 

@@ -2,6 +2,8 @@
 
 use thiserror::Error;
 
+use crate::store::StoreError;
+
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 /// Everything an adapter can refuse a request for. Evaluation never fails: a decision that could
@@ -20,6 +22,10 @@ pub enum ApiError {
     /// No policy has compiled yet; health says `NOT_SERVING` meanwhile.
     #[error("no policy is loaded yet; retry when health reports SERVING")]
     NotReady,
+
+    /// A policy write or read the store refused.
+    #[error(transparent)]
+    Store(#[from] StoreError),
 }
 
 /// What is wrong with one field.
@@ -41,6 +47,8 @@ pub enum Invalid {
     NamespaceMismatch { got: String, want: String },
     #[error("non-resource attributes are not allowed in a local review")]
     NonResourceInLocalReview,
+    #[error("{0}")]
+    Other(String),
 }
 
 impl ApiError {
@@ -70,6 +78,15 @@ impl From<ApiError> for tonic::Status {
             ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
             ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
             ApiError::NotReady => tonic::Status::unavailable(message),
+            ApiError::Store(error) => match error {
+                StoreError::Invalid(_) => tonic::Status::invalid_argument(message),
+                StoreError::NotFound(_) => tonic::Status::not_found(message),
+                StoreError::ReadOnly | StoreError::Compacted { .. } => {
+                    tonic::Status::failed_precondition(message)
+                }
+                StoreError::Forbidden(_) => tonic::Status::permission_denied(message),
+                StoreError::Io { .. } => tonic::Status::unavailable(message),
+            },
         }
     }
 }

@@ -5,6 +5,7 @@
 //! answer. The engine decides; nothing here does.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tonic::{Request, Response, Status};
 
@@ -23,13 +24,21 @@ use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
 pub struct GrpcApi {
     state: Arc<ServingState>,
     authenticator: Arc<dyn Authenticator>,
+    /// The longest a `min_revision` request waits when its deadline allows more (or it has
+    /// none).
+    max_revision_wait: Duration,
 }
 
 impl GrpcApi {
-    pub fn new(state: Arc<ServingState>, authenticator: Arc<dyn Authenticator>) -> Self {
+    pub fn new(
+        state: Arc<ServingState>,
+        authenticator: Arc<dyn Authenticator>,
+        max_revision_wait: Duration,
+    ) -> Self {
         Self {
             state,
             authenticator,
+            max_revision_wait,
         }
     }
 
@@ -55,21 +64,38 @@ impl GrpcApi {
         Ok(())
     }
 
-    /// The snapshot to answer from: the current one, if it is at least `min_revision`.
-    fn snapshot(&self, min_revision: u64) -> Result<Arc<Snapshot>> {
-        let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
-        if snapshot.revision < min_revision {
-            // Waiting for the revision (bounded by the deadline) arrives with live reloads.
-            return Err(ApiError::RevisionNotReached {
-                requested: min_revision,
-                current: snapshot.revision,
-            });
+    /// The snapshot to answer from: the current one, once it is at least `min_revision`. A
+    /// request behind the server waits, bounded by its deadline and `max_revision_wait`.
+    async fn snapshot(
+        &self,
+        min_revision: u64,
+        deadline: Option<Duration>,
+    ) -> Result<Arc<Snapshot>> {
+        if min_revision == 0 {
+            return self.state.snapshot().ok_or(ApiError::NotReady);
         }
-        Ok(snapshot)
+        // Stop waiting a little before the caller's deadline, so that the refusal (naming the
+        // revision reached) arrives instead of the client's own cancellation.
+        let wait = deadline.map_or(self.max_revision_wait, |d| {
+            d.saturating_sub((d / 10).max(Duration::from_millis(20)))
+                .min(self.max_revision_wait)
+        });
+        match self.state.snapshot_at_least(min_revision, wait).await {
+            Ok(snapshot) => Ok(snapshot),
+            Err(0) => Err(ApiError::NotReady),
+            Err(current) => Err(ApiError::RevisionNotReached {
+                requested: min_revision,
+                current,
+            }),
+        }
     }
 
-    fn authorize_one(snapshot: &Snapshot, request: &engine::Request) -> proto::AuthorizeResponse {
-        let decided = snapshot.engine.decide(request);
+    fn authorize_one(
+        &self,
+        snapshot: &Snapshot,
+        request: &engine::Request,
+    ) -> proto::AuthorizeResponse {
+        let decided = self.state.authorizer(snapshot).decide(request);
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
@@ -91,12 +117,13 @@ impl GrpcApi {
     }
 
     fn review(
+        &self,
         snapshot: &Snapshot,
         user: UserInfo,
         action: engine::Action,
     ) -> proto::SubjectAccessReviewResponse {
         let request = engine::Request { user, action };
-        let decided = snapshot.engine.decide(&request);
+        let decided = self.state.authorizer(snapshot).decide(&request);
         convert::review_response(
             &decided.response,
             request.action.namespace(),
@@ -112,12 +139,13 @@ impl Authorizer for GrpcApi {
         request: Request<proto::AuthorizeRequest>,
     ) -> Result<Response<proto::AuthorizeResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let min_revision = wire.min_revision;
         let request = convert::authorize_request(wire)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(min_revision)?;
-        Ok(Response::new(Self::authorize_one(&snapshot, &request)))
+        let snapshot = self.snapshot(min_revision, deadline).await?;
+        Ok(Response::new(self.authorize_one(&snapshot, &request)))
     }
 
     async fn batch_authorize(
@@ -125,6 +153,7 @@ impl Authorizer for GrpcApi {
         request: Request<proto::BatchAuthorizeRequest>,
     ) -> Result<Response<proto::BatchAuthorizeResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner().requests;
         if wire.len() > MAX_BATCH {
             return Err(ApiError::invalid(
@@ -147,10 +176,10 @@ impl Authorizer for GrpcApi {
             requests.push(request);
         }
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(min_revision)?;
+        let snapshot = self.snapshot(min_revision, deadline).await?;
         let responses = requests
             .iter()
-            .map(|request| Self::authorize_one(&snapshot, request))
+            .map(|request| self.authorize_one(&snapshot, request))
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
@@ -160,10 +189,11 @@ impl Authorizer for GrpcApi {
         request: Request<proto::GetAllowedSubjectsRequest>,
     ) -> Result<Response<proto::GetAllowedSubjectsResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision)?;
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
@@ -179,12 +209,13 @@ impl AccessReview for GrpcApi {
         request: Request<proto::SubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision)?;
-        Ok(Response::new(Self::review(&snapshot, user, action)))
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        Ok(Response::new(self.review(&snapshot, user, action)))
     }
 
     async fn personal_subject_access_review(
@@ -192,11 +223,12 @@ impl AccessReview for GrpcApi {
         request: Request<proto::PersonalSubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::Authenticated)?;
-        let snapshot = self.snapshot(wire.min_revision)?;
-        Ok(Response::new(Self::review(&snapshot, caller, action)))
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        Ok(Response::new(self.review(&snapshot, caller, action)))
     }
 
     async fn local_subject_access_review(
@@ -204,6 +236,7 @@ impl AccessReview for GrpcApi {
         request: Request<proto::LocalSubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::local_action(&wire.namespace, wire.action)?;
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
@@ -211,8 +244,8 @@ impl AccessReview for GrpcApi {
             &caller,
             Privilege::local_subject_access_review(&wire.namespace),
         )?;
-        let snapshot = self.snapshot(wire.min_revision)?;
-        Ok(Response::new(Self::review(&snapshot, user, action)))
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        Ok(Response::new(self.review(&snapshot, user, action)))
     }
 
     async fn resource_access_review(
@@ -220,10 +253,11 @@ impl AccessReview for GrpcApi {
         request: Request<proto::ResourceAccessReviewRequest>,
     ) -> Result<Response<proto::ResourceAccessReviewResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision)?;
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
 
@@ -232,13 +266,31 @@ impl AccessReview for GrpcApi {
         request: Request<proto::LocalResourceAccessReviewRequest>,
     ) -> Result<Response<proto::ResourceAccessReviewResponse>, Status> {
         let caller = self.caller(&request)?;
+        let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::local_action(&wire.namespace, wire.action)?;
         self.admit(
             &caller,
             Privilege::local_resource_access_review(&wire.namespace),
         )?;
-        let snapshot = self.snapshot(wire.min_revision)?;
+        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
+}
+
+/// The time left before the caller's deadline (gRPC `grpc-timeout`: digits then one of
+/// `H M S m u n`), if it sent one.
+pub fn request_deadline<T>(request: &Request<T>) -> Option<Duration> {
+    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
+    let amount: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(amount.saturating_mul(3600)),
+        "M" => Duration::from_secs(amount.saturating_mul(60)),
+        "S" => Duration::from_secs(amount),
+        "m" => Duration::from_millis(amount),
+        "u" => Duration::from_micros(amount),
+        "n" => Duration::from_nanos(amount),
+        _ => return None,
+    })
 }

@@ -1,12 +1,14 @@
 //! Wire adapters: they convert and validate, never decide.
 //!
 //! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
+//! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
 //! * [`limits`]: every input limit;
 //! * [`text`]: person-readable answers for the offline CLI.
 
+pub mod admin;
 pub mod convert;
 pub mod error;
 pub mod grpc;

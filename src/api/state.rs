@@ -1,67 +1,138 @@
-//! The serving state: the compiled policy currently in force, swapped in whole.
+//! The serving state: the compiled policy currently in force, swapped in whole, and the
+//! decision cache in front of it.
 //!
-//! One writer (today the startup load in `app`; with live reloads, the store) publishes a new
-//! [`Snapshot`]; every request takes the current one with a single atomic load and answers
-//! from it alone, so a request never mixes two policies.
+//! The store (the single writer) publishes each new policy state through [`Publisher`]; every
+//! request takes the current [`Snapshot`] with one atomic load and answers from it alone, so a
+//! request never mixes two policies.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use arc_swap::ArcSwapOption;
+use tokio::sync::watch;
 
-use crate::engine::Engine;
+use crate::cache::{CacheConfig, CachedEngine, DecisionCache, InvalidationCause};
+use crate::engine::{Engine, EngineConfig};
+use crate::policy::impact::Impact;
+use crate::policy::model::PolicySet;
+use crate::store::Publisher;
 
 /// One compiled policy state and the revision it is published as.
 pub struct Snapshot {
     pub engine: Arc<Engine>,
-    /// 1 for the first successful load, then +1 per published policy.
+    /// 1 for the first successful load, then +1 per published change.
     pub revision: u64,
 }
 
-/// Holds the current [`Snapshot`]; empty until the first policy compiles.
-#[derive(Default)]
+/// Holds the current [`Snapshot`] (empty until the first policy compiles) and the cache.
 pub struct ServingState {
     current: ArcSwapOption<Snapshot>,
+    cache: DecisionCache,
+    engine_config: EngineConfig,
+    revisions: watch::Sender<u64>,
 }
 
 impl ServingState {
+    pub fn new(engine_config: EngineConfig, cache: CacheConfig) -> Self {
+        Self {
+            current: ArcSwapOption::empty(),
+            cache: DecisionCache::new(cache),
+            engine_config,
+            revisions: watch::channel(0).0,
+        }
+    }
+
     /// The snapshot in force, or `None` before the first successful load.
     pub fn snapshot(&self) -> Option<Arc<Snapshot>> {
         self.current.load_full()
     }
 
-    /// Publishes `engine` as the next revision and returns that revision.
-    pub fn publish(&self, engine: Engine) -> u64 {
-        let engine = Arc::new(engine);
-        // INVARIANT: revisions grow by exactly one per publish, even if two writers raced
-        // (`rcu` retries the closure against the value it lost to).
-        let previous = self.current.rcu(|current| {
-            Some(Arc::new(Snapshot {
-                engine: Arc::clone(&engine),
-                revision: next_revision(current.as_deref()),
-            }))
-        });
-        next_revision(previous.as_deref())
+    pub fn cache(&self) -> &DecisionCache {
+        &self.cache
+    }
+
+    /// The cache decorator over one snapshot: what requests are answered through.
+    pub fn authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
+        CachedEngine {
+            cache: &self.cache,
+            engine: &snapshot.engine,
+            revision: snapshot.revision,
+        }
+    }
+
+    /// The current snapshot once its revision is at least `min`, waiting at most `wait`.
+    /// `Err(current)` (0 before the first load) when it is not reached in time.
+    pub async fn snapshot_at_least(&self, min: u64, wait: Duration) -> Result<Arc<Snapshot>, u64> {
+        let mut revisions = self.revisions.subscribe();
+        let reached = tokio::time::timeout(wait, async {
+            revisions.wait_for(|r| *r >= min.max(1)).await.is_ok()
+        })
+        .await
+        .unwrap_or(false);
+        match self.snapshot() {
+            Some(snapshot) if reached && snapshot.revision >= min => Ok(snapshot),
+            Some(snapshot) => Err(snapshot.revision),
+            None => Err(0),
+        }
     }
 }
 
-fn next_revision(current: Option<&Snapshot>) -> u64 {
-    current.map_or(1, |s| s.revision + 1)
+impl Publisher for ServingState {
+    /// The order the cache's guarantee rests on (see `cache` module docs): refuse stale inserts,
+    /// swap the engine, invalidate what the change affects, then announce the revision.
+    fn publish(
+        &self,
+        policy: &PolicySet,
+        revision: u64,
+        impact: &Impact,
+        cause: InvalidationCause,
+    ) {
+        self.cache.begin_revision(revision);
+        let engine = Arc::new(Engine::new(policy, self.engine_config.clone()));
+        self.current
+            .store(Some(Arc::new(Snapshot { engine, revision })));
+        let removed = self.cache.invalidate(impact, cause);
+        tracing::debug!(revision, removed, ?cause, "policy published");
+        self.revisions.send_replace(revision);
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::EngineConfig;
-    use crate::policy::model::PolicySet;
 
-    #[test]
-    fn revisions_start_at_one_and_grow() {
-        let state = ServingState::default();
-        assert!(state.snapshot().is_none());
-        let engine = || Engine::new(&PolicySet::default(), EngineConfig::default());
-        assert_eq!(state.publish(engine()), 1);
-        assert_eq!(state.snapshot().map(|s| s.revision), Some(1));
-        assert_eq!(state.publish(engine()), 2);
-        assert_eq!(state.snapshot().map(|s| s.revision), Some(2));
+    #[tokio::test]
+    async fn waits_for_a_revision_and_times_out_with_the_current_one() {
+        let state = Arc::new(ServingState::new(
+            EngineConfig::default(),
+            CacheConfig::default(),
+        ));
+        assert_eq!(
+            state
+                .snapshot_at_least(0, Duration::from_millis(1))
+                .await
+                .err(),
+            Some(0)
+        );
+        let policy = PolicySet::default();
+        state.publish(&policy, 1, &Impact::everything(), InvalidationCause::Reload);
+        let waiter = {
+            let state = Arc::clone(&state);
+            tokio::spawn(async move {
+                state
+                    .snapshot_at_least(2, Duration::from_secs(5))
+                    .await
+                    .map(|s| s.revision)
+            })
+        };
+        state.publish(&policy, 2, &Impact::default(), InvalidationCause::Apply);
+        assert_eq!(waiter.await.unwrap(), Ok(2));
+        assert_eq!(
+            state
+                .snapshot_at_least(3, Duration::from_millis(5))
+                .await
+                .err(),
+            Some(2)
+        );
     }
 }

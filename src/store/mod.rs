@@ -306,28 +306,6 @@ impl Store {
         }
     }
 
-    /// Waits until the published revision is at least `min`, or until `timeout` passes.
-    /// Returns the revision reached, or the current one as the error.
-    pub async fn wait_for_revision(
-        &self,
-        min: u64,
-        timeout: std::time::Duration,
-    ) -> std::result::Result<u64, u64> {
-        let mut rx = self.revision_tx.subscribe();
-        let current = *rx.borrow();
-        if current >= min {
-            return Ok(current);
-        }
-        let reached = tokio::time::timeout(timeout, async {
-            rx.wait_for(|r| *r >= min).await.map(|r| *r)
-        })
-        .await;
-        match reached {
-            Ok(Ok(r)) => Ok(r),
-            _ => Err(self.revision()),
-        }
-    }
-
     /// Publishes `new` as the next revision with its events. Caller holds the writer lock.
     fn publish_change(
         &self,

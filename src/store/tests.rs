@@ -212,23 +212,6 @@ async fn watch_replays_kept_changes_and_streams_new_ones() {
 }
 
 #[tokio::test]
-async fn wait_for_revision_times_out_with_the_current_revision() {
-    let (_dir, _path, _recorder, store) = setup();
-    assert_eq!(
-        store
-            .wait_for_revision(1, std::time::Duration::from_millis(1))
-            .await,
-        Ok(1)
-    );
-    assert_eq!(
-        store
-            .wait_for_revision(5, std::time::Duration::from_millis(10))
-            .await,
-        Err(1)
-    );
-}
-
-#[tokio::test]
 async fn a_store_without_a_directory_is_read_only() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("roles.yaml");

@@ -1,0 +1,233 @@
+//! The gRPC service `authz.v1.PolicyAdmin`: apply, delete, get, list and watch policy objects,
+//! and the server's status. Conversion and validation only; the store does the work.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
+use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::{Stream, StreamExt};
+use tonic::{Request, Response, Status};
+
+use crate::api::error::{ApiError, Invalid, Result};
+use crate::api::identity::{Authenticator, Peer};
+use crate::api::state::ServingState;
+use crate::policy::load::{parse_manifest, LoadOptions};
+use crate::proto;
+use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
+use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
+
+/// The manifest name used in errors about an applied manifest.
+const MANIFEST: &str = "manifest";
+
+/// The store, set once the first policy load succeeds (the service is registered before, so
+/// that health can report `NOT_SERVING` while the policy compiles).
+pub type StoreCell = Arc<std::sync::OnceLock<Arc<Store>>>;
+
+#[derive(Clone)]
+pub struct AdminApi {
+    store: StoreCell,
+    state: Arc<ServingState>,
+    authenticator: Arc<dyn Authenticator>,
+    load_options: LoadOptions,
+}
+
+impl AdminApi {
+    pub fn new(
+        store: StoreCell,
+        state: Arc<ServingState>,
+        authenticator: Arc<dyn Authenticator>,
+        load_options: LoadOptions,
+    ) -> Self {
+        Self {
+            store,
+            state,
+            authenticator,
+            load_options,
+        }
+    }
+
+    pub fn service(self, max_request_bytes: usize) -> PolicyAdminServer<Self> {
+        PolicyAdminServer::new(self).max_decoding_message_size(max_request_bytes)
+    }
+
+    /// Every caller is authenticated; privilege-escalation checks on writes arrive with real
+    /// caller identities (the local identity is a super-user by default).
+    fn caller<T>(&self, request: &Request<T>) -> Result<crate::engine::UserInfo> {
+        self.authenticator.authenticate(&Peer::of(request))
+    }
+
+    fn store(&self) -> Result<&Arc<Store>> {
+        self.store.get().ok_or(ApiError::NotReady)
+    }
+}
+
+fn object_ref(wire: Option<proto::ObjectRef>, field: &str) -> Result<ObjectRef> {
+    let wire = wire.ok_or_else(|| ApiError::invalid(field, Invalid::Empty))?;
+    let kind: ObjectKind = wire.kind.parse().map_err(|problem: String| {
+        ApiError::invalid(format!("{field}.kind"), Invalid::Other(problem))
+    })?;
+    if wire.name.is_empty() {
+        return Err(ApiError::invalid(format!("{field}.name"), Invalid::Empty));
+    }
+    if kind.is_namespaced() && wire.namespace.is_empty() {
+        return Err(ApiError::invalid(
+            format!("{field}.namespace"),
+            Invalid::Other(format!("a {} is namespaced", kind.as_str())),
+        ));
+    }
+    if !kind.is_namespaced() && !wire.namespace.is_empty() {
+        return Err(ApiError::invalid(
+            format!("{field}.namespace"),
+            Invalid::Other(format!("a {} is cluster-scoped", kind.as_str())),
+        ));
+    }
+    Ok(ObjectRef {
+        kind,
+        namespace: wire.namespace,
+        name: wire.name,
+    })
+}
+
+fn wire_ref(object: &ObjectRef) -> proto::ObjectRef {
+    proto::ObjectRef {
+        kind: object.kind.as_str().to_string(),
+        namespace: object.namespace.clone(),
+        name: object.name.clone(),
+    }
+}
+
+fn wire_event(event: ChangeEvent) -> proto::WatchEvent {
+    proto::WatchEvent {
+        r#type: event.kind.as_str().to_string(),
+        object: Some(wire_ref(&event.object)),
+        manifest: event.manifest,
+        revision: event.revision,
+    }
+}
+
+type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl PolicyAdmin for AdminApi {
+    async fn apply(
+        &self,
+        request: Request<proto::ApplyRequest>,
+    ) -> Result<Response<proto::ApplyResponse>, Status> {
+        let _caller = self.caller(&request)?;
+        let wire = request.into_inner();
+        if wire.manifest.trim().is_empty() {
+            return Err(ApiError::invalid("manifest", Invalid::Empty).into());
+        }
+        let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
+            .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
+        let (revision, applied) = self
+            .store()?
+            .apply(objects, wire.dry_run, None)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::info!(
+            revision,
+            objects = applied.len(),
+            dry_run = wire.dry_run,
+            "policy applied"
+        );
+        Ok(Response::new(proto::ApplyResponse {
+            revision,
+            applied: applied.iter().map(wire_ref).collect(),
+        }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<proto::DeleteRequest>,
+    ) -> Result<Response<proto::DeleteResponse>, Status> {
+        let _caller = self.caller(&request)?;
+        let object = object_ref(request.into_inner().object, "object")?;
+        let revision = self
+            .store()?
+            .delete(&object, None)
+            .await
+            .map_err(ApiError::from)?;
+        tracing::info!(revision, %object, "policy object deleted");
+        Ok(Response::new(proto::DeleteResponse { revision }))
+    }
+
+    async fn get(
+        &self,
+        request: Request<proto::GetRequest>,
+    ) -> Result<Response<proto::GetResponse>, Status> {
+        let _caller = self.caller(&request)?;
+        let object = object_ref(request.into_inner().object, "object")?;
+        let revision = self.store()?.revision();
+        let manifest = self
+            .store()?
+            .get(&object)
+            .ok_or_else(|| ApiError::from(crate::store::StoreError::NotFound(object)))?;
+        Ok(Response::new(proto::GetResponse { manifest, revision }))
+    }
+
+    async fn list(
+        &self,
+        request: Request<proto::ListRequest>,
+    ) -> Result<Response<proto::ListResponse>, Status> {
+        let _caller = self.caller(&request)?;
+        let wire = request.into_inner();
+        let kind = if wire.kind.is_empty() {
+            None
+        } else {
+            Some(
+                wire.kind
+                    .parse::<ObjectKind>()
+                    .map_err(|problem| ApiError::invalid("kind", Invalid::Other(problem)))?,
+            )
+        };
+        let revision = self.store()?.revision();
+        Ok(Response::new(proto::ListResponse {
+            manifests: self.store()?.list(kind, &wire.namespace),
+            revision,
+        }))
+    }
+
+    type WatchStream = WatchStream;
+
+    async fn watch(
+        &self,
+        request: Request<proto::WatchRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        let _caller = self.caller(&request)?;
+        let from = request.into_inner().from_revision;
+        let (backlog, live) = self.store()?.watch(from).await.map_err(ApiError::from)?;
+        let backlog = tokio_stream::iter(backlog.into_iter().map(|e| Ok(wire_event(e))));
+        let live = BroadcastStream::new(live).map(|item| match item {
+            Ok(event) => Ok(wire_event(event)),
+            // A watcher too slow to keep up must not silently miss changes: end its stream
+            // with an error saying so; it lists again and re-watches.
+            Err(BroadcastStreamRecvError::Lagged(missed)) => Err(Status::data_loss(format!(
+                "watch fell behind by {missed} events; list again and watch from the current revision"
+            ))),
+        });
+        Ok(Response::new(Box::pin(backlog.chain(live))))
+    }
+
+    async fn status(
+        &self,
+        request: Request<proto::StatusRequest>,
+    ) -> Result<Response<proto::StatusResponse>, Status> {
+        let _caller = self.caller(&request)?;
+        use std::sync::atomic::Ordering::Relaxed;
+        let cache = self.state.cache();
+        let stats = &cache.stats;
+        Ok(Response::new(proto::StatusResponse {
+            revision: self.store()?.revision(),
+            last_error: self.store()?.last_error().unwrap_or_default(),
+            cache_entries: cache.len() as u64,
+            cache_hits: stats.hits.load(Relaxed),
+            cache_misses: stats.misses.load(Relaxed),
+            cache_invalidations: cache.invalidations(),
+            cache_evictions: stats.evictions.load(Relaxed),
+            cache_inserts: stats.inserts.load(Relaxed),
+            cache_stale_inserts_refused: stats.stale_inserts_refused.load(Relaxed),
+        }))
+    }
+}
