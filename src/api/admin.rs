@@ -12,10 +12,11 @@ use tonic::{Request, Response, Status};
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Peer};
 use crate::api::state::ServingState;
+use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
-use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
+use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
 
 /// The manifest name used in errors about an applied manifest.
 const MANIFEST: &str = "manifest";
@@ -59,6 +60,32 @@ impl AdminApi {
 
     fn store(&self) -> Result<&Arc<Store>> {
         self.store.get().ok_or(ApiError::NotReady)
+    }
+}
+
+/// Privilege-escalation prevention for one caller's write, against the policy in force: the
+/// store calls it under its writer lock, so the snapshot loaded here is the policy the write
+/// changes.
+struct EscalationGuard<'a> {
+    state: &'a ServingState,
+    caller: &'a crate::engine::UserInfo,
+}
+
+impl WriteGuard for EscalationGuard<'_> {
+    fn check(
+        &self,
+        current: &crate::policy::model::PolicySet,
+        objects: &[crate::policy::load::PolicyObject],
+    ) -> std::result::Result<(), String> {
+        let snapshot = self
+            .state
+            .snapshot()
+            .ok_or_else(|| "no policy is loaded yet".to_string())?;
+        EscalationCheck {
+            engine: &snapshot.engine,
+            caller: self.caller,
+        }
+        .check(current, objects)
     }
 }
 
@@ -114,16 +141,20 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::ApplyRequest>,
     ) -> Result<Response<proto::ApplyResponse>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
         let wire = request.into_inner();
         if wire.manifest.trim().is_empty() {
             return Err(ApiError::invalid("manifest", Invalid::Empty).into());
         }
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
+        let guard = EscalationGuard {
+            state: &self.state,
+            caller: &caller,
+        };
         let (revision, applied) = self
             .store()?
-            .apply(objects, wire.dry_run, None)
+            .apply(objects, wire.dry_run, Some(&guard))
             .await
             .map_err(ApiError::from)?;
         tracing::info!(

@@ -6,6 +6,7 @@
 //! way upstream does, and property tests hold the two to the same answers.
 
 pub mod chain;
+pub mod escalation;
 pub mod explain;
 pub mod reference;
 pub mod verdict;

@@ -1,0 +1,186 @@
+use super::*;
+use crate::engine::EngineConfig;
+use crate::policy::load::{load_sources, parse_manifest, LoadOptions};
+
+/// Ann administers namespace `team`: the upstream `admin`-like role there, minus secrets by a
+/// deny rule. Root is a super-user.
+const POLICY: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cluster-admin}
+rules:
+- {apiGroups: ["*"], resources: ["*"], verbs: ["*"]}
+- {nonResourceURLs: ["*"], verbs: ["*"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: ns-admin, namespace: team}
+rules:
+- {apiGroups: ["", "apps"], resources: ["*"], verbs: ["*"]}
+# As upstream's `admin`: manage roles and bindings, but no `escalate` or `bind`.
+- {apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles", "rolebindings"], verbs: ["create", "update", "patch", "delete", "get", "list", "watch"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-secrets, namespace: team}
+rules:
+- {apiGroups: [""], resources: ["secrets"], verbs: ["get"], deny: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ann-admin, namespace: team}
+subjects: [{kind: User, name: ann}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: ns-admin}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ann-no-secrets, namespace: team}
+subjects: [{kind: User, name: ann}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-secrets}
+"#;
+
+fn setup(extra: &str) -> (PolicySet, Engine) {
+    let text = format!("{POLICY}{extra}");
+    let policy = load_sources(&[("p.yaml".into(), text)], &LoadOptions::default()).unwrap();
+    let engine = Engine::new(
+        &policy,
+        EngineConfig {
+            super_users: vec!["root".into()],
+            ..Default::default()
+        },
+    );
+    (policy, engine)
+}
+
+fn objects(text: &str) -> Vec<PolicyObject> {
+    parse_manifest("manifest", text, &LoadOptions::default()).unwrap()
+}
+
+fn check(engine: &Engine, policy: &PolicySet, user: &str, manifest: &str) -> Result<(), String> {
+    let caller = UserInfo {
+        name: user.into(),
+        ..Default::default()
+    };
+    EscalationCheck {
+        engine,
+        caller: &caller,
+    }
+    .check(policy, &objects(manifest))
+}
+
+const BIND_CLUSTER_ADMIN: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: steal, namespace: team}
+subjects: [{kind: User, name: ann}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+"#;
+
+#[test]
+fn a_namespace_admin_cannot_bind_cluster_admin() {
+    let (policy, engine) = setup("");
+    let refusal = check(&engine, &policy, "ann", BIND_CLUSTER_ADMIN).unwrap_err();
+    assert!(refusal.contains("RoleBinding \"steal/team\""), "{refusal}");
+    assert!(refusal.contains("`*` on URL `*`"), "{refusal}");
+    assert!(check(&engine, &policy, "root", BIND_CLUSTER_ADMIN).is_ok());
+}
+
+#[test]
+fn a_role_within_ones_own_permissions_is_fine_and_a_broader_one_is_not() {
+    let (policy, engine) = setup("");
+    let narrow = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: pod-reader, namespace: team}
+rules: [{apiGroups: [""], resources: ["pods"], verbs: ["get", "list"]}]
+"#;
+    assert_eq!(check(&engine, &policy, "ann", narrow), Ok(()));
+    let broader = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: batch-all, namespace: team}
+rules: [{apiGroups: ["batch"], resources: ["jobs"], verbs: ["create"]}]
+"#;
+    let refusal = check(&engine, &policy, "ann", broader).unwrap_err();
+    assert!(
+        refusal.contains("`create` on `jobs` (API group `batch`)"),
+        "{refusal}"
+    );
+    // The same role in another namespace: Ann holds nothing there.
+    let elsewhere = narrow.replace("namespace: team", "namespace: other");
+    assert!(check(&engine, &policy, "ann", &elsewhere).is_err());
+}
+
+#[test]
+fn nobody_can_grant_what_a_deny_rule_withholds() {
+    let (policy, engine) = setup("");
+    // Exactly the denied permission.
+    let secrets = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: secret-reader, namespace: team}
+rules: [{apiGroups: [""], resources: ["secrets"], verbs: ["get"]}]
+"#;
+    let refusal = check(&engine, &policy, "ann", secrets).unwrap_err();
+    assert!(refusal.contains("deny rule"), "{refusal}");
+    // A wildcard that includes it, although Ann's allow covers `*` literally.
+    let wildcard = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: core-all, namespace: team}
+rules: [{apiGroups: [""], resources: ["*"], verbs: ["*"]}]
+"#;
+    let refusal = check(&engine, &policy, "ann", wildcard).unwrap_err();
+    assert!(refusal.contains("`*` on `*`"), "{refusal}");
+    // A grant that does not overlap the deny is fine.
+    let pods = secrets
+        .replace("secrets", "pods")
+        .replace("secret-reader", "pod-getter");
+    assert_eq!(check(&engine, &policy, "ann", &pods), Ok(()));
+}
+
+#[test]
+fn bind_and_escalate_lift_the_check() {
+    let extra = r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: binder, namespace: team}
+rules:
+- {apiGroups: ["rbac.authorization.k8s.io"], resources: ["clusterroles"], verbs: ["bind"], resourceNames: ["cluster-admin"]}
+- {apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles"], verbs: ["escalate"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bob-binder, namespace: team}
+subjects: [{kind: User, name: bob}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: binder}
+"#;
+    let (policy, engine) = setup(extra);
+    let bind_for_bob = BIND_CLUSTER_ADMIN.replace("name: ann", "name: bob");
+    assert_eq!(check(&engine, &policy, "bob", &bind_for_bob), Ok(()));
+    let broad_role = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: anything, namespace: team}
+rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+"#;
+    assert_eq!(check(&engine, &policy, "bob", broad_role), Ok(()));
+    assert!(check(&engine, &policy, "ann", broad_role).is_err());
+}
+
+#[test]
+fn aggregation_rules_need_full_authority() {
+    let (policy, engine) = setup("");
+    let aggregator = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gather}
+aggregationRule:
+  clusterRoleSelectors: [{matchLabels: {any: "true"}}]
+rules: []
+"#;
+    let refusal = check(&engine, &policy, "ann", aggregator).unwrap_err();
+    assert!(refusal.contains("aggregationRule"), "{refusal}");
+    assert_eq!(check(&engine, &policy, "root", aggregator), Ok(()));
+}
