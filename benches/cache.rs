@@ -104,7 +104,7 @@ fn cache(c: &mut Criterion) {
     println!(
         "cache/hit-ratio/zipf-s1/1M-keys/10k-capacity: {:.1}% over {samples} requests ({} evictions)",
         100.0 * hits as f64 / samples as f64,
-        small.stats.evictions.load(std::sync::atomic::Ordering::Relaxed)
+        small.stats.evictions.get()
     );
 }
 

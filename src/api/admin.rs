@@ -246,19 +246,18 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let _caller = self.caller(&request)?;
-        use std::sync::atomic::Ordering::Relaxed;
         let cache = self.state.cache();
         let stats = &cache.stats;
         Ok(Response::new(proto::StatusResponse {
             revision: self.store()?.revision(),
             last_error: self.store()?.last_error().unwrap_or_default(),
             cache_entries: cache.len() as u64,
-            cache_hits: stats.hits.load(Relaxed),
-            cache_misses: stats.misses.load(Relaxed),
+            cache_hits: stats.hits.get(),
+            cache_misses: stats.misses.get(),
             cache_invalidations: cache.invalidations(),
-            cache_evictions: stats.evictions.load(Relaxed),
-            cache_inserts: stats.inserts.load(Relaxed),
-            cache_stale_inserts_refused: stats.stale_inserts_refused.load(Relaxed),
+            cache_evictions: stats.evictions.get(),
+            cache_inserts: stats.inserts.get(),
+            cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
         }))
     }
 }

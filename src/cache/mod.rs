@@ -23,7 +23,7 @@
 //! INVARIANT: after `invalidate(impact)` returns, no entry computed before `begin_revision`
 //! whose key falls in `impact` is in the map, and none will be inserted later.
 
-use std::hash::{Hash, Hasher};
+use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,20 +62,53 @@ impl Default for CacheConfig {
     }
 }
 
+/// A counter striped over cache-padded cells so that concurrent increments from different
+/// threads do not contend on one cache line (the hit path bumps one on every request).
+#[derive(Debug, Default)]
+pub struct Counter {
+    stripes: [Padded; STRIPES],
+}
+
+const STRIPES: usize = 8;
+
+#[derive(Debug, Default)]
+#[repr(align(128))]
+struct Padded(AtomicU64);
+
+thread_local! {
+    /// This thread's stripe, assigned round-robin on first use.
+    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
+}
+static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
+
+impl Counter {
+    pub fn add(&self, n: u64) {
+        let stripe = STRIPE.with(|s| *s);
+        self.stripes[stripe].0.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn get(&self) -> u64 {
+        self.stripes
+            .iter()
+            .map(|s| s.0.load(Ordering::Relaxed))
+            .sum()
+    }
+}
+
 /// Counters, read without locks.
 #[derive(Debug, Default)]
 pub struct CacheStats {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub inserts: AtomicU64,
-    pub evictions: AtomicU64,
-    pub expirations: AtomicU64,
+    pub hits: Counter,
+    pub misses: Counter,
+    pub inserts: Counter,
+    pub evictions: Counter,
+    pub expirations: Counter,
     /// Entries removed because a policy change could affect them, by cause.
-    pub invalidated_by_apply: AtomicU64,
-    pub invalidated_by_delete: AtomicU64,
-    pub invalidated_by_reload: AtomicU64,
+    pub invalidated_by_apply: Counter,
+    pub invalidated_by_delete: Counter,
+    pub invalidated_by_reload: Counter,
     /// Inserts refused because the policy changed while they were being computed.
-    pub stale_inserts_refused: AtomicU64,
+    pub stale_inserts_refused: Counter,
 }
 
 /// Why entries were invalidated, for the per-cause counters.
@@ -87,21 +120,132 @@ pub enum InvalidationCause {
 }
 
 struct CacheEntry {
-    // The canonical request, kept to tell digest collisions from hits.
-    user: Box<str>,
-    groups: Box<[Box<str>]>,
-    action: Action,
+    /// The canonical request bytes (see [`encode`]), kept to tell digest collisions from hits
+    /// with one comparison, and decoded by invalidation to find the subject and namespace.
+    key: Box<[u8]>,
     response: Arc<Response>,
     expires: Option<Instant>,
     /// CLOCK reference bit: set on every hit, cleared by the eviction sweep.
     referenced: AtomicBool,
 }
 
-/// A request prepared for the cache: canonical groups and digest computed once.
+/// A request prepared for the cache: canonical groups and digest computed once, without
+/// copying the request.
 pub struct CacheKey<'a> {
     digest: u64,
     request: &'a Request,
     groups: SmallVec<[&'a str; 16]>,
+}
+
+/// The groups of a request sorted and de-duplicated (callers usually send them so already;
+/// only then is this free).
+fn canonical_groups(request: &Request) -> SmallVec<[&str; 16]> {
+    let mut groups: SmallVec<[&str; 16]> = request.user.groups.iter().map(String::as_str).collect();
+    if !groups.windows(2).all(|w| w[0] < w[1]) {
+        groups.sort_unstable();
+        groups.dedup();
+    }
+    groups
+}
+
+/// The fields of the canonical form, in order: the user, the group count (as a field of its
+/// own), each group, the action tag, then the action's fields. UID and extra are not part of
+/// it: no authorizer in the chain reads them.
+fn visit_fields(request: &Request, groups: &[&str], mut visit: impl FnMut(&[u8]) -> bool) -> bool {
+    const RESOURCE: &[u8] = b"r";
+    const NON_RESOURCE: &[u8] = b"n";
+    const COUNTS: [&[u8]; 17] = [
+        b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13",
+        b"14", b"15", b"16",
+    ];
+    if !visit(request.user.name.as_bytes()) {
+        return false;
+    }
+    let count_field;
+    let count: &[u8] = match COUNTS.get(groups.len()) {
+        Some(c) => c,
+        None => {
+            count_field = groups.len().to_string();
+            count_field.as_bytes()
+        }
+    };
+    // The count is visited as a field so the walk never reads past the groups.
+    if !visit(count)
+        .then_some(())
+        .is_some_and(|()| groups.iter().all(|g| visit(g.as_bytes())))
+    {
+        return false;
+    }
+    match &request.action {
+        Action::Resource(r) => [
+            RESOURCE,
+            r.namespace.as_bytes(),
+            r.verb.as_bytes(),
+            r.group.as_bytes(),
+            r.version.as_bytes(),
+            r.resource.as_bytes(),
+            r.subresource.as_bytes(),
+            r.name.as_bytes(),
+        ]
+        .into_iter()
+        .all(&mut visit),
+        Action::NonResource(n) => [NON_RESOURCE, n.path.as_bytes(), n.verb.as_bytes()]
+            .into_iter()
+            .all(&mut visit),
+    }
+}
+
+/// The canonical form of a request as one byte string, each field u16-length-prefixed
+/// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
+fn encode(request: &Request, groups: &[&str]) -> Box<[u8]> {
+    let mut out = Vec::with_capacity(128);
+    visit_fields(request, groups, |field| {
+        out.extend_from_slice(&(field.len() as u16).to_le_bytes());
+        out.extend_from_slice(field);
+        true
+    });
+    out.into_boxed_slice()
+}
+
+/// Equality of short byte strings, inlined word by word (a `memcmp` call per field costs
+/// more than the comparison on the hit path).
+#[inline]
+fn same_bytes(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut a_words = a.chunks_exact(8);
+    let mut b_words = b.chunks_exact(8);
+    for (x, y) in (&mut a_words).zip(&mut b_words) {
+        let x = u64::from_ne_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
+        let y = u64::from_ne_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
+        if x != y {
+            return false;
+        }
+    }
+    a_words
+        .remainder()
+        .iter()
+        .zip(b_words.remainder())
+        .all(|(x, y)| x == y)
+}
+
+/// Whether an entry's stored bytes are exactly this request's canonical form.
+fn matches_encoded(stored: &[u8], request: &Request, groups: &[&str]) -> bool {
+    let mut rest = stored;
+    visit_fields(request, groups, |field| {
+        let Some((len, after)) = rest.split_first_chunk::<2>() else {
+            return false;
+        };
+        let len = u16::from_le_bytes(*len) as usize;
+        match (after.get(..len), after.get(len..)) {
+            (Some(bytes), Some(tail)) if same_bytes(bytes, field) => {
+                rest = tail;
+                true
+            }
+            _ => false,
+        }
+    }) && rest.is_empty()
 }
 
 /// What a lookup found.
@@ -113,6 +257,29 @@ pub enum Lookup<'a> {
     Miss(CacheKey<'a>),
     /// Never cached (cache disabled, or oversized attributes).
     Bypass,
+}
+
+/// The user, groups and namespace of an encoded key (for invalidation).
+fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
+    fn take<'k>(key: &mut &'k [u8]) -> Option<&'k str> {
+        let (len, rest) = key.split_first_chunk::<2>()?;
+        let len = u16::from_le_bytes(*len) as usize;
+        let (bytes, rest) = (rest.get(..len)?, rest.get(len..)?);
+        *key = rest;
+        std::str::from_utf8(bytes).ok()
+    }
+    let mut rest = key;
+    let user = take(&mut rest)?;
+    let count: usize = take(&mut rest)?.parse().ok()?;
+    let mut groups = SmallVec::new();
+    for _ in 0..count {
+        groups.push(take(&mut rest)?);
+    }
+    let namespace = match take(&mut rest)? {
+        "r" => take(&mut rest)?,
+        _ => "",
+    };
+    Some((user, groups, namespace))
 }
 
 pub struct DecisionCache {
@@ -187,17 +354,14 @@ impl DecisionCache {
         self.config.capacity
     }
 
-    /// Canonical key: the user, its groups sorted and de-duplicated, and the action. UID and
-    /// extra are not part of it: no authorizer in the chain reads them.
     fn key<'a>(request: &'a Request) -> CacheKey<'a> {
-        let mut groups: SmallVec<[&str; 16]> =
-            request.user.groups.iter().map(String::as_str).collect();
-        groups.sort_unstable();
-        groups.dedup();
+        let groups = canonical_groups(request);
         let mut h = FxHasher::default();
-        request.user.name.hash(&mut h);
-        groups.hash(&mut h);
-        request.action.hash(&mut h);
+        visit_fields(request, &groups, |field| {
+            h.write_usize(field.len());
+            h.write(field);
+            true
+        });
         // Fx is fast but weakly mixed; finish with a multiply-xorshift so dashmap's shard
         // selection (high bits) and hashbrown's buckets (low bits) both spread.
         let mut digest = h.finish();
@@ -220,29 +384,22 @@ impl DecisionCache {
         }
         let key = Self::key(request);
         if let Some(entry) = self.map.get(&key.digest) {
-            if Self::same_request(&entry, &key) {
+            if matches_encoded(&entry.key, key.request, &key.groups) {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
-                    entry.referenced.store(true, Ordering::Relaxed);
-                    self.stats.hits.fetch_add(1, Ordering::Relaxed);
+                    // Write the CLOCK bit only when it changes: a hot entry is read by every
+                    // core, and a store on each hit would bounce its cache line between them.
+                    if !entry.referenced.load(Ordering::Relaxed) {
+                        entry.referenced.store(true, Ordering::Relaxed);
+                    }
+                    self.stats.hits.add(1);
                     return Lookup::Hit(entry.response.clone());
                 }
-                self.stats.expirations.fetch_add(1, Ordering::Relaxed);
+                self.stats.expirations.add(1);
             }
         }
-        self.stats.misses.fetch_add(1, Ordering::Relaxed);
+        self.stats.misses.add(1);
         Lookup::Miss(key)
-    }
-
-    fn same_request(entry: &CacheEntry, key: &CacheKey<'_>) -> bool {
-        *entry.user == *key.request.user.name
-            && entry.groups.len() == key.groups.len()
-            && entry
-                .groups
-                .iter()
-                .zip(&key.groups)
-                .all(|(a, b)| **a == **b)
-            && entry.action == key.request.action
     }
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
@@ -253,9 +410,7 @@ impl DecisionCache {
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
         };
         let entry = CacheEntry {
-            user: key.request.user.name.as_str().into(),
-            groups: key.groups.iter().map(|g| Box::<str>::from(*g)).collect(),
-            action: key.request.action.clone(),
+            key: encode(key.request, &key.groups),
             response,
             expires: ttl.map(|ttl| Instant::now() + ttl),
             referenced: AtomicBool::new(false),
@@ -264,18 +419,14 @@ impl DecisionCache {
         match self.map.entry(key.digest) {
             MapEntry::Occupied(mut occupied) => {
                 if self.accepting_revision.load(Ordering::SeqCst) != revision {
-                    self.stats
-                        .stale_inserts_refused
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.stats.stale_inserts_refused.add(1);
                     return;
                 }
                 occupied.insert(entry);
             }
             MapEntry::Vacant(vacant) => {
                 if self.accepting_revision.load(Ordering::SeqCst) != revision {
-                    self.stats
-                        .stale_inserts_refused
-                        .fetch_add(1, Ordering::Relaxed);
+                    self.stats.stale_inserts_refused.add(1);
                     return;
                 }
                 // Count the entry while still holding the shard lock: a concurrent
@@ -284,7 +435,7 @@ impl DecisionCache {
                 self.len.fetch_add(1, Ordering::Relaxed);
             }
         }
-        self.stats.inserts.fetch_add(1, Ordering::Relaxed);
+        self.stats.inserts.add(1);
         if self.len() > self.config.capacity {
             self.evict();
         }
@@ -302,11 +453,10 @@ impl DecisionCache {
         }
         let mut removed = 0usize;
         self.map.retain(|_, entry| {
-            let affected = impact.affects(
-                &entry.user,
-                entry.groups.iter().map(|g| &**g),
-                entry.action.namespace(),
-            );
+            // An entry that does not decode cannot be attributed: drop it (fail safe).
+            let affected = decode_subject(&entry.key).is_none_or(|(user, groups, namespace)| {
+                impact.affects(user, groups.iter().copied(), namespace)
+            });
             if affected {
                 removed += 1;
             }
@@ -318,15 +468,15 @@ impl DecisionCache {
             InvalidationCause::Delete => &self.stats.invalidated_by_delete,
             InvalidationCause::Reload => &self.stats.invalidated_by_reload,
         };
-        counter.fetch_add(removed as u64, Ordering::Relaxed);
+        counter.add(removed as u64);
         removed
     }
 
     /// All invalidations, every cause.
     pub fn invalidations(&self) -> u64 {
-        self.stats.invalidated_by_apply.load(Ordering::Relaxed)
-            + self.stats.invalidated_by_delete.load(Ordering::Relaxed)
-            + self.stats.invalidated_by_reload.load(Ordering::Relaxed)
+        self.stats.invalidated_by_apply.get()
+            + self.stats.invalidated_by_delete.get()
+            + self.stats.invalidated_by_reload.get()
     }
 
     /// CLOCK (second chance) down to 7/8 of capacity: entries hit since the last sweep survive
@@ -353,9 +503,7 @@ impl DecisionCache {
                 false
             });
             self.len.fetch_sub(removed, Ordering::Relaxed);
-            self.stats
-                .evictions
-                .fetch_add(removed as u64, Ordering::Relaxed);
+            self.stats.evictions.add(removed as u64);
         }
         self.sweeping.store(false, Ordering::Release);
     }

@@ -87,7 +87,7 @@ fn inserts_computed_on_an_older_revision_are_refused() {
     c.begin_revision(2);
     c.insert(key, response(Decision::Allow), 1);
     assert!(!is_hit(&c, &req));
-    assert_eq!(c.stats.stale_inserts_refused.load(Ordering::Relaxed), 1);
+    assert_eq!(c.stats.stale_inserts_refused.get(), 1);
 }
 
 #[test]
@@ -124,7 +124,7 @@ fn eviction_bounds_size_and_keeps_hot_entries() {
         put(&c, &request(&format!("cold-{i}"), &[], "ns"), 1);
         assert!(c.len() <= 80);
     }
-    assert!(c.stats.evictions.load(Ordering::Relaxed) > 0);
+    assert!(c.stats.evictions.get() > 0);
 }
 
 #[test]
@@ -183,4 +183,56 @@ fn racing_inserts_never_survive_an_invalidation() {
             "round {round}: stale entries inserted after the change"
         );
     }
+}
+
+#[test]
+fn canonical_encoding_is_unambiguous_and_decodes() {
+    let encoded = |req: &Request| encode(req, &canonical_groups(req));
+    // Field boundaries matter: "ab" + "c" is not "a" + "bc".
+    assert_ne!(
+        encoded(&request("ab", &["c"], "ns")),
+        encoded(&request("a", &["bc"], "ns"))
+    );
+    // Group order and duplicates do not.
+    let unsorted = request("u", &["b", "a", "b"], "ns");
+    let sorted = request("u", &["a", "b"], "ns");
+    assert_eq!(encoded(&unsorted), encoded(&sorted));
+    assert!(matches_encoded(
+        &encoded(&sorted),
+        &unsorted,
+        &canonical_groups(&unsorted)
+    ));
+    assert!(!matches_encoded(
+        &encoded(&sorted),
+        &request("u", &["a"], "ns"),
+        &["a"]
+    ));
+    // Many groups (beyond the precomputed counts) round-trip too.
+    let names: Vec<String> = (0..40).map(|i| format!("g{i:02}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let many = request("u", &refs, "ns");
+    assert!(matches_encoded(
+        &encoded(&many),
+        &many,
+        &canonical_groups(&many)
+    ));
+
+    let bytes = encoded(&request("alice", &["z", "dev"], "team"));
+    let (user, groups, namespace) = decode_subject(&bytes).unwrap();
+    assert_eq!(
+        (user, groups.as_slice(), namespace),
+        ("alice", &["dev", "z"][..], "team")
+    );
+    assert_eq!(decode_subject(&encoded(&many)).unwrap().1.len(), 40);
+    let non_resource = Request {
+        user: UserInfo {
+            name: "bob".into(),
+            ..Default::default()
+        },
+        action: Action::NonResource(crate::engine::NonResourceAttributes {
+            path: "/healthz".into(),
+            verb: "get".into(),
+        }),
+    };
+    assert_eq!(decode_subject(&encoded(&non_resource)).unwrap().2, "");
 }
