@@ -11,14 +11,20 @@
 //!
 //! 1. [`DecisionCache::begin_revision`]`(new)`: from now on an insert is accepted only if it was
 //!    computed at revision `new`;
-//! 2. the new engine snapshot is published;
-//! 3. [`DecisionCache::invalidate`]`(impact)`: every entry the change can affect is removed;
+//! 2. [`DecisionCache::invalidate`]`(impact)`: every entry the change can affect is removed;
+//! 3. the new engine snapshot is published;
 //!
 //! and only then acknowledges. An insert checks the revision *while holding its shard's write
-//! lock*, and step 3 takes every shard's write lock after step 1. So an insert computed on the
-//! old snapshot either ran its check before step 1 — then it is in the map before step 3 visits
-//! its shard and step 3 removes it — or after step 1, and it is refused. Entries the change cannot
+//! lock*, and step 2 takes every shard's write lock after step 1. So an insert computed on the
+//! old snapshot either ran its check before step 1 — then it is in the map before step 2 visits
+//! its shard and step 2 removes it — or after step 1, and it is refused. Entries the change cannot
 //! affect stay: that is the precision. Hits take one shard read lock and no other check.
+//!
+//! Invalidating *before* the snapshot is published (not after) also keeps responses honest
+//! about their revision: a request that loads the new snapshot finds no entry the change made
+//! stale, so it never returns an old decision labelled with the new revision. (Requests still
+//! on the old snapshot between steps 2 and 3 compute on it, are labelled with its revision, and
+//! their inserts are refused.)
 //!
 //! INVARIANT: after `invalidate(impact)` returns, no entry computed before `begin_revision`
 //! whose key falls in `impact` is in the map, and none will be inserted later.
