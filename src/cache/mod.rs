@@ -26,6 +26,13 @@
 //! on the old snapshot between steps 2 and 3 compute on it, are labelled with its revision, and
 //! their inserts are refused.)
 //!
+//! Conversely, every entry remembers the revision it was computed at, and a request takes a
+//! hit only from an entry computed at or before its own snapshot's revision
+//! ([`DecisionCache::lookup_at`]): a request still on the old snapshot while the change is
+//! published must not return a decision already computed on the new policy labelled with the
+//! old revision. An entry computed at `r` and still present is unaffected by every change
+//! since `r`, so it answers for any later snapshot.
+//!
 //! INVARIANT: after `invalidate(impact)` returns, no entry computed before `begin_revision`
 //! whose key falls in `impact` is in the map, and none will be inserted later.
 
@@ -98,6 +105,8 @@ struct CacheEntry {
     groups: Box<[Box<str>]>,
     action: Action,
     response: Arc<Response>,
+    /// The revision the response was computed at.
+    revision: u64,
     expires: Option<Instant>,
     /// CLOCK reference bit: set on every hit, cleared by the eviction sweep.
     referenced: AtomicBool,
@@ -217,7 +226,14 @@ impl DecisionCache {
         }
     }
 
+    /// Looks `request` up whatever revision its entry was computed at.
     pub fn lookup<'a>(&self, request: &'a Request) -> Lookup<'a> {
+        self.lookup_at(request, u64::MAX)
+    }
+
+    /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
+    /// later revision is not a hit (see the module docs).
+    pub fn lookup_at<'a>(&self, request: &'a Request, revision: u64) -> Lookup<'a> {
         if !self.enabled()
             || request.user.groups.len() > MAX_CACHEABLE_GROUPS
             || attribute_bytes(request) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
@@ -226,7 +242,7 @@ impl DecisionCache {
         }
         let key = Self::key(request);
         if let Some(entry) = self.map.get(&key.digest) {
-            if Self::same_request(&entry, &key) {
+            if Self::same_request(&entry, &key) && entry.revision <= revision {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
                     entry.referenced.store(true, Ordering::Relaxed);
@@ -263,6 +279,7 @@ impl DecisionCache {
             groups: key.groups.iter().map(|g| Box::<str>::from(*g)).collect(),
             action: key.request.action.clone(),
             response,
+            revision,
             expires: ttl.map(|ttl| Instant::now() + ttl),
             referenced: AtomicBool::new(false),
         };
@@ -381,7 +398,7 @@ pub struct CachedEngine<'a> {
 
 impl crate::engine::Authorize for CachedEngine<'_> {
     fn decide(&self, request: &Request) -> crate::engine::Decided {
-        match self.cache.lookup(request) {
+        match self.cache.lookup_at(request, self.revision) {
             Lookup::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,
