@@ -79,7 +79,10 @@ impl ServingState {
 
 impl Publisher for ServingState {
     /// The order the cache's guarantee rests on (see `cache` module docs): refuse stale inserts,
-    /// swap the engine, invalidate what the change affects, then announce the revision.
+    /// invalidate what the change affects, swap the engine, then announce the revision.
+    /// Invalidating before the swap means no request answered from the new snapshot can hit
+    /// an entry the change made stale, so a response's revision is always the one it was
+    /// evaluated at.
     fn publish(
         &self,
         policy: &PolicySet,
@@ -87,11 +90,11 @@ impl Publisher for ServingState {
         impact: &Impact,
         cause: InvalidationCause,
     ) {
-        self.cache.begin_revision(revision);
         let engine = Arc::new(Engine::new(policy, self.engine_config.clone()));
+        self.cache.begin_revision(revision);
+        let removed = self.cache.invalidate(impact, cause);
         self.current
             .store(Some(Arc::new(Snapshot { engine, revision })));
-        let removed = self.cache.invalidate(impact, cause);
         tracing::debug!(revision, removed, ?cause, "policy published");
         self.revisions.send_replace(revision);
     }

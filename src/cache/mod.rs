@@ -11,14 +11,27 @@
 //!
 //! 1. [`DecisionCache::begin_revision`]`(new)`: from now on an insert is accepted only if it was
 //!    computed at revision `new`;
-//! 2. the new engine snapshot is published;
-//! 3. [`DecisionCache::invalidate`]`(impact)`: every entry the change can affect is removed;
+//! 2. [`DecisionCache::invalidate`]`(impact)`: every entry the change can affect is removed;
+//! 3. the new engine snapshot is published;
 //!
 //! and only then acknowledges. An insert checks the revision *while holding its shard's write
-//! lock*, and step 3 takes every shard's write lock after step 1. So an insert computed on the
-//! old snapshot either ran its check before step 1 — then it is in the map before step 3 visits
-//! its shard and step 3 removes it — or after step 1, and it is refused. Entries the change cannot
+//! lock*, and step 2 takes every shard's write lock after step 1. So an insert computed on the
+//! old snapshot either ran its check before step 1 — then it is in the map before step 2 visits
+//! its shard and step 2 removes it — or after step 1, and it is refused. Entries the change cannot
 //! affect stay: that is the precision. Hits take one shard read lock and no other check.
+//!
+//! Invalidating *before* the snapshot is published (not after) also keeps responses honest
+//! about their revision: a request that loads the new snapshot finds no entry the change made
+//! stale, so it never returns an old decision labelled with the new revision. (Requests still
+//! on the old snapshot between steps 2 and 3 compute on it, are labelled with its revision, and
+//! their inserts are refused.)
+//!
+//! Conversely, every entry remembers the revision it was computed at, and a request takes a
+//! hit only from an entry computed at or before its own snapshot's revision
+//! ([`DecisionCache::lookup_at`]): a request still on the old snapshot while the change is
+//! published must not return a decision already computed on the new policy labelled with the
+//! old revision. An entry computed at `r` and still present is unaffected by every change
+//! since `r`, so it answers for any later snapshot.
 //!
 //! INVARIANT: after `invalidate(impact)` returns, no entry computed before `begin_revision`
 //! whose key falls in `impact` is in the map, and none will be inserted later.
@@ -124,6 +137,8 @@ struct CacheEntry {
     /// with one comparison, and decoded by invalidation to find the subject and namespace.
     key: Box<[u8]>,
     response: Arc<Response>,
+    /// The revision the response was computed at.
+    revision: u64,
     expires: Option<Instant>,
     /// CLOCK reference bit: set on every hit, cleared by the eviction sweep.
     referenced: AtomicBool,
@@ -375,7 +390,14 @@ impl DecisionCache {
         }
     }
 
+    /// Looks `request` up whatever revision its entry was computed at.
     pub fn lookup<'a>(&self, request: &'a Request) -> Lookup<'a> {
+        self.lookup_at(request, u64::MAX)
+    }
+
+    /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
+    /// later revision is not a hit (see the module docs).
+    pub fn lookup_at<'a>(&self, request: &'a Request, revision: u64) -> Lookup<'a> {
         if !self.enabled()
             || request.user.groups.len() > MAX_CACHEABLE_GROUPS
             || attribute_bytes(request) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
@@ -384,7 +406,7 @@ impl DecisionCache {
         }
         let key = Self::key(request);
         if let Some(entry) = self.map.get(&key.digest) {
-            if matches_encoded(&entry.key, key.request, &key.groups) {
+            if entry.revision <= revision && matches_encoded(&entry.key, key.request, &key.groups) {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
                     // Write the CLOCK bit only when it changes: a hot entry is read by every
@@ -412,6 +434,7 @@ impl DecisionCache {
         let entry = CacheEntry {
             key: encode(key.request, &key.groups),
             response,
+            revision,
             expires: ttl.map(|ttl| Instant::now() + ttl),
             referenced: AtomicBool::new(false),
         };
@@ -523,7 +546,7 @@ pub struct CachedEngine<'a> {
 
 impl crate::engine::Authorize for CachedEngine<'_> {
     fn decide(&self, request: &Request) -> crate::engine::Decided {
-        match self.cache.lookup(request) {
+        match self.cache.lookup_at(request, self.revision) {
             Lookup::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,

@@ -91,6 +91,20 @@ fn inserts_computed_on_an_older_revision_are_refused() {
 }
 
 #[test]
+fn a_reader_of_an_older_snapshot_does_not_hit_a_newer_entry() {
+    let c = cache(100);
+    let req = request("alice", &[], "ns");
+    c.begin_revision(2);
+    put(&c, &req, 2);
+    // A request still answering from revision 1 computes on it instead.
+    assert!(matches!(c.lookup_at(&req, 1), Lookup::Miss(_)));
+    assert!(matches!(c.lookup_at(&req, 2), Lookup::Hit(_)));
+    // Unaffected by later changes, the entry answers for later snapshots too.
+    c.begin_revision(3);
+    assert!(matches!(c.lookup_at(&req, 3), Lookup::Hit(_)));
+}
+
+#[test]
 fn invalidation_is_precise_by_subject_and_namespace() {
     let c = cache(100);
     put(&c, &request("alice", &[], "a"), 1);

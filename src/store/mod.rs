@@ -2,8 +2,8 @@
 //!
 //! Every change — an admin write, a directory reload — goes through [`Store`], one at a time
 //! (an async mutex is the single-writer lock). A change is persisted by the [`Backend`] first,
-//! then published through the [`Publisher`] (which compiles the engine, swaps it in and
-//! invalidates exactly the affected cache entries), and only then acknowledged with its
+//! then published through the [`Publisher`] (which compiles the engine, invalidates exactly the
+//! affected cache entries and swaps the engine in), and only then acknowledged with its
 //! revision. Startup and reload take the same path.
 //!
 //! The backend is a trait so that a revisioned, watchable shared store (etcd, on the roadmap)
@@ -226,8 +226,9 @@ pub trait Backend: Send + Sync {
 /// Makes a policy state the one requests are answered from.
 ///
 /// Implementations must, in this order: refuse cache inserts computed before `revision`,
-/// swap in the engine compiled from `policy`, and invalidate the cache entries `impact`
-/// covers. When `publish` returns, no request starting afterwards sees the older policy.
+/// invalidate the cache entries `impact` covers, and swap in the engine compiled from
+/// `policy`. When `publish` returns, no request starting afterwards sees the older policy,
+/// and no request answered at `revision` was answered from an entry the change made stale.
 pub trait Publisher: Send + Sync {
     fn publish(&self, policy: &PolicySet, revision: u64, impact: &Impact, cause: InvalidationCause);
 }

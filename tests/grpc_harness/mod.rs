@@ -250,6 +250,12 @@ impl Server {
             .expect("connect to authzd")
     }
 
+    /// `kill -9` (std's `Child::kill` sends SIGKILL on Unix) and reap: no shutdown path runs.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
@@ -281,5 +287,87 @@ impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// Writes `content` to `dir/name` the way a careful operator does (hidden temporary file, then
+/// rename), so a watcher never sees a half-written policy file.
+pub fn replace_file(dir: &Path, name: &str, content: &str) {
+    let temp = dir.join(format!(".{name}.test-tmp"));
+    std::fs::write(&temp, content).unwrap();
+    std::fs::rename(&temp, dir.join(name)).unwrap();
+}
+
+/// `subjects:` of a binding: `("User" | "Group", name)` pairs.
+pub fn subjects_yaml(subjects: &[(&str, &str)]) -> String {
+    if subjects.is_empty() {
+        return "subjects: []\n".to_string();
+    }
+    let mut out = String::from("subjects:\n");
+    for (kind, name) in subjects {
+        out.push_str(&format!(
+            "- kind: {kind}\n  name: \"{name}\"\n  apiGroup: rbac.authorization.k8s.io\n"
+        ));
+    }
+    out
+}
+
+/// A ClusterRoleBinding manifest.
+pub fn cluster_role_binding(name: &str, cluster_role: &str, subjects: &[(&str, &str)]) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: {name}\n{}roleRef:\n  kind: ClusterRole\n  name: {cluster_role}\n  apiGroup: rbac.authorization.k8s.io\n",
+        subjects_yaml(subjects)
+    )
+}
+
+/// A RoleBinding manifest; `role_kind` is `Role` or `ClusterRole`.
+pub fn role_binding(
+    namespace: &str,
+    name: &str,
+    role_kind: &str,
+    role: &str,
+    subjects: &[(&str, &str)],
+) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata:\n  name: {name}\n  namespace: {namespace}\n{}roleRef:\n  kind: {role_kind}\n  name: {role}\n  apiGroup: rbac.authorization.k8s.io\n",
+        subjects_yaml(subjects)
+    )
+}
+
+/// ClusterRole `pod-reader`: get, list and watch pods.
+pub const POD_READER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: pod-reader
+rules:
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get", "list", "watch"]
+"#;
+
+/// An Authorize request for a resource action.
+pub fn resource_request(
+    user: &str,
+    groups: &[&str],
+    namespace: &str,
+    verb: &str,
+    resource: &str,
+) -> authzd::proto::AuthorizeRequest {
+    use authzd::proto::{action::Kind, Action, AuthorizeRequest, ResourceAttributes, UserInfo};
+    AuthorizeRequest {
+        user: Some(UserInfo {
+            name: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        }),
+        action: Some(Action {
+            kind: Some(Kind::ResourceAttributes(ResourceAttributes {
+                namespace: namespace.into(),
+                verb: verb.into(),
+                resource: resource.into(),
+                ..Default::default()
+            })),
+        }),
+        min_revision: 0,
     }
 }
