@@ -32,6 +32,9 @@ pub struct DirectoryBackend {
 impl DirectoryBackend {
     pub fn new(paths: Vec<PathBuf>, options: LoadOptions) -> Self {
         let write_dir = paths.iter().find(|p| p.is_dir()).cloned();
+        if let Some(dir) = &write_dir {
+            remove_stale_temp_files(dir);
+        }
         Self {
             paths,
             write_dir,
@@ -92,6 +95,32 @@ fn render_file(file: &str, objects: &[ObjectView<'_>]) -> String {
 }
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Whether a file name is one of [`write_atomically`]'s temporary files.
+fn is_temp_file(name: &str) -> bool {
+    name.starts_with('.') && name.contains(".tmp-")
+}
+
+/// Removes temporary files a crashed writer left behind (the loader never reads them; this
+/// only keeps the directory tidy). Best effort: failures are logged.
+fn remove_stale_temp_files(dir: &Path) {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if is_temp_file(&name) {
+            match fs::remove_file(entry.path()) {
+                Ok(()) => {
+                    tracing::info!(file = %entry.path().display(), "removed a stale temporary policy file")
+                }
+                Err(error) => {
+                    tracing::warn!(file = %entry.path().display(), %error, "cannot remove a stale temporary policy file")
+                }
+            }
+        }
+    }
+}
 
 fn io_error(path: &Path, source: std::io::Error) -> StoreError {
     StoreError::Io {

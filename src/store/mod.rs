@@ -252,7 +252,7 @@ struct WriterState {
 }
 
 pub struct Store {
-    backend: Box<dyn Backend>,
+    backend: Arc<dyn Backend>,
     publisher: Arc<dyn Publisher>,
     writer: Mutex<WriterState>,
     /// The current policy, for reads that do not need the writer lock.
@@ -274,7 +274,7 @@ impl Store {
         let (revision_tx, _) = tokio_watch::channel(1);
         let (events_tx, _) = broadcast::channel(1024);
         Ok(Store {
-            backend,
+            backend: Arc::from(backend),
             publisher,
             writer: Mutex::new(WriterState {
                 revision: 1,
@@ -333,11 +333,35 @@ impl Store {
         revision
     }
 
+    /// Runs blocking backend I/O (reading files, fsync) on the blocking pool, so that the async
+    /// workers serving Authorize never wait for the disk.
+    async fn off_thread<T, F>(&self, work: F) -> Result<T>
+    where
+        F: FnOnce(&dyn Backend) -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        let backend = Arc::clone(&self.backend);
+        tokio::task::spawn_blocking(move || work(backend.as_ref()))
+            .await
+            .map_err(|e| StoreError::Io {
+                path: "policy store".to_string(),
+                source: std::io::Error::other(e.to_string()),
+            })
+    }
+
     /// Re-reads the backend. A policy that does not load is rejected and the last good one stays
     /// in force (the error is kept for `Status`). Returns the new revision if anything changed.
     pub async fn reload(&self) -> std::result::Result<Option<u64>, LoadErrors> {
         let mut writer = self.writer.lock().await;
-        let new = match self.backend.read_all() {
+        let read = self.off_thread(|backend| backend.read_all()).await;
+        let read = read.map_err(|e| {
+            LoadErrors(vec![crate::policy::load::LoadError {
+                file: "policy store".to_string(),
+                line: 0,
+                message: e.to_string(),
+            }])
+        });
+        let new = match read.and_then(|r| r) {
             Ok(new) => new,
             Err(errors) => {
                 tracing::error!(errors = %errors, "policy reload rejected; the last good policy stays in force");
@@ -384,7 +408,11 @@ impl Store {
         if dry_run || changed.is_empty() {
             return Ok((writer.revision, refs));
         }
-        let new = self.backend.commit(&old, &changed, &[])?;
+        let new = {
+            let (old, changed) = (Arc::clone(&old), changed.clone());
+            self.off_thread(move |backend| backend.commit(&old, &changed, &[]))
+                .await??
+        };
         let impact = change_impact(&old, &new, &changed, &[]);
         let revision =
             self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Apply);
@@ -403,9 +431,11 @@ impl Store {
                 .check(&old, std::slice::from_ref(&existing))
                 .map_err(StoreError::Forbidden)?;
         }
-        let new = self
-            .backend
-            .commit(&old, &[], std::slice::from_ref(object))?;
+        let new = {
+            let (old, object) = (Arc::clone(&old), object.clone());
+            self.off_thread(move |backend| backend.commit(&old, &[], std::slice::from_ref(&object)))
+                .await??
+        };
         let impact = change_impact(&old, &new, &[], std::slice::from_ref(&existing));
         Ok(self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Delete))
     }

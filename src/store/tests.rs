@@ -225,3 +225,16 @@ async fn a_store_without_a_directory_is_read_only() {
         Err(StoreError::ReadOnly)
     ));
 }
+
+#[test]
+fn stale_temp_files_of_a_crashed_writer_are_removed_on_open() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("roles.yaml"), ROLES).unwrap();
+    let stale = dir.path().join(".roles.yaml.tmp-4242-7");
+    std::fs::write(&stale, "half a fi").unwrap();
+    let editor_swap = dir.path().join(".roles.yaml.swp");
+    std::fs::write(&editor_swap, "").unwrap();
+    let _backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
+    assert!(!stale.exists());
+    assert!(editor_swap.exists(), "other dotfiles are not ours to remove");
+}
