@@ -77,7 +77,7 @@ impl GrpcApi {
         // Stop waiting a little before the caller's deadline, so that the refusal (naming the
         // revision reached) arrives instead of the client's own cancellation.
         let wait = deadline.map_or(self.max_revision_wait, |d| {
-            d.saturating_sub((d / 10).max(Duration::from_millis(20)))
+            d.saturating_sub((d / 5).max(Duration::from_millis(50)))
                 .min(self.max_revision_wait)
         });
         match self.state.snapshot_at_least(min_revision, wait).await {
