@@ -17,7 +17,10 @@ use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::state::ServingState;
 use crate::api::text;
-use crate::config::{EngineSettings, PolicySettings, ServeSettings, Settings};
+use crate::client::{self, ClientError};
+use crate::config::{
+    ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
+};
 use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
@@ -29,7 +32,8 @@ use crate::store::{watch, Publisher, Store};
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Outcome {
-    /// Exit 0: served until shut down, the checked request is allowed, the policy is clean.
+    /// Exit 0: served until shut down, the checked request is allowed, the policy is clean,
+    /// the server did what a client command asked.
     Success,
     /// Exit 1: `check` answered "not allowed" (a deny or no opinion).
     NotAllowed,
@@ -64,14 +68,28 @@ pub enum AppError {
     Serve(#[from] tonic::transport::Error),
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// A client command failed: `CODE: MESSAGE` from the server or the connection.
+    #[error(transparent)]
+    Client(#[from] ClientError),
 }
 
 impl AppError {
-    /// 2 for bad policy (as for usage errors: the input is wrong), 1 for everything else.
+    /// 2 for bad policy or an unreadable `-f` file (as for usage errors: the input is wrong),
+    /// 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
             AppError::Policy(_) => 2,
+            AppError::Client(error) => error.exit_code(),
             _ => 1,
+        }
+    }
+
+    /// The line(s) `main` prints on stderr: `error: CODE: MESSAGE` for client commands (as
+    /// kubectl and clap do), `authzd: MESSAGE` otherwise.
+    pub fn report(&self) -> String {
+        match self {
+            AppError::Client(error) => format!("error: {error}"),
+            other => format!("authzd: {other}"),
         }
     }
 }
@@ -101,7 +119,19 @@ pub fn run(settings: Settings) -> Result<Outcome> {
             Ok(Outcome::Success)
         }
         Settings::Lint(policy) => Ok(lint(&policy)),
+        Settings::Client { server, command } => run_client(&server, command),
     }
+}
+
+/// A client command on a single-threaded runtime: one connection, one call (or stream).
+fn run_client(server: &ClientSettings, command: ClientCommand) -> Result<Outcome> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(AppError::Runtime)?;
+    let mut out = std::io::stdout().lock();
+    runtime.block_on(client::run(server, command, &mut out))?;
+    Ok(Outcome::Success)
 }
 
 /// Loads and compiles the policy: the one path for startup, offline commands and (later)

@@ -5,18 +5,20 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use clap::{ArgGroup, Args, Parser, Subcommand};
+use clap::error::ErrorKind;
+use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
 
 use crate::cache::CacheConfig;
 use crate::engine::{
     Action, EngineConfig, Mode, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
 };
 use crate::policy::load::LoadOptions;
+use crate::store::{ObjectKind, ObjectRef};
 use crate::telemetry::LogFormat;
 
 /// authzd: Kubernetes-style authorization (RBAC, ABAC, deny rules) as a gRPC service.
 #[derive(Debug, Parser)]
-#[command(name = "authzd", version, about)]
+#[command(name = "authzd", version, about, after_help = EXIT_CODES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -36,6 +38,149 @@ pub enum Command {
     WhoCan(WhoCanArgs),
     /// Validate policy files (exit 0 clean, 1 problems found, 2 usage error).
     Lint(LintArgs),
+    /// Create or replace policy objects on a running server from YAML or JSON manifests.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Apply(ApplyArgs),
+    /// Delete one policy object on a running server.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Delete(DeleteArgs),
+    /// Print one policy object (YAML), or every object of a kind, from a running server.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Get(GetArgs),
+    /// Print policy changes on a running server as they happen, until interrupted.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Watch(WatchArgs),
+    /// Print a running server's revision, last reload error and cache statistics.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Status(StatusArgs),
+}
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (check: allowed)
+  1  check: not allowed; lint: problems found; serve: cannot listen or failed;
+     apply, delete, get, watch, status: the server is unreachable or refused
+     (stderr: `error: CODE: MESSAGE`)
+  2  usage error; policy that does not load; unreadable -f file";
+
+const CLIENT_EXIT_CODES: &str = "\
+Exit codes: 0 done; 1 the server is unreachable or refused: stderr says `error: CODE: MESSAGE`
+(CODE as gRPC names it, e.g. NotFound, InvalidArgument, Unavailable, DeadlineExceeded);
+2 usage error or unreadable -f file (nothing was sent).";
+
+/// Where the client commands find the server.
+#[derive(Debug, Args)]
+pub struct ClientArgs {
+    /// The server's gRPC address (`http://HOST:PORT`; a bare `HOST:PORT` means http).
+    #[arg(
+        long,
+        value_name = "URL",
+        default_value = "http://127.0.0.1:50051",
+        env = "AUTHZD_SERVER",
+        value_parser = parse_server
+    )]
+    pub server: String,
+
+    /// How long to wait for the connection and for each answer (e.g. `10s`, `500ms`); for
+    /// `watch`, for the connection and the start of the stream only.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub timeout: Duration,
+}
+
+/// `http://host:port` as given, or `host:port` made into one. TLS is not configured, so
+/// `https` is refused up front rather than failing at connect time.
+pub fn parse_server(s: &str) -> Result<String, String> {
+    let url = if s.contains("://") {
+        s.to_string()
+    } else {
+        format!("http://{s}")
+    };
+    let uri: tonic::transport::Uri = url
+        .parse()
+        .map_err(|e| format!("`{s}` is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        Some(other) => {
+            return Err(format!(
+                "`{s}`: scheme `{other}` is not supported (use http://HOST:PORT)"
+            ))
+        }
+        None => return Err(format!("`{s}` is not a URL")),
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("`{s}` names no host"));
+    }
+    Ok(url)
+}
+
+/// A policy object kind as kubectl spells it: `role`, `clusterrole`, `rolebinding`,
+/// `clusterrolebinding`, plural forms, any case.
+fn parse_kind(s: &str) -> Result<ObjectKind, String> {
+    s.parse()
+}
+
+#[derive(Debug, Args)]
+pub struct ApplyArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Manifest file (YAML or JSON, one or more objects), repeatable; `-` reads stdin. Each
+    /// file is applied as one request, in order.
+    #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+
+    /// Validate and report what would be applied without changing anything.
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DeleteArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// role, clusterrole, rolebinding or clusterrolebinding (plural forms too).
+    #[arg(value_name = "KIND", value_parser = parse_kind)]
+    pub kind: ObjectKind,
+    /// Name of the object.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// Namespace of a Role or RoleBinding (required for those, refused for cluster kinds).
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct GetArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// role, clusterrole, rolebinding or clusterrolebinding (plural forms too).
+    #[arg(value_name = "KIND", value_parser = parse_kind)]
+    pub kind: ObjectKind,
+    /// Name of the object; without it, every object of KIND is listed.
+    #[arg(value_name = "NAME")]
+    pub name: Option<String>,
+    /// Namespace of a Role or RoleBinding: required with NAME; when listing, only that
+    /// namespace (default: every namespace).
+    #[arg(long, short = 'n', value_name = "NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+    /// Start with every kept change after this revision (0: only changes from now on).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub from_revision: u64,
+    /// Print each event's manifest too (indented, under the event line).
+    #[arg(long)]
+    pub manifests: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 #[derive(Debug, Args)]
@@ -250,6 +395,57 @@ pub enum Settings {
         action: Action,
     },
     Lint(PolicySettings),
+    /// A command against a running server.
+    Client {
+        server: ClientSettings,
+        command: ClientCommand,
+    },
+}
+
+/// How to reach the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClientSettings {
+    /// `http://HOST:PORT`.
+    pub url: String,
+    /// For the connection and each answer (for `watch`, the start of the stream).
+    pub timeout: Duration,
+}
+
+/// Where one manifest comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ManifestSource {
+    Stdin,
+    File(PathBuf),
+}
+
+impl std::fmt::Display for ManifestSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ManifestSource::Stdin => f.write_str("stdin"),
+            ManifestSource::File(path) => write!(f, "{}", path.display()),
+        }
+    }
+}
+
+/// What a client command asks of the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientCommand {
+    Apply {
+        sources: Vec<ManifestSource>,
+        dry_run: bool,
+    },
+    Delete(ObjectRef),
+    Get(ObjectRef),
+    /// Every object of `kind` in `namespace` (every namespace when empty).
+    List {
+        kind: ObjectKind,
+        namespace: String,
+    },
+    Watch {
+        from_revision: u64,
+        manifests: bool,
+    },
+    Status,
 }
 
 /// The policy used when no `--policy` is given.
@@ -313,10 +509,101 @@ impl ActionArgs {
     }
 }
 
+/// A usage error of `subcommand`, formatted (and exiting 2) like clap's own.
+fn usage_error(subcommand: &str, message: String) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    match command.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(ErrorKind::ArgumentConflict, message),
+        None => command.error(ErrorKind::ArgumentConflict, message),
+    }
+}
+
+/// One object named on the command line: namespaced kinds need `-n`, cluster kinds refuse it.
+fn object_ref(
+    subcommand: &str,
+    kind: ObjectKind,
+    namespace: Option<String>,
+    name: String,
+) -> Result<ObjectRef, clap::Error> {
+    let namespace = scope(subcommand, kind, namespace)?;
+    if kind.is_namespaced() && namespace.is_empty() {
+        return Err(usage_error(
+            subcommand,
+            format!(
+                "a {} is namespaced: give its namespace with -n NAMESPACE",
+                kind.as_str()
+            ),
+        ));
+    }
+    Ok(ObjectRef {
+        kind,
+        namespace,
+        name,
+    })
+}
+
+/// The namespace given for `kind`, empty when none; refused for a cluster-scoped kind.
+fn scope(
+    subcommand: &str,
+    kind: ObjectKind,
+    namespace: Option<String>,
+) -> Result<String, clap::Error> {
+    match namespace {
+        Some(ns) if !kind.is_namespaced() => Err(usage_error(
+            subcommand,
+            format!(
+                "a {} is cluster-scoped: -n {ns} does not apply",
+                kind.as_str()
+            ),
+        )),
+        Some(ns) if ns.is_empty() => Err(usage_error(
+            subcommand,
+            "-n needs a non-empty namespace".to_string(),
+        )),
+        namespace => Ok(namespace.unwrap_or_default()),
+    }
+}
+
+impl ClientArgs {
+    fn settings(self) -> ClientSettings {
+        ClientSettings {
+            url: self.server,
+            timeout: self.timeout,
+        }
+    }
+}
+
+impl ApplyArgs {
+    fn sources(files: Vec<PathBuf>) -> Result<Vec<ManifestSource>, clap::Error> {
+        let stdin_count = files.iter().filter(|f| f.as_os_str() == "-").count();
+        if stdin_count > 1 {
+            return Err(usage_error(
+                "apply",
+                "`-f -` (stdin) can be given only once".to_string(),
+            ));
+        }
+        Ok(files
+            .into_iter()
+            .map(|f| {
+                if f.as_os_str() == "-" {
+                    ManifestSource::Stdin
+                } else {
+                    ManifestSource::File(f)
+                }
+            })
+            .collect())
+    }
+}
+
 impl Cli {
-    /// The validated settings of the chosen subcommand.
-    pub fn settings(self) -> Settings {
-        match self.command {
+    /// The validated settings of the chosen subcommand; `Err` is a usage error (exit 2).
+    pub fn settings(self) -> Result<Settings, clap::Error> {
+        let client = |args: ClientArgs, command| Settings::Client {
+            server: args.settings(),
+            command,
+        };
+        Ok(match self.command {
             Command::Serve(args) => Settings::Serve(ServeSettings {
                 engine: engine_settings(args.policy, args.chain),
                 listen: args.listen,
@@ -349,7 +636,38 @@ impl Cli {
                 action: args.action.action(),
             },
             Command::Lint(args) => Settings::Lint(args.policy.settings()),
-        }
+            Command::Apply(args) => client(
+                args.client,
+                ClientCommand::Apply {
+                    sources: ApplyArgs::sources(args.files)?,
+                    dry_run: args.dry_run,
+                },
+            ),
+            Command::Delete(args) => client(
+                args.client,
+                ClientCommand::Delete(object_ref("delete", args.kind, args.namespace, args.name)?),
+            ),
+            Command::Get(args) => {
+                let command = match args.name {
+                    Some(name) => {
+                        ClientCommand::Get(object_ref("get", args.kind, args.namespace, name)?)
+                    }
+                    None => ClientCommand::List {
+                        kind: args.kind,
+                        namespace: scope("get", args.kind, args.namespace)?,
+                    },
+                };
+                client(args.client, command)
+            }
+            Command::Watch(args) => client(
+                args.client,
+                ClientCommand::Watch {
+                    from_revision: args.from_revision,
+                    manifests: args.manifests,
+                },
+            ),
+            Command::Status(args) => client(args.client, ClientCommand::Status),
+        })
     }
 }
 
@@ -366,7 +684,7 @@ mod tests {
     #[test]
     fn serve_defaults() {
         let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
-        let Settings::Serve(s) = cli.settings() else {
+        let Settings::Serve(s) = cli.settings().unwrap() else {
             panic!("not serve")
         };
         assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
@@ -382,7 +700,7 @@ mod tests {
     #[test]
     fn super_group_replaces_the_default_and_empty_means_none() {
         let cli = Cli::try_parse_from(["authzd", "serve", "--super-group", ""]).unwrap();
-        let Settings::Serve(s) = cli.settings() else {
+        let Settings::Serve(s) = cli.settings().unwrap() else {
             panic!("not serve")
         };
         assert!(s.engine.engine.super_groups.is_empty());
@@ -416,7 +734,7 @@ mod tests {
             "apps",
         ])
         .unwrap();
-        let Settings::Check { request, .. } = cli.settings() else {
+        let Settings::Check { request, .. } = cli.settings().unwrap() else {
             panic!("not check")
         };
         assert_eq!(request.user.groups, vec!["dev"]);
@@ -440,5 +758,94 @@ mod tests {
         ])
         .is_err());
         assert!(Cli::try_parse_from(["authzd", "who-can", "--verb", "get"]).is_err());
+    }
+
+    fn client(args: &[&str]) -> Result<(ClientSettings, ClientCommand), clap::Error> {
+        let mut all = vec!["authzd"];
+        all.extend_from_slice(args);
+        match Cli::try_parse_from(all)?.settings()? {
+            Settings::Client { server, command } => Ok((server, command)),
+            other => panic!("not a client command: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn client_defaults_and_server_forms() {
+        let (server, command) = client(&["status"]).unwrap();
+        assert_eq!(server.timeout, Duration::from_secs(10));
+        assert_eq!(command, ClientCommand::Status);
+        // The default URL, unless AUTHZD_SERVER is set in this environment.
+        if std::env::var_os("AUTHZD_SERVER").is_none() {
+            assert_eq!(server.url, "http://127.0.0.1:50051");
+        }
+        let (server, _) =
+            client(&["status", "--server", "10.0.0.1:9000", "--timeout", "250ms"]).unwrap();
+        assert_eq!(server.url, "http://10.0.0.1:9000");
+        assert_eq!(server.timeout, Duration::from_millis(250));
+        assert!(client(&["status", "--server", "https://x:1"]).is_err());
+        assert!(client(&["status", "--timeout", "10"]).is_err());
+    }
+
+    #[test]
+    fn kinds_are_spelled_like_kubectl_and_scope_is_checked() {
+        let (_, command) = client(&["get", "rolebindings", "b", "-n", "dev"]).unwrap();
+        assert_eq!(
+            command,
+            ClientCommand::Get(ObjectRef {
+                kind: ObjectKind::RoleBinding,
+                namespace: "dev".into(),
+                name: "b".into(),
+            })
+        );
+        let (_, command) = client(&["delete", "ClusterRole", "admin"]).unwrap();
+        assert!(matches!(command, ClientCommand::Delete(r) if r.kind == ObjectKind::ClusterRole));
+        let (_, command) = client(&["get", "roles"]).unwrap();
+        assert_eq!(
+            command,
+            ClientCommand::List {
+                kind: ObjectKind::Role,
+                namespace: String::new()
+            }
+        );
+        for bad in [
+            &["get", "role", "x"][..],
+            &["delete", "rolebinding", "x"],
+            &["get", "clusterrole", "x", "-n", "dev"],
+            &["get", "clusterroles", "-n", "dev"],
+            &["get", "role", "x", "-n", ""],
+            &["get", "widgets"],
+        ] {
+            let error = client(bad).unwrap_err();
+            assert_eq!(error.exit_code(), 2, "{bad:?}: {error}");
+        }
+    }
+
+    #[test]
+    fn apply_takes_files_and_stdin_once() {
+        let (_, command) = client(&["apply", "-f", "a.yaml", "-f", "-", "--dry-run"]).unwrap();
+        assert_eq!(
+            command,
+            ClientCommand::Apply {
+                sources: vec![
+                    ManifestSource::File(PathBuf::from("a.yaml")),
+                    ManifestSource::Stdin
+                ],
+                dry_run: true,
+            }
+        );
+        assert!(client(&["apply"]).is_err());
+        assert!(client(&["apply", "-f", "-", "-f", "-"]).is_err());
+    }
+
+    #[test]
+    fn watch_flags() {
+        let (_, command) = client(&["watch", "--from-revision", "7", "--manifests"]).unwrap();
+        assert_eq!(
+            command,
+            ClientCommand::Watch {
+                from_revision: 7,
+                manifests: true
+            }
+        );
     }
 }

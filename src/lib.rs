@@ -6,11 +6,13 @@
 //! * [`engine`]: the authorizer chain over the index (pure, synchronous), and the reference
 //!   evaluator it is tested against;
 //! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
-//! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`].
+//! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
+//! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...).
 
 pub mod api;
 pub mod app;
 pub mod cache;
+pub mod client;
 pub mod config;
 pub mod engine;
 pub mod policy;

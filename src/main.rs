@@ -1,5 +1,6 @@
 //! `authzd`: parse flags, set up logging, run the command, map the outcome to an exit code
-//! (0 success/allowed, 1 not allowed/lint problems/runtime failure, 2 usage or policy error).
+//! (0 success/allowed, 1 not allowed/lint problems/runtime or server failure, 2 usage or policy
+//! error).
 
 use std::process::ExitCode;
 
@@ -14,10 +15,14 @@ fn main() -> ExitCode {
         _ => "warn",
     };
     telemetry::init(cli.log_format, default_filter);
-    match app::run(cli.settings()) {
+    let settings = match cli.settings() {
+        Ok(settings) => settings,
+        Err(usage) => usage.exit(),
+    };
+    match app::run(settings) {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(error) => {
-            eprintln!("authzd: {error}");
+            eprintln!("{}", error.report());
             ExitCode::from(error.exit_code())
         }
     }
