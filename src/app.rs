@@ -213,11 +213,13 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     )
     .services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
+    let (draining, draining_rx) = tokio::sync::watch::channel(false);
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
         identity,
         settings.engine.policy.load.clone(),
+        draining_rx,
     )
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
@@ -235,6 +237,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             () = shutdown_signal() => {
                 tracing::info!("shutting down");
                 set_health(&shutdown_health, ServingStatus::NotServing).await;
+                // Long-lived watch streams end; in-flight unary requests finish.
+                let _ = draining.send(true);
             }
             _ = stopped.changed() => {}
         }

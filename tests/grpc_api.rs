@@ -677,3 +677,26 @@ fn usage_errors_exit_two() {
         "{stderr}"
     );
 }
+
+/// Graceful shutdown ends open watch streams instead of waiting for them forever.
+#[tokio::test]
+async fn sigterm_ends_open_watch_streams_and_exits() {
+    use authzd::proto::policy_admin_client::PolicyAdminClient;
+    let policy = sample_policy();
+    let mut server = Server::start_serving(policy.path(), &[]).await;
+    let mut admin = PolicyAdminClient::new(server.channel().await);
+    let mut stream = admin
+        .watch(authzd::proto::WatchRequest { from_revision: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let exited = tokio::task::spawn_blocking(move || {
+        let exited = server.terminate(std::time::Duration::from_secs(10));
+        (exited, server)
+    });
+    // The stream ends (cleanly) once the server drains.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(10), stream.message()).await;
+    assert!(matches!(ended, Ok(Ok(None)) | Ok(Err(_))), "{ended:?}");
+    let (exited, server) = exited.await.unwrap();
+    assert!(exited, "server still running; stderr:\n{}", server.stderr());
+}

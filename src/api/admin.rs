@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use tokio_stream::wrappers::errors::BroadcastStreamRecvError;
-use tokio_stream::wrappers::BroadcastStream;
+use tokio_stream::wrappers::{BroadcastStream, WatchStream as ValueStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
@@ -31,6 +31,9 @@ pub struct AdminApi {
     state: Arc<ServingState>,
     authenticator: Arc<dyn Authenticator>,
     load_options: LoadOptions,
+    /// Becomes `true` when the server starts draining: open watch streams end then, so that
+    /// graceful shutdown does not wait for them forever.
+    draining: tokio::sync::watch::Receiver<bool>,
 }
 
 impl AdminApi {
@@ -39,12 +42,14 @@ impl AdminApi {
         state: Arc<ServingState>,
         authenticator: Arc<dyn Authenticator>,
         load_options: LoadOptions,
+        draining: tokio::sync::watch::Receiver<bool>,
     ) -> Self {
         Self {
             store,
             state,
             authenticator,
             load_options,
+            draining,
         }
     }
 
@@ -238,7 +243,12 @@ impl PolicyAdmin for AdminApi {
                 "watch fell behind by {missed} events; list again and watch from the current revision"
             ))),
         });
-        Ok(Response::new(Box::pin(backlog.chain(live))))
+        // Ends the stream (cleanly, after the events already sent) when the server drains.
+        let drained = ValueStream::new(self.draining.clone())
+            .filter(|draining| *draining)
+            .map(|_| None);
+        let events = backlog.chain(live).map(Some).merge(drained);
+        Ok(Response::new(Box::pin(events.map_while(|event| event))))
     }
 
     async fn status(

@@ -236,5 +236,8 @@ fn stale_temp_files_of_a_crashed_writer_are_removed_on_open() {
     std::fs::write(&editor_swap, "").unwrap();
     let _backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
     assert!(!stale.exists());
-    assert!(editor_swap.exists(), "other dotfiles are not ours to remove");
+    assert!(
+        editor_swap.exists(),
+        "other dotfiles are not ours to remove"
+    );
 }

@@ -256,6 +256,23 @@ impl Server {
         let _ = self.child.wait();
     }
 
+    /// Sends SIGTERM (graceful shutdown) and waits up to `timeout` for the process to exit;
+    /// returns whether it did.
+    pub fn terminate(&mut self, timeout: Duration) -> bool {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }
