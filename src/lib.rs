@@ -13,6 +13,7 @@ pub mod app;
 pub mod cache;
 pub mod config;
 pub mod engine;
+pub mod loadgen;
 pub mod policy;
 pub mod store;
 pub mod synth;
