@@ -146,7 +146,7 @@ fn parse_ratio(s: &str) -> Result<f64, String> {
 /// Load generator for authzd: the same load against authzd and against a no-op gRPC server,
 /// side by side (loopback only).
 #[derive(Debug, Parser)]
-#[command(name = "authzd-loadgen", version, about)]
+#[command(name = "authzd-loadgen", version)]
 pub struct Args {
     /// An already running authzd on loopback: `http://127.0.0.1:PORT`, or `unix:PATH` with
     /// --unix. It must serve the synthetic policy of --bindings (see --write-policy).
