@@ -15,6 +15,7 @@ pub mod cache;
 pub mod client;
 pub mod config;
 pub mod engine;
+pub mod loadgen;
 pub mod policy;
 pub mod store;
 pub mod synth;

@@ -1,0 +1,55 @@
+//! `authzd-loadgen`: the same gRPC load against authzd and against a no-op tonic server, side
+//! by side in one run (see `docs/loadgen.md`). Exit 0 when every answer was right, 1 when any
+//! call failed or answered wrongly (or the run could not be made), 2 on a usage error.
+
+use std::process::ExitCode;
+
+use authzd::loadgen::{self, Args};
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    if let Some(dir) = &args.write_policy {
+        return match loadgen::write_policy(&args, dir) {
+            Ok(file) => {
+                println!("{}", file.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => fail(&error),
+        };
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("authzd-loadgen: cannot start the async runtime: {error}");
+            return ExitCode::from(1);
+        }
+    };
+    let report = match runtime.block_on(loadgen::run(&args)) {
+        Ok(report) => report,
+        Err(error) => return fail(&error),
+    };
+    if args.json {
+        match report.to_json() {
+            Ok(json) => println!("{json}"),
+            Err(error) => return fail(&error),
+        }
+    } else {
+        print!("{}", report.to_text());
+    }
+    match report.errors() {
+        0 => ExitCode::SUCCESS,
+        errors => {
+            eprintln!("authzd-loadgen: {errors} failed calls or wrong answers");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn fail(error: &loadgen::LoadgenError) -> ExitCode {
+    eprintln!("authzd-loadgen: {error}");
+    ExitCode::from(error.exit_code())
+}
