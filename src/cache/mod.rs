@@ -122,6 +122,8 @@ pub struct CacheStats {
     pub invalidated_by_reload: Counter,
     /// Inserts refused because the policy changed while they were being computed.
     pub stale_inserts_refused: Counter,
+    /// Inserts skipped because the cache was at its hard limit, waiting for the sweeper.
+    pub inserts_skipped_full: Counter,
 }
 
 /// Why entries were invalidated, for the per-cause counters.
@@ -297,14 +299,37 @@ fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
     Some((user, groups, namespace))
 }
 
+type EntryMap = DashMap<u64, CacheEntry, std::hash::BuildHasherDefault<PassThroughHasher>>;
+
+/// Shards of the map: many, so that a sweep (eviction, invalidation) holds any one shard's lock
+/// only over a few hundred entries at the default size.
+const SHARDS: usize = 128;
+
+/// What the background sweeper shares with the cache (it holds a weak reference, and stops
+/// when the cache is dropped).
+struct Shared {
+    map: EntryMap,
+    len: AtomicUsize,
+}
+
 pub struct DecisionCache {
-    map: DashMap<u64, CacheEntry, std::hash::BuildHasherDefault<PassThroughHasher>>,
+    shared: Arc<Shared>,
     config: CacheConfig,
     /// Inserts are accepted only when computed at this revision (see the module docs).
     accepting_revision: AtomicU64,
-    len: AtomicUsize,
-    sweeping: AtomicBool,
-    pub stats: CacheStats,
+    /// Eviction runs here, off the request path; `None` if the thread could not be started,
+    /// in which case inserts evict inline.
+    sweeper: Option<std::thread::Thread>,
+    pub stats: Arc<CacheStats>,
+}
+
+impl Drop for DecisionCache {
+    fn drop(&mut self) {
+        // The sweeper notices the cache is gone the next time it wakes.
+        if let Some(sweeper) = &self.sweeper {
+            sweeper.unpark();
+        }
+    }
 }
 
 /// The map's keys are already well-mixed 64-bit digests.
@@ -343,13 +368,20 @@ fn attribute_bytes(request: &Request) -> usize {
 
 impl DecisionCache {
     pub fn new(config: CacheConfig) -> Self {
+        let shared = Arc::new(Shared {
+            map: DashMap::with_hasher_and_shard_amount(Default::default(), SHARDS),
+            len: AtomicUsize::new(0),
+        });
+        let stats = Arc::new(CacheStats::default());
+        let sweeper = (config.capacity > 0)
+            .then(|| spawn_sweeper(Arc::downgrade(&shared), Arc::clone(&stats), config.capacity))
+            .flatten();
         Self {
-            map: DashMap::with_hasher(Default::default()),
+            shared,
             config,
             accepting_revision: AtomicU64::new(0),
-            len: AtomicUsize::new(0),
-            sweeping: AtomicBool::new(false),
-            stats: CacheStats::default(),
+            sweeper,
+            stats,
         }
     }
 
@@ -358,7 +390,7 @@ impl DecisionCache {
     }
 
     pub fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.shared.len.load(Ordering::Relaxed)
     }
 
     pub fn is_empty(&self) -> bool {
@@ -405,7 +437,7 @@ impl DecisionCache {
             return Lookup::Bypass;
         }
         let key = Self::key(request);
-        if let Some(entry) = self.map.get(&key.digest) {
+        if let Some(entry) = self.shared.map.get(&key.digest) {
             if entry.revision <= revision && matches_encoded(&entry.key, key.request, &key.groups) {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
@@ -427,6 +459,12 @@ impl DecisionCache {
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
     /// on since: the decision may already be stale.
     pub fn insert(&self, key: CacheKey<'_>, response: Arc<Response>, revision: u64) {
+        if self.len() >= hard_limit(self.config.capacity) {
+            // The sweeper is behind: answer uncached rather than grow without bound.
+            self.stats.inserts_skipped_full.add(1);
+            self.request_eviction();
+            return;
+        }
         let ttl = match response.decision {
             Decision::Allow => self.config.allow_ttl,
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
@@ -439,7 +477,7 @@ impl DecisionCache {
             referenced: AtomicBool::new(false),
         };
         // INVARIANT: the revision check happens under the shard's write lock (see module docs).
-        match self.map.entry(key.digest) {
+        match self.shared.map.entry(key.digest) {
             MapEntry::Occupied(mut occupied) => {
                 if self.accepting_revision.load(Ordering::SeqCst) != revision {
                     self.stats.stale_inserts_refused.add(1);
@@ -455,12 +493,12 @@ impl DecisionCache {
                 // Count the entry while still holding the shard lock: a concurrent
                 // invalidation or eviction can only remove it (and subtract) after this.
                 let _locked = vacant.insert(entry);
-                self.len.fetch_add(1, Ordering::Relaxed);
+                self.shared.len.fetch_add(1, Ordering::Relaxed);
             }
         }
         self.stats.inserts.add(1);
         if self.len() > self.config.capacity {
-            self.evict();
+            self.request_eviction();
         }
     }
 
@@ -475,7 +513,7 @@ impl DecisionCache {
             return 0;
         }
         let mut removed = 0usize;
-        self.map.retain(|_, entry| {
+        self.shared.map.retain(|_, entry| {
             // An entry that does not decode cannot be attributed: drop it (fail safe).
             let affected = decode_subject(&entry.key).is_none_or(|(user, groups, namespace)| {
                 impact.affects(user, groups.iter().copied(), namespace)
@@ -485,7 +523,7 @@ impl DecisionCache {
             }
             !affected
         });
-        self.len.fetch_sub(removed, Ordering::Relaxed);
+        self.shared.len.fetch_sub(removed, Ordering::Relaxed);
         let counter = match cause {
             InvalidationCause::Apply => &self.stats.invalidated_by_apply,
             InvalidationCause::Delete => &self.stats.invalidated_by_delete,
@@ -502,33 +540,68 @@ impl DecisionCache {
             + self.stats.invalidated_by_reload.get()
     }
 
-    /// CLOCK (second chance) down to 7/8 of capacity: entries hit since the last sweep survive
-    /// one more round, so hot entries stay. One sweeper at a time; others carry on.
-    fn evict(&self) {
-        if self.sweeping.swap(true, Ordering::Acquire) {
-            return;
+    /// Asks the sweeper to bring the size back under capacity (or sweeps inline without one).
+    fn request_eviction(&self) {
+        match &self.sweeper {
+            Some(sweeper) => sweeper.unpark(),
+            None => sweep(&self.shared, &self.stats, self.config.capacity),
         }
-        let target = self.config.capacity - self.config.capacity / 8;
-        for _pass in 0..2 {
-            if self.len() <= target {
-                break;
+    }
+}
+
+/// Above this many entries inserts are skipped until the sweeper catches up, so the size stays
+/// bounded however fast misses arrive.
+fn hard_limit(capacity: usize) -> usize {
+    capacity + capacity / 4
+}
+
+/// Starts the background sweeper: it wakes when asked (and every 250 ms), evicts when the cache
+/// is over capacity, and ends when the cache is dropped.
+fn spawn_sweeper(
+    shared: std::sync::Weak<Shared>,
+    stats: Arc<CacheStats>,
+    capacity: usize,
+) -> Option<std::thread::Thread> {
+    let spawned = std::thread::Builder::new()
+        .name("authzd-cache-sweeper".to_string())
+        .spawn(move || loop {
+            std::thread::park_timeout(Duration::from_millis(250));
+            let Some(shared) = shared.upgrade() else {
+                return;
+            };
+            if shared.len.load(Ordering::Relaxed) > capacity {
+                sweep(&shared, &stats, capacity);
             }
-            let mut removed = 0usize;
-            let excess = self.len().saturating_sub(target);
-            self.map.retain(|_, entry| {
-                if removed >= excess {
-                    return true;
-                }
-                if entry.referenced.swap(false, Ordering::Relaxed) {
-                    return true;
-                }
-                removed += 1;
-                false
-            });
-            self.len.fetch_sub(removed, Ordering::Relaxed);
-            self.stats.evictions.add(removed as u64);
+        });
+    match spawned {
+        Ok(handle) => Some(handle.thread().clone()),
+        Err(error) => {
+            tracing::warn!(%error, "cannot start the cache sweeper; evicting inline");
+            None
         }
-        self.sweeping.store(false, Ordering::Release);
+    }
+}
+
+/// CLOCK (second chance) down to 7/8 of capacity: entries hit since the last sweep survive one
+/// more round, so hot entries stay. Shard by shard, so readers wait for one small shard at most.
+fn sweep(shared: &Shared, stats: &CacheStats, capacity: usize) {
+    let target = capacity - capacity / 8;
+    for _pass in 0..2 {
+        let len = shared.len.load(Ordering::Relaxed);
+        if len <= target {
+            break;
+        }
+        let excess = len - target;
+        let mut removed = 0usize;
+        shared.map.retain(|_, entry| {
+            if removed >= excess || entry.referenced.swap(false, Ordering::Relaxed) {
+                return true;
+            }
+            removed += 1;
+            false
+        });
+        shared.len.fetch_sub(removed, Ordering::Relaxed);
+        stats.evictions.add(removed as u64);
     }
 }
 
