@@ -1,21 +1,53 @@
 //! The immutable compiled index: what a decision reads instead of scanning bindings.
 //!
-//! Layout (built by [`compile`](crate::policy::compile::compile)):
-//! * **grants by subject**: for cluster scope and for each namespace, a hash map from user name
-//!   (users and service accounts) and from group name to the bindings that name that subject.
-//!   `Authorize` looks up the request's user and each of its groups, at cluster scope and in the
-//!   request's namespace — `2 × (1 + groups)` hash lookups — and evaluates only those bindings'
-//!   roles. Bindings, roles and namespaces unrelated to the subject are never touched.
-//! * **rules by (verb, resource)**: the inverted index who-can starts from. Each rule is filed
-//!   under its positive verb entries (or `*`) and positive resource entries (`res`, `res/sub`,
-//!   `*`, `*/sub`) or a non-resource marker; a request probes at most six keys. Candidates are
-//!   then checked with the exact matcher, so the index only narrows, never decides.
-//! * **bindings by role**: from a role to the ClusterRoleBindings and, per namespace, the
-//!   RoleBindings that reference it, so who-can reaches subjects without scanning bindings.
-//! * **ABAC lines by subject**, in file order.
+//! # Partitions
+//!
+//! The index is split into parts that a policy change can replace one by one (see
+//! [`compile::apply`](crate::policy::compile::apply)); every part sits behind an `Arc`, so an
+//! update shares everything it does not rebuild:
+//!
+//! * [`ClusterRoles`]: every ClusterRole's effective rules (after aggregation) and their who-can
+//!   index. Always rebuilt whole, since aggregation relates ClusterRoles to each other; there
+//!   are few of them.
+//! * **cluster scope** ([`ScopeBindings`]): the ClusterRoleBindings.
+//! * one [`NamespacePartition`] per namespace: its Roles (with their who-can index) and its
+//!   RoleBindings. A namespace's RoleBindings can only reference its own Roles or ClusterRoles,
+//!   so a namespace is rebuilt with nothing but its own objects.
+//! * [`AbacPartition`]: the ABAC lines.
+//!
+//! # Stable ClusterRole slots
+//!
+//! Bindings in cluster scope and in every namespace reference ClusterRoles, but must survive the
+//! ClusterRoles being rebuilt without being rebuilt themselves. So ClusterRoles live in
+//! *slots*: a slot belongs to one name for the life of an index and all its updates. A rebuild
+//! carries the name → slot map over; a deleted ClusterRole leaves a tombstone (its slot holds
+//! `None`, so bindings to it report the missing role); a re-created name gets its old slot back.
+//! A binding whose ClusterRole had no slot when its partition was built (the role did not exist
+//! and never had) is resolved by name at query time instead ([`RoleTarget::ClusterByName`]).
+//! A full build ([`compile`](crate::policy::compile::compile)) starts from fresh slots.
+//!
+//! # Grants by subject (Authorize)
+//!
+//! Cluster scope and each namespace hold a hash map from user name (users and service
+//! accounts) and from group name to the bindings that name that subject. `Authorize` looks up
+//! the request's user and each of its groups, at cluster scope and in the request's namespace —
+//! `2 × (1 + groups)` hash lookups — and evaluates only those bindings' roles. Binding ids are
+//! positions within their scope, in canonical order (by namespace and name), so sorting the
+//! cluster candidates and then the namespace candidates by position visits bindings exactly in
+//! the canonical order of a full walk (cluster bindings first), which the explanation depends on.
+//!
+//! # Rules by (verb, resource) and bindings by role (who-can)
+//!
+//! Each rule is filed under its positive verb entries (or `*`) and positive resource entries
+//! (`res`, `res/sub`, `*`, `*/sub`) or a non-resource marker; a request probes at most six keys.
+//! Candidates are then checked with the exact matcher, so the index only narrows, never
+//! decides. ClusterRole rules live in [`ClusterRoles`], a namespace's Role rules in its
+//! partition (Roles of other namespaces cannot be reached from the request's scope). From a rule,
+//! each scope maps a role (ClusterRole slot or local Role) to the bindings referencing it.
 //!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
-//! policy; `tests/differential.rs` property-tests this.
+//! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
+//! updated index answers exactly what a full build of the new policy answers.
 
 use std::sync::Arc;
 
@@ -23,15 +55,34 @@ use rustc_hash::FxHashMap;
 
 use crate::policy::model::{AbacRule, Binding, PolicyRule};
 
+/// A binding's position within its scope (cluster scope, or one namespace).
 pub type BindingId = u32;
+/// A Role's position within its namespace partition, or a ClusterRole slot.
 pub type RoleId = u32;
 
-/// A binding's data as decisions need it, in canonical order (cluster bindings first).
+/// What a binding's roleRef resolves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleTarget {
+    /// A Role of the binding's own namespace partition (built together with the binding).
+    Local(RoleId),
+    /// A ClusterRole slot, stable across ClusterRole rebuilds; a tombstone means missing.
+    ClusterSlot(RoleId),
+    /// A ClusterRole that had no slot when the binding's partition was built: looked up by
+    /// name at query time.
+    ClusterByName,
+    /// A `Role` referenced from a ClusterRoleBinding (every loader rejects this): looked up by
+    /// name in the partition of the binding's namespace at query time.
+    ForeignRole,
+    /// A Role missing from the binding's own namespace. Final: the namespace's Roles and
+    /// RoleBindings are always rebuilt together.
+    Missing,
+}
+
+/// A binding's data as decisions need it.
 #[derive(Debug)]
 pub struct BindingEntry {
     pub binding: Binding,
-    /// Resolved role, or `None` when the roleRef names a role that does not exist.
-    pub role: Option<RoleId>,
+    pub role: RoleTarget,
     pub cluster: bool,
     /// `ClusterRoleBinding/NAME` / `RoleBinding/NS/NAME`.
     pub binding_id: Arc<str>,
@@ -58,7 +109,8 @@ pub struct RoleEntry {
     pub rules: Vec<PolicyRule>,
 }
 
-/// "Subject `subject` of binding `binding` is this user/group."
+/// "Subject `subject` of binding `binding` (of the scope holding the grant) is this
+/// user/group." Ordered by binding position, then subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Grant {
     pub binding: BindingId,
@@ -66,69 +118,37 @@ pub struct Grant {
     pub subject: u32,
 }
 
-/// Bindings of one scope (cluster, or one namespace) by the subject they name.
+/// Bindings of one scope by the subject they name.
 #[derive(Debug, Default)]
 pub struct ScopeGrants {
     pub users: FxHashMap<Box<str>, Vec<Grant>>,
     pub groups: FxHashMap<Box<str>, Vec<Grant>>,
 }
 
-/// Where a rule lives: role and index within the role's effective rules.
+/// Where a rule lives: role (local Role id or ClusterRole slot, depending on the index holding
+/// it) and index within the role's effective rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RuleLoc {
     pub role: RoleId,
     pub rule: u32,
 }
 
-/// Bindings that reference one role.
-#[derive(Debug, Default)]
-pub struct RoleBindings {
-    pub cluster: Vec<BindingId>,
-    pub by_namespace: FxHashMap<Box<str>, Vec<BindingId>>,
-}
-
 /// Marker resource key for rules filed by their non-resource URLs.
 pub const NON_RESOURCE_KEY: &str = "\0non-resource";
 
+/// The who-can index of one set of roles: verb key (`verb` or `*`) -> resource key -> rules.
 #[derive(Debug, Default)]
-pub struct Index {
-    pub bindings: Vec<BindingEntry>,
-    pub roles: Vec<RoleEntry>,
-    pub cluster: ScopeGrants,
-    pub namespaces: FxHashMap<Box<str>, ScopeGrants>,
-
-    /// verb key (`verb` or `*`) -> resource key -> rules.
-    pub rules_by_verb: FxHashMap<Box<str>, FxHashMap<Box<str>, Vec<RuleLoc>>>,
-    pub bindings_by_role: Vec<RoleBindings>,
-    /// Bindings whose role is missing, by scope, for who-can's error report.
-    pub broken_cluster: Vec<BindingId>,
-    pub broken_by_namespace: FxHashMap<Box<str>, Vec<BindingId>>,
-
-    pub abac: Vec<AbacRule>,
-    pub abac_by_user: FxHashMap<Box<str>, Vec<u32>>,
-    /// Lines with a group and no user.
-    pub abac_by_group: FxHashMap<Box<str>, Vec<u32>>,
+pub struct RulesByVerb {
+    pub by_verb: FxHashMap<Box<str>, FxHashMap<Box<str>, Vec<RuleLoc>>>,
 }
 
-impl Index {
-    pub fn scope(&self, namespace: &str) -> Option<&ScopeGrants> {
-        self.namespaces.get(namespace)
-    }
-
-    pub fn binding(&self, id: BindingId) -> &BindingEntry {
-        &self.bindings[id as usize]
-    }
-
-    pub fn role_rules(&self, id: RoleId) -> &[PolicyRule] {
-        &self.roles[id as usize].rules
-    }
-
+impl RulesByVerb {
     /// Rules filed under any key the action can hit: `(verb | *) × (combined | * | */sub)`, or
     /// the non-resource marker. Sorted and de-duplicated.
     pub fn candidate_rules(&self, verb: &str, resource_keys: &[&str]) -> Vec<RuleLoc> {
         let mut found = Vec::new();
         for verb_key in [verb, "*"] {
-            let Some(by_resource) = self.rules_by_verb.get(verb_key) else {
+            let Some(by_resource) = self.by_verb.get(verb_key) else {
                 continue;
             };
             for key in resource_keys {
@@ -143,5 +163,116 @@ impl Index {
         found.sort_unstable();
         found.dedup();
         found
+    }
+}
+
+/// Every ClusterRole, in stable slots.
+#[derive(Debug, Default)]
+pub struct ClusterRoles {
+    /// By slot; `None` is a tombstone (a ClusterRole that existed once and was deleted).
+    pub roles: Vec<Option<RoleEntry>>,
+    /// Name of each slot.
+    pub names: Vec<Box<str>>,
+    pub slot_by_name: FxHashMap<Box<str>, RoleId>,
+    /// Slots holding `None`, for who-can's missing-role report.
+    pub tombstones: Vec<RoleId>,
+    pub rules: RulesByVerb,
+}
+
+impl ClusterRoles {
+    /// Rules of the ClusterRole in `slot`, `None` for a tombstone.
+    pub fn slot_rules(&self, slot: RoleId) -> Option<&[PolicyRule]> {
+        self.roles
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.rules.as_slice())
+    }
+
+    /// Rules of the ClusterRole called `name`, `None` if it does not exist.
+    pub fn named_rules(&self, name: &str) -> Option<&[PolicyRule]> {
+        self.slot_by_name
+            .get(name)
+            .and_then(|slot| self.slot_rules(*slot))
+    }
+}
+
+/// The bindings of one scope: the ClusterRoleBindings, or one namespace's RoleBindings.
+#[derive(Debug, Default)]
+pub struct ScopeBindings {
+    /// In canonical order (namespace, then name); a [`BindingId`] is a position here.
+    pub bindings: Vec<BindingEntry>,
+    pub grants: ScopeGrants,
+    /// Local Role id -> bindings referencing it (namespace scope only).
+    pub by_local_role: Vec<Vec<BindingId>>,
+    /// ClusterRole slot -> bindings referencing it.
+    pub by_cluster_slot: FxHashMap<RoleId, Vec<BindingId>>,
+    /// Bindings resolved at query time ([`RoleTarget::ClusterByName`], [`RoleTarget::ForeignRole`]).
+    pub deferred: Vec<BindingId>,
+    /// Bindings whose role is missing for good ([`RoleTarget::Missing`]).
+    pub missing: Vec<BindingId>,
+}
+
+impl ScopeBindings {
+    pub fn binding(&self, id: BindingId) -> &BindingEntry {
+        &self.bindings[id as usize]
+    }
+}
+
+/// One namespace: its Roles and its RoleBindings.
+#[derive(Debug, Default)]
+pub struct NamespacePartition {
+    /// In name order; a local [`RoleId`] is a position here.
+    pub roles: Vec<RoleEntry>,
+    pub role_by_name: FxHashMap<Box<str>, RoleId>,
+    pub rules: RulesByVerb,
+    pub scope: ScopeBindings,
+}
+
+/// The ABAC lines, in file order, by the subject they name.
+#[derive(Debug, Default)]
+pub struct AbacPartition {
+    pub rules: Vec<AbacRule>,
+    pub by_user: FxHashMap<Box<str>, Vec<u32>>,
+    /// Lines with a group and no user.
+    pub by_group: FxHashMap<Box<str>, Vec<u32>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Index {
+    pub cluster_roles: Arc<ClusterRoles>,
+    /// The ClusterRoleBindings.
+    pub cluster: Arc<ScopeBindings>,
+    /// Non-empty namespaces only.
+    pub namespaces: FxHashMap<Arc<str>, Arc<NamespacePartition>>,
+    pub abac: Arc<AbacPartition>,
+}
+
+impl Index {
+    pub fn namespace(&self, namespace: &str) -> Option<&NamespacePartition> {
+        self.namespaces.get(namespace).map(|p| &**p)
+    }
+
+    /// The effective rules of a binding's role, `None` when the role does not exist. `local`
+    /// is the namespace partition holding the binding (`None` for cluster scope).
+    pub fn role_rules<'a>(
+        &'a self,
+        local: Option<&'a NamespacePartition>,
+        entry: &BindingEntry,
+    ) -> Option<&'a [PolicyRule]> {
+        match entry.role {
+            RoleTarget::Local(id) => local
+                .and_then(|ns| ns.roles.get(id as usize))
+                .map(|r| r.rules.as_slice()),
+            RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot_rules(slot),
+            RoleTarget::ClusterByName => {
+                self.cluster_roles.named_rules(&entry.binding.role_ref.name)
+            }
+            RoleTarget::ForeignRole => {
+                let ns = self.namespace(&entry.binding.namespace)?;
+                let id = ns.role_by_name.get(entry.binding.role_ref.name.as_str())?;
+                ns.roles.get(*id as usize).map(|r| r.rules.as_slice())
+            }
+            RoleTarget::Missing => None,
+        }
     }
 }
