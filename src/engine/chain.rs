@@ -61,18 +61,6 @@ impl Engine {
         })
     }
 
-    /// Grants of one scope naming the request's user or one of its groups.
-    fn collect_grants(scope: &ScopeGrants, request: &Request, into: &mut Candidates) {
-        if let Some(grants) = scope.users.get(request.user.name.as_str()) {
-            into.extend_from_slice(grants);
-        }
-        for group in &request.user.groups {
-            if let Some(grants) = scope.groups.get(group.as_str()) {
-                into.extend_from_slice(grants);
-            }
-        }
-    }
-
     fn rbac(&self, request: &Request) -> Verdict {
         let namespace = request.action.namespace();
         let local = if namespace.is_empty() {
@@ -86,23 +74,29 @@ impl Engine {
         // Canonical binding order: cluster bindings first, then the namespace's, each by
         // position; per binding the first subject that applies, exactly as a walk over all
         // bindings would meet them.
-        let mut candidates = Candidates::new();
-        Self::collect_grants(&self.index.cluster.grants, request, &mut candidates);
+        let mut cluster = Candidates::new();
+        let mut namespaced = Candidates::new();
+        ScopeGrants::collect(
+            &self.index.cluster.grants,
+            local.map(|ns| &ns.scope.grants),
+            &request.user.name,
+            &request.user.groups,
+            &mut cluster,
+            &mut namespaced,
+        );
         self.evaluate(
             &self.index.cluster,
             None,
-            &mut candidates,
+            &mut cluster,
             &target,
             &mut errors,
             &mut matches,
         );
         if let Some(local) = local {
-            candidates.clear();
-            Self::collect_grants(&local.scope.grants, request, &mut candidates);
             self.evaluate(
                 &local.scope,
                 Some(local),
-                &mut candidates,
+                &mut namespaced,
                 &target,
                 &mut errors,
                 &mut matches,

@@ -229,20 +229,10 @@ fn build_scope(
             };
             let name = if let Some(user) = subject.user_name(&binding.namespace) {
                 let user: Box<str> = user.into();
-                scope
-                    .grants
-                    .users
-                    .entry(user.clone())
-                    .or_default()
-                    .push(grant);
+                scope.grants.users.entry(&user).push(grant);
                 SubjectName::User(user)
             } else if let Some(group) = subject.group_name() {
-                scope
-                    .grants
-                    .groups
-                    .entry(group.into())
-                    .or_default()
-                    .push(grant);
+                scope.grants.groups.entry(group).push(grant);
                 SubjectName::Group(group.into())
             } else {
                 SubjectName::Nothing

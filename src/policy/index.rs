@@ -29,9 +29,10 @@
 //! # Grants by subject (Authorize)
 //!
 //! Cluster scope and each namespace hold a hash map from user name (users and service
-//! accounts) and from group name to the bindings that name that subject. `Authorize` looks up
-//! the request's user and each of its groups, at cluster scope and in the request's namespace —
-//! `2 × (1 + groups)` hash lookups — and evaluates only those bindings' roles. Binding ids are
+//! accounts) and from group name to the bindings that name that subject ([`NameMap`], keyed by
+//! the name's hash). `Authorize` hashes the request's user and each of its groups once and looks
+//! each up at cluster scope and in the request's namespace — `2 × (1 + groups)` lookups — and
+//! evaluates only those bindings' roles. Binding ids are
 //! positions within their scope, in canonical order (by namespace and name), so sorting the
 //! cluster candidates and then the namespace candidates by position visits bindings exactly in
 //! the canonical order of a full walk (cluster bindings first), which the explanation depends on.
@@ -49,9 +50,12 @@
 //! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::policy::model::{AbacRule, Binding, PolicyRule};
 
@@ -121,8 +125,139 @@ pub struct Grant {
 /// Bindings of one scope by the subject they name.
 #[derive(Debug, Default)]
 pub struct ScopeGrants {
-    pub users: FxHashMap<Box<str>, Vec<Grant>>,
-    pub groups: FxHashMap<Box<str>, Vec<Grant>>,
+    pub users: NameMap<Vec<Grant>>,
+    pub groups: NameMap<Vec<Grant>>,
+}
+
+impl ScopeGrants {
+    /// The grants naming a request's user or one of its groups, in cluster scope (`cluster`)
+    /// and in the request's namespace (`local`), appended to `into_cluster` and `into_local`.
+    /// Each name is hashed once for both scopes.
+    pub fn collect<A: smallvec::Array<Item = Grant>>(
+        cluster: &ScopeGrants,
+        local: Option<&ScopeGrants>,
+        user: &str,
+        groups: &[String],
+        into_cluster: &mut smallvec::SmallVec<A>,
+        into_local: &mut smallvec::SmallVec<A>,
+    ) {
+        let mut lookup = |pick: fn(&ScopeGrants) -> &NameMap<Vec<Grant>>, name: &str| {
+            let local = local.map(pick).filter(|map| !map.is_empty());
+            let cluster = Some(pick(cluster)).filter(|map| !map.is_empty());
+            if cluster.is_none() && local.is_none() {
+                return;
+            }
+            let name = HashedName::new(name);
+            if let Some(grants) = cluster.and_then(|map| map.get(name)) {
+                into_cluster.extend_from_slice(grants);
+            }
+            if let Some(grants) = local.and_then(|map| map.get(name)) {
+                into_local.extend_from_slice(grants);
+            }
+        };
+        lookup(|scope| &scope.users, user);
+        for group in groups {
+            lookup(|scope| &scope.groups, group);
+        }
+    }
+}
+
+/// A name with its [`name_hash`].
+#[derive(Clone, Copy, Debug)]
+pub struct HashedName<'a> {
+    pub name: &'a str,
+    pub hash: u64,
+}
+
+impl<'a> HashedName<'a> {
+    pub fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            hash: name_hash(name),
+        }
+    }
+}
+
+/// The hash [`NameMap`] files a name under.
+pub fn name_hash(name: &str) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(name)
+}
+
+/// A map from user or group name, keyed by the name's [`name_hash`] so that a request hashes
+/// each of its names once however many scopes it looks in. Names whose hashes collide share a
+/// slot and are told apart by comparison.
+#[derive(Debug)]
+pub struct NameMap<V> {
+    map: HashMap<u64, NameSlot<V>, BuildHasherDefault<PrehashedHasher>>,
+}
+
+/// The names (almost always one) sharing a hash.
+type NameSlot<V> = SmallVec<[(Box<str>, V); 1]>;
+
+impl<V> Default for NameMap<V> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::default(),
+        }
+    }
+}
+
+impl<V> NameMap<V> {
+    #[inline]
+    pub fn get(&self, name: HashedName<'_>) -> Option<&V> {
+        let slot = self.map.get(&name.hash)?;
+        slot.iter()
+            .find(|(key, _)| **key == *name.name)
+            .map(|(_, value)| value)
+    }
+
+    /// The value for `name`, inserted as `V::default()` if absent.
+    pub fn entry(&mut self, name: &str) -> &mut V
+    where
+        V: Default,
+    {
+        self.entry_hashed(HashedName::new(name))
+    }
+
+    fn entry_hashed(&mut self, name: HashedName<'_>) -> &mut V
+    where
+        V: Default,
+    {
+        let slot = self.map.entry(name.hash).or_default();
+        match slot.iter().position(|(key, _)| **key == *name.name) {
+            Some(i) => &mut slot[i].1,
+            None => {
+                slot.push((name.name.into(), V::default()));
+                let last = slot.len() - 1;
+                &mut slot[last].1
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// The hasher of [`NameMap`]: its keys already are hashes.
+#[derive(Default)]
+pub struct PrehashedHasher(u64);
+
+impl Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `u64` keys; a plain FNV-1a fold keeps it correct regardless.
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
 }
 
 /// Where a rule lives: role (local Role id or ClusterRole slot, depending on the index holding
@@ -274,5 +409,27 @@ impl Index {
             }
             RoleTarget::Missing => None,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sharing_a_hash_are_told_apart() {
+        let mut map: NameMap<u32> = NameMap::default();
+        let same = |name| HashedName { name, hash: 7 };
+        *map.entry_hashed(same("alice")) = 1;
+        *map.entry_hashed(same("bob")) = 2;
+        *map.entry_hashed(same("alice")) += 10;
+        assert_eq!(map.get(same("alice")), Some(&11));
+        assert_eq!(map.get(same("bob")), Some(&2));
+        assert_eq!(map.get(same("carol")), None);
+        assert_eq!(map.get(HashedName::new("alice")), None);
+
+        *map.entry("dave") = 4;
+        assert_eq!(map.get(HashedName::new("dave")), Some(&4));
+        assert_eq!(map.get(HashedName::new("Dave")), None);
     }
 }
