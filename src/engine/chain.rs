@@ -84,15 +84,17 @@ impl Engine {
             &mut cluster,
             &mut namespaced,
         );
-        self.evaluate(
-            &self.index.cluster,
-            None,
-            &mut cluster,
-            &target,
-            &mut errors,
-            &mut matches,
-        );
-        if let Some(local) = local {
+        if !cluster.is_empty() {
+            self.evaluate(
+                &self.index.cluster,
+                None,
+                &mut cluster,
+                &target,
+                &mut errors,
+                &mut matches,
+            );
+        }
+        if let Some(local) = local.filter(|_| !namespaced.is_empty()) {
             self.evaluate(
                 &local.scope,
                 Some(local),

@@ -141,23 +141,51 @@ impl ScopeGrants {
         into_cluster: &mut smallvec::SmallVec<A>,
         into_local: &mut smallvec::SmallVec<A>,
     ) {
-        let mut lookup = |pick: fn(&ScopeGrants) -> &NameMap<Vec<Grant>>, name: &str| {
-            let local = local.map(pick).filter(|map| !map.is_empty());
-            let cluster = Some(pick(cluster)).filter(|map| !map.is_empty());
-            if cluster.is_none() && local.is_none() {
-                return;
+        let users = (&cluster.users, local.map(|l| &l.users));
+        lookup_names(users, [user].into_iter(), into_cluster, into_local);
+        let groups = groups.iter().map(String::as_str);
+        let maps = (&cluster.groups, local.map(|l| &l.groups));
+        lookup_names(maps, groups, into_cluster, into_local);
+    }
+}
+
+/// Looks each name up in a cluster-scope and a namespace map, hashing it once; maps that are
+/// empty are skipped (and nothing is hashed when both are).
+#[inline]
+fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
+    (cluster, local): (&NameMap<Vec<Grant>>, Option<&NameMap<Vec<Grant>>>),
+    names: impl Iterator<Item = &'a str>,
+    into_cluster: &mut smallvec::SmallVec<A>,
+    into_local: &mut smallvec::SmallVec<A>,
+) {
+    let cluster = Some(cluster).filter(|map| !map.is_empty());
+    let local = local.filter(|map| !map.is_empty());
+    match (cluster, local) {
+        (None, None) => {}
+        (Some(map), None) => {
+            for name in names {
+                if let Some(grants) = map.get(HashedName::new(name)) {
+                    into_cluster.extend_from_slice(grants);
+                }
             }
-            let name = HashedName::new(name);
-            if let Some(grants) = cluster.and_then(|map| map.get(name)) {
-                into_cluster.extend_from_slice(grants);
+        }
+        (None, Some(map)) => {
+            for name in names {
+                if let Some(grants) = map.get(HashedName::new(name)) {
+                    into_local.extend_from_slice(grants);
+                }
             }
-            if let Some(grants) = local.and_then(|map| map.get(name)) {
-                into_local.extend_from_slice(grants);
+        }
+        (Some(cluster), Some(local)) => {
+            for name in names {
+                let name = HashedName::new(name);
+                if let Some(grants) = cluster.get(name) {
+                    into_cluster.extend_from_slice(grants);
+                }
+                if let Some(grants) = local.get(name) {
+                    into_local.extend_from_slice(grants);
+                }
             }
-        };
-        lookup(|scope| &scope.users, user);
-        for group in groups {
-            lookup(|scope| &scope.groups, group);
         }
     }
 }
