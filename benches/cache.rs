@@ -1,6 +1,6 @@
 //! The decision cache: hit latency with 100k entries, miss-and-insert cost, and the hit ratio
-//! of a bounded cache under a skewed (Zipf-like) workload. Also full compile time at 100k
-//! bindings, the cost every policy change pays until the index updates incrementally.
+//! of a bounded cache under a skewed (Zipf-like) workload. Also full compile time at 10k and
+//! 100k bindings; `benches/update.rs` sets incremental updates next to it.
 //!
 //! Run: `cargo bench --bench cache`.
 

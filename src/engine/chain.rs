@@ -9,9 +9,13 @@ use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::verdict::{run_chain, subject_chain_decision, FirstMatches, Verdict};
 use crate::engine::{Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response};
 use crate::policy::abac;
-use crate::policy::compile::compile;
-use crate::policy::index::{BindingId, Grant, Index, ScopeGrants, SubjectName, NON_RESOURCE_KEY};
-use crate::policy::model::PolicySet;
+use crate::policy::compile::{apply, compile};
+use crate::policy::delta::{DeltaError, PolicyDelta};
+use crate::policy::index::{
+    BindingEntry, Grant, Index, NamespacePartition, ScopeBindings, ScopeGrants, SubjectName,
+    NON_RESOURCE_KEY,
+};
+use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
 
 /// One compiled policy state plus the chain configuration. Immutable; share it behind an `Arc`.
@@ -24,11 +28,22 @@ pub struct Engine {
 type Candidates = SmallVec<[Grant; 16]>;
 
 impl Engine {
+    /// A full build of `policy`.
     pub fn new(policy: &PolicySet, config: EngineConfig) -> Self {
         Self {
             index: compile(policy),
             config,
         }
+    }
+
+    /// The engine for the policy this one was built from with `delta` applied: only the
+    /// partitions the delta carries are rebuilt, all others are shared with `self`. Answers
+    /// exactly as `Engine::new` of the new policy would. `self` is left as it was.
+    pub fn update(&self, delta: &PolicyDelta) -> Result<Engine, DeltaError> {
+        Ok(Self {
+            index: apply(&self.index, delta)?,
+            config: self.config.clone(),
+        })
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -46,83 +61,108 @@ impl Engine {
         })
     }
 
-    /// Grants of one scope naming the request's user or one of its groups.
-    fn collect_grants(scope: &ScopeGrants, request: &Request, into: &mut Candidates) {
-        if let Some(grants) = scope.users.get(request.user.name.as_str()) {
-            into.extend_from_slice(grants);
-        }
-        for group in &request.user.groups {
-            if let Some(grants) = scope.groups.get(group.as_str()) {
-                into.extend_from_slice(grants);
-            }
-        }
-    }
-
     fn rbac(&self, request: &Request) -> Verdict {
         let namespace = request.action.namespace();
-        let mut candidates = Candidates::new();
-        Self::collect_grants(&self.index.cluster, request, &mut candidates);
-        if !namespace.is_empty() {
-            if let Some(scope) = self.index.scope(namespace) {
-                Self::collect_grants(scope, request, &mut candidates);
-            }
-        }
-        // Canonical binding order (cluster bindings first), and per binding the first subject
-        // that applies, exactly as a walk over all bindings would meet them.
-        candidates.sort_unstable();
-        candidates.dedup_by_key(|g| g.binding);
-
+        let local = if namespace.is_empty() {
+            None
+        } else {
+            self.index.namespace(namespace)
+        };
         let target = MatchTarget::new(&request.action);
         let mut errors = Vec::new();
         let mut matches = FirstMatches::default();
-        for grant in &candidates {
-            let entry = self.index.binding(grant.binding);
-            let Some(role) = entry.role else {
-                errors.push(explain::missing_role_error(&entry.binding));
-                continue;
-            };
-            for (index, rule) in self.index.role_rules(role).iter().enumerate() {
-                let (effect, restricted) = rule_effect_on(rule, &target);
-                if restricted {
-                    errors.push(restriction_error(&entry.role_id, index, rule.deny));
-                }
-                matches.record(effect, entry.cluster, (*grant, index));
-            }
+        // Canonical binding order: cluster bindings first, then the namespace's, each by
+        // position; per binding the first subject that applies, exactly as a walk over all
+        // bindings would meet them.
+        let mut cluster = Candidates::new();
+        let mut namespaced = Candidates::new();
+        ScopeGrants::collect(
+            &self.index.cluster.grants,
+            local.map(|ns| &ns.scope.grants),
+            &request.user.name,
+            &request.user.groups,
+            &mut cluster,
+            &mut namespaced,
+        );
+        if !cluster.is_empty() {
+            self.evaluate(
+                &self.index.cluster,
+                None,
+                &mut cluster,
+                &target,
+                &mut errors,
+                &mut matches,
+            );
+        }
+        if let Some(local) = local.filter(|_| !namespaced.is_empty()) {
+            self.evaluate(
+                &local.scope,
+                Some(local),
+                &mut namespaced,
+                &target,
+                &mut errors,
+                &mut matches,
+            );
         }
         matches.into_verdict(
             errors,
-            |word, (grant, _)| {
-                let entry = self.index.binding(grant.binding);
-                let subject = &entry.binding.subjects[grant.subject as usize];
+            |word, (entry, subject, _)| {
+                let subject = &entry.binding.subjects[subject as usize];
                 explain::rbac_reason(word, &entry.binding, subject)
             },
-            |(grant, index)| {
-                let entry = self.index.binding(grant.binding);
-                crate::engine::RuleRef {
-                    authorizer: explain::RBAC,
-                    binding: entry.binding_id.clone(),
-                    role: entry.role_id.clone(),
-                    rule_index: u32::try_from(index).unwrap_or(u32::MAX),
-                    source: entry.source.clone(),
-                }
+            |(entry, _, index)| crate::engine::RuleRef {
+                authorizer: explain::RBAC,
+                binding: entry.binding_id.clone(),
+                role: entry.role_id.clone(),
+                rule_index: u32::try_from(index).unwrap_or(u32::MAX),
+                source: entry.source.clone(),
             },
         )
     }
 
+    /// Evaluates the roles of one scope's candidate grants in canonical order.
+    fn evaluate<'a>(
+        &'a self,
+        scope: &'a ScopeBindings,
+        local: Option<&'a NamespacePartition>,
+        candidates: &mut Candidates,
+        target: &MatchTarget<'_>,
+        errors: &mut Vec<String>,
+        matches: &mut FirstMatches<(&'a BindingEntry, u32, usize)>,
+    ) {
+        candidates.sort_unstable();
+        candidates.dedup_by_key(|g| g.binding);
+        for grant in candidates.iter() {
+            let entry = scope.binding(grant.binding);
+            let Some(rules) = self.index.role_rules(local, entry) else {
+                errors.push(explain::missing_role_error(&entry.binding));
+                continue;
+            };
+            for (index, rule) in rules.iter().enumerate() {
+                let (effect, restricted) = rule_effect_on(rule, target);
+                if restricted {
+                    errors.push(restriction_error(&entry.role_id, index, rule.deny));
+                }
+                matches.record(effect, entry.cluster, (entry, grant.subject, index));
+            }
+        }
+    }
+
     fn abac(&self, request: &Request) -> Verdict {
+        let abac = &*self.index.abac;
         let mut lines: SmallVec<[u32; 16]> = SmallVec::new();
-        if let Some(found) = self.index.abac_by_user.get(request.user.name.as_str()) {
+        if let Some(found) = abac.by_user.get(request.user.name.as_str()) {
             lines.extend_from_slice(found);
         }
         for group in &request.user.groups {
-            if let Some(found) = self.index.abac_by_group.get(group.as_str()) {
+            if let Some(found) = abac.by_group.get(group.as_str()) {
                 lines.extend_from_slice(found);
             }
         }
         lines.sort_unstable();
         lines.dedup();
         for line in lines {
-            let rule = &self.index.abac[line as usize];
+            let rule = &abac.rules[line as usize];
             if abac::rule_allows(rule, request) {
                 return Verdict::allow(
                     explain::abac_reason(rule),
@@ -147,7 +187,7 @@ impl Engine {
         let mut abac_users = BTreeSet::new();
         let mut abac_groups = BTreeSet::new();
         if self.config.modes.contains(&Mode::Abac) {
-            for rule in &self.index.abac {
+            for rule in &self.index.abac.rules {
                 if !abac::rule_allows_action(rule, action) {
                     continue;
                 }
@@ -235,56 +275,99 @@ impl Engine {
             }
             Action::NonResource(_) => SmallVec::from_slice(&[NON_RESOURCE_KEY]),
         };
-        let in_scope = |role: u32| -> SmallVec<[BindingId; 8]> {
-            let by_role = &self.index.bindings_by_role[role as usize];
-            let mut ids = SmallVec::from_slice(&by_role.cluster);
-            if !namespace.is_empty() {
-                if let Some(local) = by_role.by_namespace.get(namespace) {
-                    ids.extend_from_slice(local);
-                }
-            }
-            ids
+        let cluster = &*self.index.cluster;
+        let local = if namespace.is_empty() {
+            None
+        } else {
+            self.index.namespace(namespace)
         };
+        // Records what one rule says for every subject of the bindings reaching it.
+        let mut visit =
+            |rule: &PolicyRule,
+             index: usize,
+             entries: &mut dyn Iterator<Item = &'a BindingEntry>| {
+                let (effect, restricted) = rule_effect_on(rule, &target);
+                if effect == RuleEffect::None && !restricted {
+                    return;
+                }
+                for entry in entries {
+                    if restricted {
+                        errors.insert(restriction_error(&entry.role_id, index, rule.deny));
+                    }
+                    if effect == RuleEffect::None {
+                        continue;
+                    }
+                    for subject in &entry.subjects {
+                        let matches = match subject {
+                            SubjectName::User(user) => user_matches.entry(user).or_default(),
+                            SubjectName::Group(group) => group_matches.entry(group).or_default(),
+                            SubjectName::Nothing => continue,
+                        };
+                        matches.record(effect, entry.cluster, ());
+                    }
+                }
+            };
 
-        for loc in self.index.candidate_rules(action.verb(), &keys) {
-            let rule = &self.index.role_rules(loc.role)[loc.rule as usize];
-            let (effect, restricted) = rule_effect_on(rule, &target);
-            if effect == RuleEffect::None && !restricted {
+        // ClusterRole rules, to the cluster bindings and the namespace's bindings of their slot.
+        let cluster_roles = &*self.index.cluster_roles;
+        let local_scope = local.map(|ns| &ns.scope);
+        for loc in cluster_roles.rules.candidate_rules(action.verb(), &keys) {
+            let Some(rule) = cluster_roles
+                .slot_rules(loc.role)
+                .and_then(|rules| rules.get(loc.rule as usize))
+            else {
                 continue;
-            }
-            for binding_id in in_scope(loc.role) {
-                let entry = self.index.binding(binding_id);
-                if restricted {
-                    errors.insert(restriction_error(
-                        &entry.role_id,
-                        loc.rule as usize,
-                        rule.deny,
-                    ));
-                }
-                if effect == RuleEffect::None {
+            };
+            let mut entries =
+                [Some(cluster), local_scope]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|scope| {
+                        let ids = scope.by_cluster_slot.get(&loc.role);
+                        ids.into_iter().flatten().map(|id| scope.binding(*id))
+                    });
+            visit(rule, loc.rule as usize, &mut entries);
+        }
+        // The namespace's own Roles, to its bindings of them.
+        if let Some(local) = local {
+            for loc in local.rules.candidate_rules(action.verb(), &keys) {
+                let (Some(role), Some(ids)) = (
+                    local.roles.get(loc.role as usize),
+                    local.scope.by_local_role.get(loc.role as usize),
+                ) else {
                     continue;
+                };
+                let Some(rule) = role.rules.get(loc.rule as usize) else {
+                    continue;
+                };
+                let mut entries = ids.iter().map(|id| local.scope.binding(*id));
+                visit(rule, loc.rule as usize, &mut entries);
+            }
+        }
+        // Bindings resolved at query time: every rule of their role, if it exists now.
+        let mut missing: Vec<&'a BindingEntry> = Vec::new();
+        let scopes = [(Some(cluster), None), (local_scope, local)];
+        for (scope, partition) in scopes.iter().filter_map(|(s, p)| s.map(|s| (s, *p))) {
+            for id in &scope.deferred {
+                let entry = scope.binding(*id);
+                match self.index.role_rules(partition, entry) {
+                    Some(rules) => {
+                        for (index, rule) in rules.iter().enumerate() {
+                            visit(rule, index, &mut std::iter::once(entry));
+                        }
+                    }
+                    None => missing.push(entry),
                 }
-                for subject in &entry.subjects {
-                    let matches = match subject {
-                        SubjectName::User(user) => user_matches.entry(user).or_default(),
-                        SubjectName::Group(group) => group_matches.entry(group).or_default(),
-                        SubjectName::Nothing => continue,
-                    };
-                    matches.record(effect, entry.cluster, ());
+            }
+            missing.extend(scope.missing.iter().map(|id| scope.binding(*id)));
+            for slot in &cluster_roles.tombstones {
+                for id in scope.by_cluster_slot.get(slot).into_iter().flatten() {
+                    missing.push(scope.binding(*id));
                 }
             }
         }
-
-        for binding_id in self.index.broken_cluster.iter().chain(
-            (!namespace.is_empty())
-                .then(|| self.index.broken_by_namespace.get(namespace))
-                .flatten()
-                .into_iter()
-                .flatten(),
-        ) {
-            errors.insert(explain::missing_role_error(
-                &self.index.binding(*binding_id).binding,
-            ));
+        for entry in missing {
+            errors.insert(explain::missing_role_error(&entry.binding));
         }
     }
 }

@@ -12,9 +12,16 @@ use crate::policy::model::{PolicyRule, PolicySet, Role, RoleKind};
 
 /// The effective rules of every ClusterRole that has an `aggregationRule`, by name.
 pub fn aggregated_rules(policy: &PolicySet) -> HashMap<String, Vec<PolicyRule>> {
-    let mut cluster_roles: Vec<&Role> = policy
-        .roles
-        .iter()
+    aggregated_rules_of(&policy.roles)
+}
+
+/// [`aggregated_rules`] over a list of roles (only its ClusterRoles are considered), e.g. the
+/// ClusterRole partition of an incremental update.
+pub fn aggregated_rules_of<'a>(
+    roles: impl IntoIterator<Item = &'a Role>,
+) -> HashMap<String, Vec<PolicyRule>> {
+    let mut cluster_roles: Vec<&Role> = roles
+        .into_iter()
         .filter(|r| r.kind == RoleKind::ClusterRole)
         .collect();
     cluster_roles.sort_by(|a, b| a.name.cmp(&b.name));

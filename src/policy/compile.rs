@@ -1,80 +1,226 @@
-//! Compilation of a [`PolicySet`] into an [`Index`]. Deterministic: the same policy always
-//! yields the same index, whatever order its files were read in.
+//! Compilation of policy into an [`Index`], whole ([`compile`]) or partition by partition
+//! ([`apply`], for incremental updates). Deterministic: the same policy always yields the same
+//! answers, whatever order its files were read in and whichever path built the index.
+//!
+//! Each partition builder sorts its own objects into canonical order (stable, by namespace and
+//! name, as [`PolicySet::canonicalize`] does), so a partition built from a delta is the
+//! partition a full build of the same policy would make. The one piece of state an update
+//! carries over is the ClusterRole slot map (see [`crate::policy::index`]).
 
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 
 use crate::engine::explain;
-use crate::policy::aggregate::aggregated_rules;
+use crate::policy::aggregate::aggregated_rules_of;
+use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    BindingEntry, Grant, Index, RoleBindings, RoleEntry, RoleId, RuleLoc, ScopeGrants, SubjectName,
-    NON_RESOURCE_KEY,
+    AbacPartition, BindingEntry, ClusterRoles, Grant, Index, NamespacePartition, RoleEntry, RoleId,
+    RoleTarget, RuleLoc, RulesByVerb, ScopeBindings, SubjectName, NON_RESOURCE_KEY,
 };
-use crate::policy::model::{BindingKind, PolicyRule, PolicySet, RoleKind};
+use crate::policy::model::{AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
 use crate::policy::rbac::is_negated;
 
+/// A full build: every partition from scratch, with fresh ClusterRole slots.
 pub fn compile(policy: &PolicySet) -> Index {
-    let mut policy = policy.clone();
-    policy.canonicalize();
-    let aggregated = aggregated_rules(&policy);
-
-    let mut index = Index::default();
-
-    // Roles, with aggregated ClusterRoles resolved to their effective rules.
-    let mut role_ids: FxHashMap<(RoleKind, &str, &str), RoleId> = FxHashMap::default();
+    let mut cluster_roles = Vec::new();
+    let mut cluster_bindings = Vec::new();
+    type Parts<'a> = (Vec<&'a Role>, Vec<&'a Binding>);
+    let mut namespaces: FxHashMap<&str, Parts<'_>> = FxHashMap::default();
     for role in &policy.roles {
-        let id = index.roles.len() as RoleId;
-        let rules = match (role.kind, aggregated.get(&role.name)) {
-            (RoleKind::ClusterRole, Some(rules)) => rules.clone(),
-            _ => role.rules.clone(),
-        };
-        for (rule_index, rule) in rules.iter().enumerate() {
-            file_rule(&mut index, id, rule_index as u32, rule);
+        match role.kind {
+            RoleKind::ClusterRole => cluster_roles.push(role),
+            RoleKind::Role => namespaces
+                .entry(role.namespace.as_str())
+                .or_default()
+                .0
+                .push(role),
         }
-        index.roles.push(RoleEntry { rules });
-        index.bindings_by_role.push(RoleBindings::default());
-        role_ids.insert((role.kind, &role.namespace, &role.name), id);
+    }
+    for binding in &policy.bindings {
+        match binding.kind {
+            BindingKind::ClusterRoleBinding => cluster_bindings.push(binding),
+            BindingKind::RoleBinding => namespaces
+                .entry(binding.namespace.as_str())
+                .or_default()
+                .1
+                .push(binding),
+        }
     }
 
-    for binding in &policy.bindings {
-        let id = index.bindings.len() as u32;
-        let cluster = binding.kind == BindingKind::ClusterRoleBinding;
-        let role_namespace = match binding.role_ref.kind {
-            RoleKind::ClusterRole => "",
-            RoleKind::Role => binding.namespace.as_str(),
-        };
-        let role = role_ids
-            .get(&(
-                binding.role_ref.kind,
-                role_namespace,
-                binding.role_ref.name.as_str(),
-            ))
-            .copied();
+    let cluster_roles = Arc::new(build_cluster_roles(cluster_roles, None));
+    let cluster = Arc::new(build_scope(cluster_bindings, None, &cluster_roles));
+    let namespaces = namespaces
+        .into_iter()
+        .map(|(namespace, (roles, bindings))| {
+            let partition = build_namespace(roles, bindings, &cluster_roles);
+            (Arc::from(namespace), Arc::new(partition))
+        })
+        .collect();
+    Index {
+        cluster_roles,
+        cluster,
+        namespaces,
+        abac: Arc::new(build_abac(policy.abac.clone())),
+    }
+}
 
-        match (role, cluster) {
-            (Some(role), true) => index.bindings_by_role[role as usize].cluster.push(id),
-            (Some(role), false) => index.bindings_by_role[role as usize]
-                .by_namespace
-                .entry(binding.namespace.as_str().into())
-                .or_default()
-                .push(id),
-            (None, true) => index.broken_cluster.push(id),
-            (None, false) => index
-                .broken_by_namespace
-                .entry(binding.namespace.as_str().into())
-                .or_default()
-                .push(id),
+/// An incremental build: `index` with the partitions `delta` carries replaced, every other
+/// partition shared. ClusterRoles keep their slots, so bindings elsewhere stay valid.
+pub fn apply(index: &Index, delta: &PolicyDelta) -> Result<Index, DeltaError> {
+    delta.validate()?;
+    let cluster_roles = match &delta.cluster_roles {
+        Some(roles) => Arc::new(build_cluster_roles(
+            roles.iter().collect(),
+            Some(&index.cluster_roles),
+        )),
+        None => Arc::clone(&index.cluster_roles),
+    };
+    let cluster = match &delta.cluster_bindings {
+        Some(bindings) => Arc::new(build_scope(bindings.iter().collect(), None, &cluster_roles)),
+        None => Arc::clone(&index.cluster),
+    };
+    let mut namespaces = index.namespaces.clone();
+    for ns in &delta.namespaces {
+        if ns.roles.is_empty() && ns.bindings.is_empty() {
+            namespaces.remove(ns.namespace.as_str());
+        } else {
+            let partition = build_namespace(
+                ns.roles.iter().collect(),
+                ns.bindings.iter().collect(),
+                &cluster_roles,
+            );
+            namespaces.insert(Arc::from(ns.namespace.as_str()), Arc::new(partition));
+        }
+    }
+    let abac = match &delta.abac {
+        Some(rules) => Arc::new(build_abac(rules.clone())),
+        None => Arc::clone(&index.abac),
+    };
+    Ok(Index {
+        cluster_roles,
+        cluster,
+        namespaces,
+        abac,
+    })
+}
+
+/// Every ClusterRole (`roles` holds exactly the roles of kind ClusterRole), with aggregation
+/// resolved. Slots of `previous` are kept: its names keep their slots (tombstones when the role
+/// is gone), new names get new slots.
+fn build_cluster_roles(mut roles: Vec<&Role>, previous: Option<&ClusterRoles>) -> ClusterRoles {
+    roles.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let aggregated = aggregated_rules_of(roles.iter().copied());
+
+    let mut out = ClusterRoles::default();
+    if let Some(previous) = previous {
+        out.names = previous.names.clone();
+        out.slot_by_name = previous.slot_by_name.clone();
+        out.roles = out.names.iter().map(|_| None).collect();
+    }
+    for role in roles {
+        // A ClusterRole is looked up with an empty namespace; one with a namespace can only
+        // feed aggregation.
+        if !role.namespace.is_empty() {
+            continue;
+        }
+        let slot = match out.slot_by_name.get(role.name.as_str()) {
+            Some(slot) => *slot,
+            None => {
+                let slot = out.names.len() as RoleId;
+                out.names.push(role.name.as_str().into());
+                out.roles.push(None);
+                out.slot_by_name.insert(role.name.as_str().into(), slot);
+                slot
+            }
+        };
+        let rules = match aggregated.get(&role.name) {
+            Some(rules) => rules.clone(),
+            None => role.rules.clone(),
+        };
+        // Of two ClusterRoles with one name, the later in canonical order wins, as in a
+        // name-keyed map.
+        if let Some(entry) = out.roles.get_mut(slot as usize) {
+            *entry = Some(RoleEntry { rules });
+        }
+    }
+    for (slot, role) in out.roles.iter().enumerate() {
+        match role {
+            Some(role) => {
+                for (rule_index, rule) in role.rules.iter().enumerate() {
+                    file_rule(&mut out.rules, slot as RoleId, rule_index as u32, rule);
+                }
+            }
+            None => out.tombstones.push(slot as RoleId),
+        }
+    }
+    out
+}
+
+/// One namespace: `roles` are its Roles, `bindings` its RoleBindings.
+fn build_namespace(
+    mut roles: Vec<&Role>,
+    bindings: Vec<&Binding>,
+    cluster_roles: &ClusterRoles,
+) -> NamespacePartition {
+    roles.sort_by(|a, b| a.name.cmp(&b.name));
+    let mut partition = NamespacePartition::default();
+    for (id, role) in roles.iter().enumerate() {
+        let id = id as RoleId;
+        for (rule_index, rule) in role.rules.iter().enumerate() {
+            file_rule(&mut partition.rules, id, rule_index as u32, rule);
+        }
+        partition.roles.push(RoleEntry {
+            rules: role.rules.clone(),
+        });
+        // Of two Roles with one name, the later in canonical order wins.
+        partition.role_by_name.insert(role.name.as_str().into(), id);
+    }
+    partition.scope = build_scope(bindings, Some(&partition), cluster_roles);
+    partition
+}
+
+/// The bindings of one scope: the ClusterRoleBindings (`local` is `None`) or the RoleBindings
+/// of the namespace `local` (whose Roles are already built).
+fn build_scope(
+    mut bindings: Vec<&Binding>,
+    local: Option<&NamespacePartition>,
+    cluster_roles: &ClusterRoles,
+) -> ScopeBindings {
+    bindings.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+    let mut scope = ScopeBindings {
+        bindings: Vec::with_capacity(bindings.len()),
+        by_local_role: local.map_or_else(Vec::new, |ns| vec![Vec::new(); ns.roles.len()]),
+        ..Default::default()
+    };
+    for binding in bindings {
+        let id = scope.bindings.len() as u32;
+        let cluster = binding.kind == BindingKind::ClusterRoleBinding;
+        let name = binding.role_ref.name.as_str();
+        let role = match (binding.role_ref.kind, local) {
+            (RoleKind::ClusterRole, _) => match cluster_roles.slot_by_name.get(name) {
+                Some(slot) => RoleTarget::ClusterSlot(*slot),
+                None => RoleTarget::ClusterByName,
+            },
+            (RoleKind::Role, Some(ns)) => match ns.role_by_name.get(name) {
+                Some(local) => RoleTarget::Local(*local),
+                None => RoleTarget::Missing,
+            },
+            (RoleKind::Role, None) => RoleTarget::ForeignRole,
+        };
+        match role {
+            RoleTarget::Local(local) => {
+                if let Some(ids) = scope.by_local_role.get_mut(local as usize) {
+                    ids.push(id);
+                }
+            }
+            RoleTarget::ClusterSlot(slot) => {
+                scope.by_cluster_slot.entry(slot).or_default().push(id)
+            }
+            RoleTarget::ClusterByName | RoleTarget::ForeignRole => scope.deferred.push(id),
+            RoleTarget::Missing => scope.missing.push(id),
         }
 
-        let scope: &mut ScopeGrants = if cluster {
-            &mut index.cluster
-        } else {
-            index
-                .namespaces
-                .entry(binding.namespace.as_str().into())
-                .or_default()
-        };
         let mut subjects = Vec::with_capacity(binding.subjects.len());
         for (subject_index, subject) in binding.subjects.iter().enumerate() {
             let grant = Grant {
@@ -83,10 +229,10 @@ pub fn compile(policy: &PolicySet) -> Index {
             };
             let name = if let Some(user) = subject.user_name(&binding.namespace) {
                 let user: Box<str> = user.into();
-                scope.users.entry(user.clone()).or_default().push(grant);
+                scope.grants.users.entry(&user).push(grant);
                 SubjectName::User(user)
             } else if let Some(group) = subject.group_name() {
-                scope.groups.entry(group.into()).or_default().push(grant);
+                scope.grants.groups.entry(group).push(grant);
                 SubjectName::Group(group.into())
             } else {
                 SubjectName::Nothing
@@ -94,7 +240,7 @@ pub fn compile(policy: &PolicySet) -> Index {
             subjects.push(name);
         }
 
-        index.bindings.push(BindingEntry {
+        scope.bindings.push(BindingEntry {
             binding_id: explain::binding_id(binding).into(),
             role_id: explain::role_id(binding).into(),
             source: Arc::from(binding.source.to_string()),
@@ -104,29 +250,33 @@ pub fn compile(policy: &PolicySet) -> Index {
             subjects,
         });
     }
+    scope
+}
 
-    for (line, rule) in policy.abac.iter().enumerate() {
+fn build_abac(rules: Vec<AbacRule>) -> AbacPartition {
+    let mut partition = AbacPartition::default();
+    for (line, rule) in rules.iter().enumerate() {
         let line = line as u32;
         if !rule.user.is_empty() {
-            index
-                .abac_by_user
+            partition
+                .by_user
                 .entry(rule.user.as_str().into())
                 .or_default()
                 .push(line);
         } else if !rule.group.is_empty() {
-            index
-                .abac_by_group
+            partition
+                .by_group
                 .entry(rule.group.as_str().into())
                 .or_default()
                 .push(line);
         }
     }
-    index.abac = policy.abac;
-    index
+    partition.rules = rules;
+    partition
 }
 
-/// Files a rule in the who-can index under every key a matching request can probe.
-fn file_rule(index: &mut Index, role: RoleId, rule: u32, policy_rule: &PolicyRule) {
+/// Files a rule in a who-can index under every key a matching request can probe.
+fn file_rule(index: &mut RulesByVerb, role: RoleId, rule: u32, policy_rule: &PolicyRule) {
     let loc = RuleLoc { role, rule };
     let positive = |entries: &[String]| -> Vec<String> {
         let entries: Vec<&String> = entries.iter().filter(|e| !is_negated(e)).collect();
@@ -142,7 +292,7 @@ fn file_rule(index: &mut Index, role: RoleId, rule: u32, policy_rule: &PolicyRul
         resource_keys.push(NON_RESOURCE_KEY.to_string());
     }
     for verb in &verbs {
-        let by_resource = index.rules_by_verb.entry(verb.as_str().into()).or_default();
+        let by_resource = index.by_verb.entry(verb.as_str().into()).or_default();
         for key in &resource_keys {
             let locs = by_resource.entry(key.as_str().into()).or_default();
             if locs.last() != Some(&loc) {

@@ -1,37 +1,92 @@
 //! The immutable compiled index: what a decision reads instead of scanning bindings.
 //!
-//! Layout (built by [`compile`](crate::policy::compile::compile)):
-//! * **grants by subject**: for cluster scope and for each namespace, a hash map from user name
-//!   (users and service accounts) and from group name to the bindings that name that subject.
-//!   `Authorize` looks up the request's user and each of its groups, at cluster scope and in the
-//!   request's namespace — `2 × (1 + groups)` hash lookups — and evaluates only those bindings'
-//!   roles. Bindings, roles and namespaces unrelated to the subject are never touched.
-//! * **rules by (verb, resource)**: the inverted index who-can starts from. Each rule is filed
-//!   under its positive verb entries (or `*`) and positive resource entries (`res`, `res/sub`,
-//!   `*`, `*/sub`) or a non-resource marker; a request probes at most six keys. Candidates are
-//!   then checked with the exact matcher, so the index only narrows, never decides.
-//! * **bindings by role**: from a role to the ClusterRoleBindings and, per namespace, the
-//!   RoleBindings that reference it, so who-can reaches subjects without scanning bindings.
-//! * **ABAC lines by subject**, in file order.
+//! # Partitions
+//!
+//! The index is split into parts that a policy change can replace one by one (see
+//! [`compile::apply`](crate::policy::compile::apply)); every part sits behind an `Arc`, so an
+//! update shares everything it does not rebuild:
+//!
+//! * [`ClusterRoles`]: every ClusterRole's effective rules (after aggregation) and their who-can
+//!   index. Always rebuilt whole, since aggregation relates ClusterRoles to each other; there
+//!   are few of them.
+//! * **cluster scope** ([`ScopeBindings`]): the ClusterRoleBindings.
+//! * one [`NamespacePartition`] per namespace: its Roles (with their who-can index) and its
+//!   RoleBindings. A namespace's RoleBindings can only reference its own Roles or ClusterRoles,
+//!   so a namespace is rebuilt with nothing but its own objects.
+//! * [`AbacPartition`]: the ABAC lines.
+//!
+//! # Stable ClusterRole slots
+//!
+//! Bindings in cluster scope and in every namespace reference ClusterRoles, but must survive the
+//! ClusterRoles being rebuilt without being rebuilt themselves. So ClusterRoles live in
+//! *slots*: a slot belongs to one name for the life of an index and all its updates. A rebuild
+//! carries the name → slot map over; a deleted ClusterRole leaves a tombstone (its slot holds
+//! `None`, so bindings to it report the missing role); a re-created name gets its old slot back.
+//! A binding whose ClusterRole had no slot when its partition was built (the role did not exist
+//! and never had) is resolved by name at query time instead ([`RoleTarget::ClusterByName`]).
+//! A full build ([`compile`](crate::policy::compile::compile)) starts from fresh slots.
+//!
+//! # Grants by subject (Authorize)
+//!
+//! Cluster scope and each namespace hold a hash map from user name (users and service
+//! accounts) and from group name to the bindings that name that subject ([`NameMap`], keyed by
+//! the name's hash). `Authorize` hashes the request's user and each of its groups once and looks
+//! each up at cluster scope and in the request's namespace — `2 × (1 + groups)` lookups — and
+//! evaluates only those bindings' roles. Binding ids are
+//! positions within their scope, in canonical order (by namespace and name), so sorting the
+//! cluster candidates and then the namespace candidates by position visits bindings exactly in
+//! the canonical order of a full walk (cluster bindings first), which the explanation depends on.
+//!
+//! # Rules by (verb, resource) and bindings by role (who-can)
+//!
+//! Each rule is filed under its positive verb entries (or `*`) and positive resource entries
+//! (`res`, `res/sub`, `*`, `*/sub`) or a non-resource marker; a request probes at most six keys.
+//! Candidates are then checked with the exact matcher, so the index only narrows, never
+//! decides. ClusterRole rules live in [`ClusterRoles`], a namespace's Role rules in its
+//! partition (Roles of other namespaces cannot be reached from the request's scope). From a rule,
+//! each scope maps a role (ClusterRole slot or local Role) to the bindings referencing it.
 //!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
-//! policy; `tests/differential.rs` property-tests this.
+//! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
+//! updated index answers exactly what a full build of the new policy answers.
 
+use std::collections::HashMap;
+use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
 
 use crate::policy::model::{AbacRule, Binding, PolicyRule};
 
+/// A binding's position within its scope (cluster scope, or one namespace).
 pub type BindingId = u32;
+/// A Role's position within its namespace partition, or a ClusterRole slot.
 pub type RoleId = u32;
 
-/// A binding's data as decisions need it, in canonical order (cluster bindings first).
+/// What a binding's roleRef resolves to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RoleTarget {
+    /// A Role of the binding's own namespace partition (built together with the binding).
+    Local(RoleId),
+    /// A ClusterRole slot, stable across ClusterRole rebuilds; a tombstone means missing.
+    ClusterSlot(RoleId),
+    /// A ClusterRole that had no slot when the binding's partition was built: looked up by
+    /// name at query time.
+    ClusterByName,
+    /// A `Role` referenced from a ClusterRoleBinding (every loader rejects this): looked up by
+    /// name in the partition of the binding's namespace at query time.
+    ForeignRole,
+    /// A Role missing from the binding's own namespace. Final: the namespace's Roles and
+    /// RoleBindings are always rebuilt together.
+    Missing,
+}
+
+/// A binding's data as decisions need it.
 #[derive(Debug)]
 pub struct BindingEntry {
     pub binding: Binding,
-    /// Resolved role, or `None` when the roleRef names a role that does not exist.
-    pub role: Option<RoleId>,
+    pub role: RoleTarget,
     pub cluster: bool,
     /// `ClusterRoleBinding/NAME` / `RoleBinding/NS/NAME`.
     pub binding_id: Arc<str>,
@@ -58,7 +113,8 @@ pub struct RoleEntry {
     pub rules: Vec<PolicyRule>,
 }
 
-/// "Subject `subject` of binding `binding` is this user/group."
+/// "Subject `subject` of binding `binding` (of the scope holding the grant) is this
+/// user/group." Ordered by binding position, then subject.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Grant {
     pub binding: BindingId,
@@ -66,69 +122,196 @@ pub struct Grant {
     pub subject: u32,
 }
 
-/// Bindings of one scope (cluster, or one namespace) by the subject they name.
+/// Bindings of one scope by the subject they name.
 #[derive(Debug, Default)]
 pub struct ScopeGrants {
-    pub users: FxHashMap<Box<str>, Vec<Grant>>,
-    pub groups: FxHashMap<Box<str>, Vec<Grant>>,
+    pub users: NameMap<Vec<Grant>>,
+    pub groups: NameMap<Vec<Grant>>,
 }
 
-/// Where a rule lives: role and index within the role's effective rules.
+impl ScopeGrants {
+    /// The grants naming a request's user or one of its groups, in cluster scope (`cluster`)
+    /// and in the request's namespace (`local`), appended to `into_cluster` and `into_local`.
+    /// Each name is hashed once for both scopes.
+    pub fn collect<A: smallvec::Array<Item = Grant>>(
+        cluster: &ScopeGrants,
+        local: Option<&ScopeGrants>,
+        user: &str,
+        groups: &[String],
+        into_cluster: &mut smallvec::SmallVec<A>,
+        into_local: &mut smallvec::SmallVec<A>,
+    ) {
+        let users = (&cluster.users, local.map(|l| &l.users));
+        lookup_names(users, [user].into_iter(), into_cluster, into_local);
+        let groups = groups.iter().map(String::as_str);
+        let maps = (&cluster.groups, local.map(|l| &l.groups));
+        lookup_names(maps, groups, into_cluster, into_local);
+    }
+}
+
+/// Looks each name up in a cluster-scope and a namespace map, hashing it once; maps that are
+/// empty are skipped (and nothing is hashed when both are).
+#[inline]
+fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
+    (cluster, local): (&NameMap<Vec<Grant>>, Option<&NameMap<Vec<Grant>>>),
+    names: impl Iterator<Item = &'a str>,
+    into_cluster: &mut smallvec::SmallVec<A>,
+    into_local: &mut smallvec::SmallVec<A>,
+) {
+    let cluster = Some(cluster).filter(|map| !map.is_empty());
+    let local = local.filter(|map| !map.is_empty());
+    match (cluster, local) {
+        (None, None) => {}
+        (Some(map), None) => {
+            for name in names {
+                if let Some(grants) = map.get(HashedName::new(name)) {
+                    into_cluster.extend_from_slice(grants);
+                }
+            }
+        }
+        (None, Some(map)) => {
+            for name in names {
+                if let Some(grants) = map.get(HashedName::new(name)) {
+                    into_local.extend_from_slice(grants);
+                }
+            }
+        }
+        (Some(cluster), Some(local)) => {
+            for name in names {
+                let name = HashedName::new(name);
+                if let Some(grants) = cluster.get(name) {
+                    into_cluster.extend_from_slice(grants);
+                }
+                if let Some(grants) = local.get(name) {
+                    into_local.extend_from_slice(grants);
+                }
+            }
+        }
+    }
+}
+
+/// A name with its [`name_hash`].
+#[derive(Clone, Copy, Debug)]
+pub struct HashedName<'a> {
+    pub name: &'a str,
+    pub hash: u64,
+}
+
+impl<'a> HashedName<'a> {
+    pub fn new(name: &'a str) -> Self {
+        Self {
+            name,
+            hash: name_hash(name),
+        }
+    }
+}
+
+/// The hash [`NameMap`] files a name under.
+pub fn name_hash(name: &str) -> u64 {
+    rustc_hash::FxBuildHasher.hash_one(name)
+}
+
+/// A map from user or group name, keyed by the name's [`name_hash`] so that a request hashes
+/// each of its names once however many scopes it looks in. Names whose hashes collide share a
+/// slot and are told apart by comparison.
+#[derive(Debug)]
+pub struct NameMap<V> {
+    map: HashMap<u64, NameSlot<V>, BuildHasherDefault<PrehashedHasher>>,
+}
+
+/// The names (almost always one) sharing a hash.
+type NameSlot<V> = SmallVec<[(Box<str>, V); 1]>;
+
+impl<V> Default for NameMap<V> {
+    fn default() -> Self {
+        Self {
+            map: HashMap::default(),
+        }
+    }
+}
+
+impl<V> NameMap<V> {
+    #[inline]
+    pub fn get(&self, name: HashedName<'_>) -> Option<&V> {
+        let slot = self.map.get(&name.hash)?;
+        slot.iter()
+            .find(|(key, _)| **key == *name.name)
+            .map(|(_, value)| value)
+    }
+
+    /// The value for `name`, inserted as `V::default()` if absent.
+    pub fn entry(&mut self, name: &str) -> &mut V
+    where
+        V: Default,
+    {
+        self.entry_hashed(HashedName::new(name))
+    }
+
+    fn entry_hashed(&mut self, name: HashedName<'_>) -> &mut V
+    where
+        V: Default,
+    {
+        let slot = self.map.entry(name.hash).or_default();
+        match slot.iter().position(|(key, _)| **key == *name.name) {
+            Some(i) => &mut slot[i].1,
+            None => {
+                slot.push((name.name.into(), V::default()));
+                let last = slot.len() - 1;
+                &mut slot[last].1
+            }
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.map.is_empty()
+    }
+}
+
+/// The hasher of [`NameMap`]: its keys already are hashes.
+#[derive(Default)]
+pub struct PrehashedHasher(u64);
+
+impl Hasher for PrehashedHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        // Not used by `u64` keys; a plain FNV-1a fold keeps it correct regardless.
+        for byte in bytes {
+            self.0 = (self.0 ^ u64::from(*byte)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+/// Where a rule lives: role (local Role id or ClusterRole slot, depending on the index holding
+/// it) and index within the role's effective rules.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RuleLoc {
     pub role: RoleId,
     pub rule: u32,
 }
 
-/// Bindings that reference one role.
-#[derive(Debug, Default)]
-pub struct RoleBindings {
-    pub cluster: Vec<BindingId>,
-    pub by_namespace: FxHashMap<Box<str>, Vec<BindingId>>,
-}
-
 /// Marker resource key for rules filed by their non-resource URLs.
 pub const NON_RESOURCE_KEY: &str = "\0non-resource";
 
+/// The who-can index of one set of roles: verb key (`verb` or `*`) -> resource key -> rules.
 #[derive(Debug, Default)]
-pub struct Index {
-    pub bindings: Vec<BindingEntry>,
-    pub roles: Vec<RoleEntry>,
-    pub cluster: ScopeGrants,
-    pub namespaces: FxHashMap<Box<str>, ScopeGrants>,
-
-    /// verb key (`verb` or `*`) -> resource key -> rules.
-    pub rules_by_verb: FxHashMap<Box<str>, FxHashMap<Box<str>, Vec<RuleLoc>>>,
-    pub bindings_by_role: Vec<RoleBindings>,
-    /// Bindings whose role is missing, by scope, for who-can's error report.
-    pub broken_cluster: Vec<BindingId>,
-    pub broken_by_namespace: FxHashMap<Box<str>, Vec<BindingId>>,
-
-    pub abac: Vec<AbacRule>,
-    pub abac_by_user: FxHashMap<Box<str>, Vec<u32>>,
-    /// Lines with a group and no user.
-    pub abac_by_group: FxHashMap<Box<str>, Vec<u32>>,
+pub struct RulesByVerb {
+    pub by_verb: FxHashMap<Box<str>, FxHashMap<Box<str>, Vec<RuleLoc>>>,
 }
 
-impl Index {
-    pub fn scope(&self, namespace: &str) -> Option<&ScopeGrants> {
-        self.namespaces.get(namespace)
-    }
-
-    pub fn binding(&self, id: BindingId) -> &BindingEntry {
-        &self.bindings[id as usize]
-    }
-
-    pub fn role_rules(&self, id: RoleId) -> &[PolicyRule] {
-        &self.roles[id as usize].rules
-    }
-
+impl RulesByVerb {
     /// Rules filed under any key the action can hit: `(verb | *) × (combined | * | */sub)`, or
     /// the non-resource marker. Sorted and de-duplicated.
     pub fn candidate_rules(&self, verb: &str, resource_keys: &[&str]) -> Vec<RuleLoc> {
         let mut found = Vec::new();
         for verb_key in [verb, "*"] {
-            let Some(by_resource) = self.rules_by_verb.get(verb_key) else {
+            let Some(by_resource) = self.by_verb.get(verb_key) else {
                 continue;
             };
             for key in resource_keys {
@@ -143,5 +326,138 @@ impl Index {
         found.sort_unstable();
         found.dedup();
         found
+    }
+}
+
+/// Every ClusterRole, in stable slots.
+#[derive(Debug, Default)]
+pub struct ClusterRoles {
+    /// By slot; `None` is a tombstone (a ClusterRole that existed once and was deleted).
+    pub roles: Vec<Option<RoleEntry>>,
+    /// Name of each slot.
+    pub names: Vec<Box<str>>,
+    pub slot_by_name: FxHashMap<Box<str>, RoleId>,
+    /// Slots holding `None`, for who-can's missing-role report.
+    pub tombstones: Vec<RoleId>,
+    pub rules: RulesByVerb,
+}
+
+impl ClusterRoles {
+    /// Rules of the ClusterRole in `slot`, `None` for a tombstone.
+    pub fn slot_rules(&self, slot: RoleId) -> Option<&[PolicyRule]> {
+        self.roles
+            .get(slot as usize)
+            .and_then(Option::as_ref)
+            .map(|r| r.rules.as_slice())
+    }
+
+    /// Rules of the ClusterRole called `name`, `None` if it does not exist.
+    pub fn named_rules(&self, name: &str) -> Option<&[PolicyRule]> {
+        self.slot_by_name
+            .get(name)
+            .and_then(|slot| self.slot_rules(*slot))
+    }
+}
+
+/// The bindings of one scope: the ClusterRoleBindings, or one namespace's RoleBindings.
+#[derive(Debug, Default)]
+pub struct ScopeBindings {
+    /// In canonical order (namespace, then name); a [`BindingId`] is a position here.
+    pub bindings: Vec<BindingEntry>,
+    pub grants: ScopeGrants,
+    /// Local Role id -> bindings referencing it (namespace scope only).
+    pub by_local_role: Vec<Vec<BindingId>>,
+    /// ClusterRole slot -> bindings referencing it.
+    pub by_cluster_slot: FxHashMap<RoleId, Vec<BindingId>>,
+    /// Bindings resolved at query time ([`RoleTarget::ClusterByName`], [`RoleTarget::ForeignRole`]).
+    pub deferred: Vec<BindingId>,
+    /// Bindings whose role is missing for good ([`RoleTarget::Missing`]).
+    pub missing: Vec<BindingId>,
+}
+
+impl ScopeBindings {
+    pub fn binding(&self, id: BindingId) -> &BindingEntry {
+        &self.bindings[id as usize]
+    }
+}
+
+/// One namespace: its Roles and its RoleBindings.
+#[derive(Debug, Default)]
+pub struct NamespacePartition {
+    /// In name order; a local [`RoleId`] is a position here.
+    pub roles: Vec<RoleEntry>,
+    pub role_by_name: FxHashMap<Box<str>, RoleId>,
+    pub rules: RulesByVerb,
+    pub scope: ScopeBindings,
+}
+
+/// The ABAC lines, in file order, by the subject they name.
+#[derive(Debug, Default)]
+pub struct AbacPartition {
+    pub rules: Vec<AbacRule>,
+    pub by_user: FxHashMap<Box<str>, Vec<u32>>,
+    /// Lines with a group and no user.
+    pub by_group: FxHashMap<Box<str>, Vec<u32>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Index {
+    pub cluster_roles: Arc<ClusterRoles>,
+    /// The ClusterRoleBindings.
+    pub cluster: Arc<ScopeBindings>,
+    /// Non-empty namespaces only.
+    pub namespaces: FxHashMap<Arc<str>, Arc<NamespacePartition>>,
+    pub abac: Arc<AbacPartition>,
+}
+
+impl Index {
+    pub fn namespace(&self, namespace: &str) -> Option<&NamespacePartition> {
+        self.namespaces.get(namespace).map(|p| &**p)
+    }
+
+    /// The effective rules of a binding's role, `None` when the role does not exist. `local`
+    /// is the namespace partition holding the binding (`None` for cluster scope).
+    pub fn role_rules<'a>(
+        &'a self,
+        local: Option<&'a NamespacePartition>,
+        entry: &BindingEntry,
+    ) -> Option<&'a [PolicyRule]> {
+        match entry.role {
+            RoleTarget::Local(id) => local
+                .and_then(|ns| ns.roles.get(id as usize))
+                .map(|r| r.rules.as_slice()),
+            RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot_rules(slot),
+            RoleTarget::ClusterByName => {
+                self.cluster_roles.named_rules(&entry.binding.role_ref.name)
+            }
+            RoleTarget::ForeignRole => {
+                let ns = self.namespace(&entry.binding.namespace)?;
+                let id = ns.role_by_name.get(entry.binding.role_ref.name.as_str())?;
+                ns.roles.get(*id as usize).map(|r| r.rules.as_slice())
+            }
+            RoleTarget::Missing => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_sharing_a_hash_are_told_apart() {
+        let mut map: NameMap<u32> = NameMap::default();
+        let same = |name| HashedName { name, hash: 7 };
+        *map.entry_hashed(same("alice")) = 1;
+        *map.entry_hashed(same("bob")) = 2;
+        *map.entry_hashed(same("alice")) += 10;
+        assert_eq!(map.get(same("alice")), Some(&11));
+        assert_eq!(map.get(same("bob")), Some(&2));
+        assert_eq!(map.get(same("carol")), None);
+        assert_eq!(map.get(HashedName::new("alice")), None);
+
+        *map.entry("dave") = 4;
+        assert_eq!(map.get(HashedName::new("dave")), Some(&4));
+        assert_eq!(map.get(HashedName::new("Dave")), None);
     }
 }

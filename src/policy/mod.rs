@@ -3,6 +3,7 @@
 pub mod abac;
 pub mod aggregate;
 pub mod compile;
+pub mod delta;
 pub mod impact;
 pub mod index;
 pub mod load;

@@ -1,0 +1,211 @@
+//! Incremental index updates against a full compile, at 100k bindings over 10k namespaces
+//! (`synth::policy(&Shape::with_bindings(100_000), 42)`), in the same run: one RoleBinding
+//! applied, one RoleBinding deleted, one ClusterRoleBinding applied, one ClusterRole changed.
+//! Every bench first checks that the updated engine's answer changed as expected and equals a
+//! full build of the new policy. Each measured update includes dropping the engine it made.
+//! `delta/for-changes` times the helper that finds a change's partitions by scanning the
+//! policy (the store can hand partitions over directly instead).
+//!
+//! Run: `cargo bench --bench update`.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use authzd::engine::{Decision, Engine, EngineConfig, Request};
+use authzd::policy::delta::{ChangedKind, ChangedObject, PolicyDelta};
+use authzd::policy::model::{
+    Binding, BindingKind, PolicyRule, PolicySet, RoleKind, RoleRef, Source, Subject,
+};
+use authzd::synth::{self, Shape};
+use criterion::{criterion_group, criterion_main, Criterion};
+
+const SIZE: usize = 100_000;
+
+fn user_binding(
+    kind: BindingKind,
+    namespace: &str,
+    name: &str,
+    user: &str,
+    role: RoleRef,
+) -> Binding {
+    Binding {
+        kind,
+        namespace: namespace.to_string(),
+        name: name.to_string(),
+        subjects: vec![Subject {
+            kind: "User".to_string(),
+            api_group: "rbac.authorization.k8s.io".to_string(),
+            name: user.to_string(),
+            namespace: String::new(),
+        }],
+        role_ref: role,
+        source: Source::new("bench", 0),
+    }
+}
+
+/// One change: the policy after it, the object it touched, and a request whose answer moves
+/// from `before` to `after`.
+struct Case {
+    name: &'static str,
+    after: PolicySet,
+    changed: ChangedObject,
+    request: Request,
+    before: Decision,
+    expected: Decision,
+}
+
+fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
+    let mut cases = Vec::new();
+
+    // A new RoleBinding in ns-0 lets a new user read pods there.
+    let mut after = policy.clone();
+    let binding = user_binding(
+        BindingKind::RoleBinding,
+        &synth::namespace(0),
+        "rb-new",
+        "new-user",
+        RoleRef {
+            kind: RoleKind::Role,
+            name: "ns-reader".to_string(),
+        },
+    );
+    let changed = ChangedObject::of_binding(&binding);
+    after.bindings.push(binding);
+    let mut request = synth::allowed_request(shape);
+    request.user.name = "new-user".to_string();
+    request.user.groups.clear();
+    cases.push(Case {
+        name: "rolebinding-apply",
+        after,
+        changed,
+        request,
+        before: Decision::NoOpinion,
+        expected: Decision::Allow,
+    });
+
+    // Deleting the probe's reader binding in ns-0 takes its pod access away.
+    let mut after = policy.clone();
+    after
+        .bindings
+        .retain(|b| !(b.namespace == synth::namespace(0) && b.name == "probe-reader"));
+    cases.push(Case {
+        name: "rolebinding-delete",
+        after,
+        changed: ChangedObject::new(
+            ChangedKind::RoleBinding,
+            synth::namespace(0),
+            "probe-reader",
+        ),
+        request: synth::allowed_request(shape),
+        before: Decision::Allow,
+        expected: Decision::NoOpinion,
+    });
+
+    // A new ClusterRoleBinding to `view` lets the probe read pods in every namespace.
+    let mut after = policy.clone();
+    let binding = user_binding(
+        BindingKind::ClusterRoleBinding,
+        "",
+        "probe-view",
+        synth::PROBE_USER,
+        RoleRef {
+            kind: RoleKind::ClusterRole,
+            name: "view".to_string(),
+        },
+    );
+    let changed = ChangedObject::of_binding(&binding);
+    after.bindings.push(binding);
+    let mut request = synth::allowed_request(shape);
+    if let authzd::engine::Action::Resource(r) = &mut request.action {
+        r.namespace = synth::namespace(shape.namespaces - 1);
+    }
+    cases.push(Case {
+        name: "clusterrolebinding-apply",
+        after,
+        changed,
+        request,
+        before: Decision::NoOpinion,
+        expected: Decision::Allow,
+    });
+
+    // `no-secrets` now denies configmaps instead: the probe is no longer denied secrets.
+    let mut after = policy.clone();
+    for role in &mut after.roles {
+        if role.kind == RoleKind::ClusterRole && role.name == "no-secrets" {
+            role.rules = vec![PolicyRule {
+                verbs: vec!["*".to_string()],
+                api_groups: vec!["*".to_string()],
+                resources: vec!["configmaps".to_string()],
+                deny: true,
+                ..Default::default()
+            }];
+        }
+    }
+    cases.push(Case {
+        name: "clusterrole-change",
+        after,
+        changed: ChangedObject::new(ChangedKind::ClusterRole, "", "no-secrets"),
+        request: synth::denied_request(shape),
+        before: Decision::Deny,
+        expected: Decision::NoOpinion,
+    });
+    cases
+}
+
+fn update(c: &mut Criterion) {
+    let shape = Shape::with_bindings(SIZE);
+    let policy = synth::policy(&shape, 42);
+    let config = EngineConfig::default();
+    let engine = Engine::new(&policy, config.clone());
+
+    let mut group = c.benchmark_group("update");
+    group.measurement_time(Duration::from_secs(3));
+    for case in cases(&shape, &policy) {
+        let delta = PolicyDelta::for_changes(&case.after, [&case.changed]);
+        let updated = match engine.update(&delta) {
+            Ok(updated) => updated,
+            Err(e) => {
+                eprintln!("{}: delta refused: {e}", case.name);
+                std::process::exit(1);
+            }
+        };
+        let full = Engine::new(&case.after, config.clone());
+        assert_eq!(
+            engine.authorize(&case.request).decision,
+            case.before,
+            "{}",
+            case.name
+        );
+        let answer = updated.authorize(&case.request);
+        assert_eq!(answer.decision, case.expected, "{}", case.name);
+        assert_eq!(answer, full.authorize(&case.request), "{}", case.name);
+        assert_eq!(
+            updated.allowed_subjects(&case.request.action),
+            full.allowed_subjects(&case.request.action),
+            "{}",
+            case.name
+        );
+        drop((updated, full));
+
+        group.bench_function(format!("{}/{SIZE}-bindings", case.name), |b| {
+            b.iter(|| engine.update(black_box(&delta)))
+        });
+        if case.name == "rolebinding-apply" {
+            group.sample_size(20);
+            group.bench_function(format!("delta/for-changes/{SIZE}-bindings"), |b| {
+                b.iter(|| PolicyDelta::for_changes(black_box(&case.after), [&case.changed]))
+            });
+            group.sample_size(100);
+        }
+    }
+
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    group.bench_function(format!("full-compile/{SIZE}-bindings"), |b| {
+        b.iter(|| Engine::new(black_box(&policy), config.clone()))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, update);
+criterion_main!(benches);
