@@ -22,6 +22,7 @@ use thiserror::Error;
 use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 
 use crate::cache::InvalidationCause;
+use crate::policy::delta::{ChangedKind, ChangedObject};
 use crate::policy::impact::{impact_of_change, impact_of_objects, Impact};
 use crate::policy::load::{LoadErrors, PolicyObject};
 use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
@@ -230,7 +231,18 @@ pub trait Backend: Send + Sync {
 /// `policy`. When `publish` returns, no request starting afterwards sees the older policy,
 /// and no request answered at `revision` was answered from an entry the change made stale.
 pub trait Publisher: Send + Sync {
-    fn publish(&self, policy: &PolicySet, revision: u64, impact: &Impact, cause: InvalidationCause);
+    ///
+    /// `changed` lists the objects a write changed (created, replaced, deleted or moved in its
+    /// file), so that the index can be updated incrementally; `None` (startup, reloads) means
+    /// the whole policy may have changed.
+    fn publish(
+        &self,
+        policy: &PolicySet,
+        revision: u64,
+        impact: &Impact,
+        cause: InvalidationCause,
+        changed: Option<&[ChangedObject]>,
+    );
 }
 
 /// Checks a write against the caller's own permissions (privilege-escalation prevention).
@@ -270,7 +282,13 @@ impl Store {
         publisher: Arc<dyn Publisher>,
     ) -> std::result::Result<Self, LoadErrors> {
         let policy = backend.read_all()?;
-        publisher.publish(&policy, 1, &Impact::everything(), InvalidationCause::Reload);
+        publisher.publish(
+            &policy,
+            1,
+            &Impact::everything(),
+            InvalidationCause::Reload,
+            None,
+        );
         let (revision_tx, _) = tokio_watch::channel(1);
         let (events_tx, _) = broadcast::channel(1024);
         Ok(Store {
@@ -315,9 +333,11 @@ impl Store {
         new: PolicySet,
         impact: &Impact,
         cause: InvalidationCause,
+        changed: Option<&[ChangedObject]>,
     ) -> u64 {
         let revision = writer.revision + 1;
-        self.publisher.publish(&new, revision, impact, cause);
+        self.publisher
+            .publish(&new, revision, impact, cause, changed);
         let events = diff_events(old, &new, revision);
         self.policy.store(Arc::new(new));
         writer.revision = revision;
@@ -375,8 +395,14 @@ impl Store {
             return Ok(None);
         }
         let impact = impact_of_change(&old, &new);
-        let revision =
-            self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Reload);
+        let revision = self.publish_change(
+            &mut writer,
+            &old,
+            new,
+            &impact,
+            InvalidationCause::Reload,
+            None,
+        );
         tracing::info!(revision, "policy reloaded");
         Ok(Some(revision))
     }
@@ -413,9 +439,15 @@ impl Store {
             self.off_thread(move |backend| backend.commit(&old, &changed, &[]))
                 .await??
         };
-        let impact = change_impact(&old, &new, &changed, &[]);
-        let revision =
-            self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Apply);
+        let (impact, touched) = change_impact(&old, &new, &changed, &[]);
+        let revision = self.publish_change(
+            &mut writer,
+            &old,
+            new,
+            &impact,
+            InvalidationCause::Apply,
+            Some(&touched),
+        );
         Ok((revision, refs))
     }
 
@@ -436,8 +468,15 @@ impl Store {
             self.off_thread(move |backend| backend.commit(&old, &[], std::slice::from_ref(&object)))
                 .await??
         };
-        let impact = change_impact(&old, &new, &[], std::slice::from_ref(&existing));
-        Ok(self.publish_change(&mut writer, &old, new, &impact, InvalidationCause::Delete))
+        let (impact, touched) = change_impact(&old, &new, &[], std::slice::from_ref(&existing));
+        Ok(self.publish_change(
+            &mut writer,
+            &old,
+            new,
+            &impact,
+            InvalidationCause::Delete,
+            Some(&touched),
+        ))
     }
 
     pub fn get(&self, object: &ObjectRef) -> Option<String> {
@@ -525,14 +564,15 @@ fn same_content(a: &PolicyObject, b: &PolicyObject) -> bool {
     }
 }
 
-/// The impact of a write: the objects it touched, plus anything whose source position moved
-/// because a file was rewritten (explanations carry `file:line`).
+/// The impact of a write, and every object whose stored form changed: the objects it touched,
+/// plus anything whose source position moved because a file was rewritten (explanations carry
+/// `file:line`).
 fn change_impact(
     old: &PolicySet,
     new: &PolicySet,
     upserts: &[PolicyObject],
     deletes: &[PolicyObject],
-) -> Impact {
+) -> (Impact, Vec<ChangedObject>) {
     let old_objects = objects(old);
     let new_objects = objects(new);
     let mut roles: Vec<(Option<&Role>, Option<&Role>)> = Vec::new();
@@ -564,7 +604,19 @@ fn change_impact(
             _ => {}
         }
     }
-    impact_of_objects(new, old, &roles, &bindings)
+    let changed = all
+        .iter()
+        .map(|r| {
+            let kind = match r.kind {
+                ObjectKind::ClusterRole => ChangedKind::ClusterRole,
+                ObjectKind::Role => ChangedKind::Role,
+                ObjectKind::ClusterRoleBinding => ChangedKind::ClusterRoleBinding,
+                ObjectKind::RoleBinding => ChangedKind::RoleBinding,
+            };
+            ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
+        })
+        .collect();
+    (impact_of_objects(new, old, &roles, &bindings), changed)
 }
 
 /// ADDED / MODIFIED / DELETED events between two policies, in canonical object order.

@@ -12,7 +12,14 @@ struct Recorder {
 }
 
 impl Publisher for Recorder {
-    fn publish(&self, policy: &PolicySet, revision: u64, impact: &Impact, _: InvalidationCause) {
+    fn publish(
+        &self,
+        policy: &PolicySet,
+        revision: u64,
+        impact: &Impact,
+        _: InvalidationCause,
+        _: Option<&[crate::policy::delta::ChangedObject]>,
+    ) {
         self.published
             .lock()
             .unwrap()
