@@ -93,7 +93,7 @@ def main():
     w("")
 
     # Index vs reference evaluator, side by side per size.
-    sizes = sorted({int(m_.group(1)) for k in results for m_ in [re.search(r"authorize/index/allow/(\d+)$", k)] if m_})
+    sizes = sorted({int(m_.group(1)) for k in results for m_ in [re.search(r"authorize/index_allow/(\d+)$", k)] if m_})
     if sizes:
         w("### Compiled index vs reference evaluator (Authorize, no cache)\n")
         w("The reference evaluator walks every binding, as upstream does; the index looks up only "
@@ -102,12 +102,24 @@ def main():
         w("| --- | --- | --- | --- | --- | --- |")
         for n in sizes:
             get = lambda k: results.get(k, (float("nan"),) * 3)[0]
-            ia, idn, inm = get(f"authorize/index/allow/{n}"), get(f"authorize/index/deny/{n}"), get(f"authorize/index/no-match/{n}")
-            ra = get(f"authorize/reference/allow/{n}")
+            ia, idn, inm = get(f"authorize/index_allow/{n}"), get(f"authorize/index_deny/{n}"), get(f"authorize/index_no-match/{n}")
+            ra = get(f"authorize/reference_allow/{n}")
             w(f"| {n:,} | {fmt_ns(ia)} | {fmt_ns(idn)} | {fmt_ns(inm)} | {fmt_ns(ra)} | {ra / ia:,.0f}× |")
         first, last = sizes[0], sizes[-1]
-        growth = results[f"authorize/index/allow/{last}"][0] / results[f"authorize/index/allow/{first}"][0]
+        growth = results[f"authorize/index_allow/{last}"][0] / results[f"authorize/index_allow/{first}"][0]
         w(f"\nIndex growth from {first:,} to {last:,} bindings (allow): {growth:.2f}×.\n")
+
+    full = results.get("update/full-compile_100000-bindings")
+    if full:
+        w("### Single-object policy change vs full compile (100,000 bindings over 10,000 namespaces)\n")
+        w("| change | incremental update | full compile ÷ update |")
+        w("| --- | --- | --- |")
+        for name in ("rolebinding-apply", "rolebinding-delete", "clusterrolebinding-apply", "clusterrole-change"):
+            one = results.get(f"update/{name}_100000-bindings")
+            if one:
+                w(f"| {name} | {fmt_ns(one[0])} | {full[0] / one[0]:,.0f}× |")
+        w(f"\nFull compile: {fmt_ns(full[0])}. Building the delta from the store's flat policy "
+          "(`update/delta_for-changes`) is measured separately above.\n")
 
     log = "target/bench-run.log"
     if os.path.exists(log):
