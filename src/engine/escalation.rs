@@ -310,10 +310,9 @@ impl EscalationCheck<'_> {
         let mut refusals = Vec::new();
         for object in objects {
             let (what, missing) = match object {
-                PolicyObject::Role(role) => (
-                    describe_role(role),
-                    self.check_role(current, &aggregated, role),
-                ),
+                PolicyObject::Role(role) => {
+                    (role.describe(), self.check_role(current, &aggregated, role))
+                }
                 PolicyObject::Binding(binding) => (
                     binding.describe(),
                     self.check_binding(current, &aggregated, objects, binding),
@@ -406,18 +405,6 @@ impl EscalationCheck<'_> {
                 role_ref.name
             )],
         }
-    }
-}
-
-fn describe_role(role: &Role) -> String {
-    if role.namespace.is_empty() {
-        format!("{} {:?}", role.kind.as_str(), role.name)
-    } else {
-        format!(
-            "{} {:?}",
-            role.kind.as_str(),
-            format!("{}/{}", role.name, role.namespace)
-        )
     }
 }
 

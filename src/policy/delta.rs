@@ -195,7 +195,7 @@ impl PolicyDelta {
         };
         for role in self.cluster_roles.iter().flatten() {
             if role.kind != RoleKind::ClusterRole {
-                return Err(misfiled(describe_role(role), "ClusterRole"));
+                return Err(misfiled(role.describe(), "ClusterRole"));
             }
         }
         for binding in self.cluster_bindings.iter().flatten() {
@@ -211,7 +211,7 @@ impl PolicyDelta {
             let partition = || format!("namespace {:?}", ns.namespace);
             for role in &ns.roles {
                 if role.kind != RoleKind::Role || role.namespace != ns.namespace {
-                    return Err(misfiled(describe_role(role), &partition()));
+                    return Err(misfiled(role.describe(), &partition()));
                 }
             }
             for binding in &ns.bindings {
@@ -221,17 +221,5 @@ impl PolicyDelta {
             }
         }
         Ok(())
-    }
-}
-
-fn describe_role(role: &Role) -> String {
-    if role.namespace.is_empty() {
-        format!("{} {:?}", role.kind.as_str(), role.name)
-    } else {
-        format!(
-            "{} {:?}",
-            role.kind.as_str(),
-            format!("{}/{}", role.name, role.namespace)
-        )
     }
 }

@@ -121,6 +121,21 @@ pub struct Role {
     pub source: Source,
 }
 
+impl Role {
+    /// `ClusterRole "NAME"` / `Role "NAME/NS"`, in the style of upstream's binding descriptions.
+    pub fn describe(&self) -> String {
+        if self.namespace.is_empty() {
+            format!("{} {:?}", self.kind.as_str(), self.name)
+        } else {
+            format!(
+                "{} {:?}",
+                self.kind.as_str(),
+                format!("{}/{}", self.name, self.namespace)
+            )
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum BindingKind {
     // Cluster-scoped first: canonical order visits ClusterRoleBindings first, as upstream does.
