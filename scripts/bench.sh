@@ -11,7 +11,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 cargo build --release --bins
 rm -rf target/criterion target/bench-run.log
 for bench in $(sed -n 's/^name = "\(.*\)"$/\1/p' <(awk '/^\[\[bench\]\]/{b=1;next} b&&/^name/{print;b=0}' Cargo.toml)); do
-  cargo bench --bench "$bench" 2>&1 | grep -E '^[a-z].*(time:|hit-ratio)|^ +time:|hit-ratio' | tee -a target/bench-run.log || true
+  cargo bench --bench "$bench" 2>&1 | grep -E '^[a-z].*(time:|hit-ratio)|^ +time:|hit-ratio|subjects in the answer' | tee -a target/bench-run.log || true
 done
 
 # Load: the default mix (half the Authorize requests hit the cache), then all misses.

@@ -109,6 +109,20 @@ def main():
         growth = results[f"authorize/index_allow/{last}"][0] / results[f"authorize/index_allow/{first}"][0]
         w(f"\nIndex growth from {first:,} to {last:,} bindings (allow): {growth:.2f}×.\n")
 
+    who = [(k, v) for k, v in results.items() if k.startswith("who-can/")]
+    if who:
+        w("### Who can (GetAllowedSubjects, inverted index vs reference)\n")
+        w("| bench | median |")
+        w("| --- | --- |")
+        for k, v in who:
+            w(f"| `{k}` | {fmt_ns(v[0])} |")
+        if os.path.exists("target/bench-run.log"):
+            with open("target/bench-run.log") as f:
+                sizes = [line.strip() for line in f if "subjects in the answer" in line]
+            for line in sizes:
+                w(f"\n- `{line}`")
+        w("")
+
     full = results.get("update/full-compile_100000-bindings")
     if full:
         w("### Single-object policy change vs full compile (100,000 bindings over 10,000 namespaces)\n")
