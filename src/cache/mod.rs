@@ -18,7 +18,8 @@
 //! lock*, and step 2 takes every shard's write lock after step 1. So an insert computed on the
 //! old snapshot either ran its check before step 1 — then it is in the map before step 2 visits
 //! its shard and step 2 removes it — or after step 1, and it is refused. Entries the change cannot
-//! affect stay: that is the precision. Hits take one shard read lock and no other check.
+//! affect stay: that is the precision. Hits take one shard read lock and compare revisions
+//! (below); nothing else.
 //!
 //! Invalidating *before* the snapshot is published (not after) also keeps responses honest
 //! about their revision: a request that loads the new snapshot finds no entry the change made
