@@ -13,7 +13,10 @@ use tonic_health::ServingStatus;
 
 use crate::api::admin::{AdminApi, StoreCell};
 use crate::api::grpc::GrpcApi;
-use crate::api::identity::{Authenticator, LocalIdentity};
+use crate::api::identity::{
+    listener_access, AuthChain, Authenticator, LocalAccess, LocalIdentity, TokenFile,
+    TokenFileError, UnsafeListener, INSECURE_REMOTE_FLAG,
+};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::state::ServingState;
 use crate::api::text;
@@ -60,6 +63,11 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    /// `file:line: problem`.
+    #[error("bad --token-auth-file: {0}")]
+    TokenFile(#[from] TokenFileError),
+    #[error(transparent)]
+    UnsafeListener(#[from] UnsafeListener),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
@@ -78,7 +86,7 @@ impl AppError {
     /// 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            AppError::Policy(_) => 2,
+            AppError::Policy(_) | AppError::TokenFile(_) | AppError::UnsafeListener(_) => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -181,9 +189,53 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
     }
 }
 
+/// The caller authentication for `settings` (SPEC §3): tokens if configured, the local identity
+/// only where [`listener_access`] allows it. Refuses an unauthenticated remote listener.
+fn authenticator(settings: &ServeSettings, listener_is_local: bool) -> Result<AuthChain> {
+    let tokens = settings
+        .auth
+        .token_auth_file
+        .as_deref()
+        .map(TokenFile::load)
+        .transpose()?;
+    if let (Some(tokens), Some(path)) = (&tokens, &settings.auth.token_auth_file) {
+        tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens loaded");
+    }
+    let access = listener_access(
+        &settings.listen.to_string(),
+        listener_is_local,
+        tokens.is_some(),
+        settings.auth.insecure_allow_unauthenticated_remote,
+        &settings.local_identity.name,
+    )?;
+    let local = LocalIdentity::new(
+        settings.local_identity.name.clone(),
+        settings.local_identity.groups.clone(),
+    );
+    let local = match access {
+        LocalAccess::Allowed => Some(local),
+        LocalAccess::AllowedInsecurely => {
+            let warning = format!(
+                "WARNING: {INSECURE_REMOTE_FLAG}: {} accepts unauthenticated callers from the network, each acting as `{}`",
+                settings.listen, settings.local_identity.name
+            );
+            eprintln!("authzd: {warning}");
+            tracing::warn!("{warning}");
+            Some(local)
+        }
+        LocalAccess::Refused => None,
+    };
+    Ok(AuthChain { tokens, local })
+}
+
 /// Binds, starts serving (health `NOT_SERVING`), compiles the policy, publishes it as
 /// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
+    // Before binding: a listener that may not serve as configured never opens.
+    let identity: Arc<dyn Authenticator> = Arc::new(authenticator(
+        &settings,
+        settings.listen.ip().is_loopback(),
+    )?);
     let listener = TcpListener::bind(settings.listen)
         .await
         .map_err(|source| AppError::Listen {
@@ -202,10 +254,6 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
-    let identity: Arc<dyn Authenticator> = Arc::new(LocalIdentity::new(
-        settings.local_identity.name.clone(),
-        settings.local_identity.groups.clone(),
-    ));
     let (authorizer, access_review) = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),

@@ -273,6 +273,24 @@ pub struct ServeArgs {
     /// the request's own deadline is shorter).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub max_revision_wait: Duration,
+
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// How callers authenticate (SPEC §3). Without any of these, only a local listener
+/// (loopback or Unix socket) serves, and every caller is the local identity.
+#[derive(Debug, Args, Clone, Default)]
+pub struct AuthArgs {
+    /// Bearer tokens, in kube-apiserver's CSV format: `token,user,uid[,"group1,group2"]`.
+    /// Callers send `authorization: Bearer <token>`.
+    #[arg(long, value_name = "FILE")]
+    pub token_auth_file: Option<PathBuf>,
+
+    /// Serve a non-loopback listener without authentication, every caller acting as the local
+    /// identity. Only for networks where every client is trusted.
+    #[arg(long)]
+    pub insecure_allow_unauthenticated_remote: bool,
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -380,6 +398,7 @@ pub struct ServeSettings {
     /// Watch the policy files and reload on change.
     pub watch: bool,
     pub max_revision_wait: Duration,
+    pub auth: AuthArgs,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -619,6 +638,7 @@ impl Cli {
                 },
                 watch: !args.no_watch,
                 max_revision_wait: args.max_revision_wait,
+                auth: args.auth,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),

@@ -288,7 +288,13 @@ async fn who_can_lists_allowed_and_denied_subjects() {
 #[tokio::test]
 async fn the_five_review_flavours() {
     let policy = sample_policy();
-    // The caller is `dave` in group `readers`.
+    // The caller is `dave` in group `readers`, who may create every kind of review (SPEC §3:
+    // the privileges come from the policy).
+    std::fs::write(
+        policy.path().join("reviewer.yaml"),
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: reviewer}\nrules:\n- apiGroups: [authorization.k8s.io]\n  resources: [subjectaccessreviews, localsubjectaccessreviews, resourceaccessreviews, localresourceaccessreviews]\n  verbs: [create]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: dave-reviews}\nsubjects: [{kind: User, name: dave, apiGroup: rbac.authorization.k8s.io}]\nroleRef: {kind: ClusterRole, name: reviewer, apiGroup: rbac.authorization.k8s.io}\n",
+    )
+    .unwrap();
     let server = Server::start_serving(
         policy.path(),
         &["--local-user", "dave", "--local-group", "readers"],

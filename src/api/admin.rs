@@ -10,13 +10,21 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::identity::{Authenticator, Peer};
+use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::state::ServingState;
 use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
+
+/// Every kind of policy object, for privileges over all of them (list all, watch).
+const ALL_KINDS: [ObjectKind; 4] = [
+    ObjectKind::ClusterRole,
+    ObjectKind::Role,
+    ObjectKind::ClusterRoleBinding,
+    ObjectKind::RoleBinding,
+];
 
 /// The manifest name used in errors about an applied manifest.
 const MANIFEST: &str = "manifest";
@@ -57,10 +65,23 @@ impl AdminApi {
         PolicyAdminServer::new(self).max_decoding_message_size(max_request_bytes)
     }
 
-    /// Every caller is authenticated; privilege-escalation checks on writes arrive with real
-    /// caller identities (the local identity is a super-user by default).
+    /// Every caller is authenticated; reads then need the matching RBAC verb
+    /// ([`Self::admit`]), writes the checks of [`AdminWriteGuard`].
     fn caller<T>(&self, request: &Request<T>) -> Result<crate::engine::UserInfo> {
         self.authenticator.authenticate(&Peer::of(request))
+    }
+
+    /// Checks a read's privileges against the policy in force, all of them against one
+    /// snapshot.
+    fn admit(&self, caller: &crate::engine::UserInfo, privileges: &[Privilege<'_>]) -> Result<()> {
+        let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
+        let gate = Gate {
+            state: &self.state,
+            snapshot: &snapshot,
+        };
+        privileges
+            .iter()
+            .try_for_each(|privilege| gate.admit(caller, *privilege))
     }
 
     fn store(&self) -> Result<&Arc<Store>> {
@@ -68,15 +89,26 @@ impl AdminApi {
     }
 }
 
-/// Privilege-escalation prevention for one caller's write, against the policy in force: the
-/// store calls it under its writer lock, so the snapshot loaded here is the policy the write
-/// changes.
-struct EscalationGuard<'a> {
-    state: &'a ServingState,
-    caller: &'a crate::engine::UserInfo,
+/// What a policy write is, for the RBAC verb it needs.
+#[derive(Clone, Copy)]
+enum WriteOp {
+    /// Create (new object) or update (existing object), then escalation prevention.
+    Apply,
+    Delete,
 }
 
-impl WriteGuard for EscalationGuard<'_> {
+/// The checks on one caller's write, against the policy in force, as Kubernetes makes them:
+/// `create`, `update` or `delete` on the object (API group `rbac.authorization.k8s.io`),
+/// then, for creates and updates, privilege-escalation prevention. The store calls it under
+/// its writer lock, so the snapshot loaded here is the policy the write changes; evaluated
+/// uncached for the same reason.
+struct AdminWriteGuard<'a> {
+    state: &'a ServingState,
+    caller: &'a crate::engine::UserInfo,
+    op: WriteOp,
+}
+
+impl WriteGuard for AdminWriteGuard<'_> {
     fn check(
         &self,
         current: &crate::policy::model::PolicySet,
@@ -86,12 +118,45 @@ impl WriteGuard for EscalationGuard<'_> {
             .state
             .snapshot()
             .ok_or_else(|| "no policy is loaded yet".to_string())?;
-        EscalationCheck {
-            engine: &snapshot.engine,
-            caller: self.caller,
+        let existing = objects_by_ref(current);
+        let refusals: Vec<String> = objects
+            .iter()
+            .filter_map(|object| {
+                let object = ObjectRef::of(object);
+                let verb = match self.op {
+                    WriteOp::Delete => "delete",
+                    WriteOp::Apply if existing.contains(&object) => "update",
+                    WriteOp::Apply => "create",
+                };
+                let privilege = Privilege::rbac(verb, object.kind, &object.namespace, &object.name);
+                (!privilege.held_by(&snapshot.engine, self.caller))
+                    .then(|| privilege.refusal(self.caller))
+            })
+            .collect();
+        if !refusals.is_empty() {
+            return Err(refusals.join("\n"));
         }
-        .check(current, objects)
+        match self.op {
+            WriteOp::Apply => EscalationCheck {
+                engine: &snapshot.engine,
+                caller: self.caller,
+            }
+            .check(current, objects),
+            WriteOp::Delete => Ok(()),
+        }
     }
+}
+
+/// Every object of `policy`, by reference.
+fn objects_by_ref(
+    policy: &crate::policy::model::PolicySet,
+) -> std::collections::HashSet<ObjectRef> {
+    policy
+        .roles
+        .iter()
+        .map(ObjectRef::of_role)
+        .chain(policy.bindings.iter().map(ObjectRef::of_binding))
+        .collect()
 }
 
 fn object_ref(wire: Option<proto::ObjectRef>, field: &str) -> Result<ObjectRef> {
@@ -153,9 +218,10 @@ impl PolicyAdmin for AdminApi {
         }
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
-        let guard = EscalationGuard {
+        let guard = AdminWriteGuard {
             state: &self.state,
             caller: &caller,
+            op: WriteOp::Apply,
         };
         let (revision, applied) = self
             .store()?
@@ -178,11 +244,16 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
         let object = object_ref(request.into_inner().object, "object")?;
+        let guard = AdminWriteGuard {
+            state: &self.state,
+            caller: &caller,
+            op: WriteOp::Delete,
+        };
         let revision = self
             .store()?
-            .delete(&object, None)
+            .delete(&object, Some(&guard))
             .await
             .map_err(ApiError::from)?;
         tracing::info!(revision, %object, "policy object deleted");
@@ -193,8 +264,17 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::GetRequest>,
     ) -> Result<Response<proto::GetResponse>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
         let object = object_ref(request.into_inner().object, "object")?;
+        self.admit(
+            &caller,
+            &[Privilege::rbac(
+                "get",
+                object.kind,
+                &object.namespace,
+                &object.name,
+            )],
+        )?;
         let revision = self.store()?.revision();
         let manifest = self
             .store()?
@@ -207,7 +287,7 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::ListRequest>,
     ) -> Result<Response<proto::ListResponse>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
         let wire = request.into_inner();
         let kind = if wire.kind.is_empty() {
             None
@@ -218,6 +298,13 @@ impl PolicyAdmin for AdminApi {
                     .map_err(|problem| ApiError::invalid("kind", Invalid::Other(problem)))?,
             )
         };
+        // Listing every kind needs `list` on each of them.
+        let kinds = kind.map_or_else(|| ALL_KINDS.to_vec(), |kind| vec![kind]);
+        let privileges: Vec<Privilege<'_>> = kinds
+            .iter()
+            .map(|kind| Privilege::rbac("list", *kind, &wire.namespace, ""))
+            .collect();
+        self.admit(&caller, &privileges)?;
         let revision = self.store()?.revision();
         Ok(Response::new(proto::ListResponse {
             manifests: self.store()?.list(kind, &wire.namespace),
@@ -231,7 +318,13 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
+        // A watch streams every object of every kind: `watch` on all four, cluster-wide.
+        let privileges: Vec<Privilege<'_>> = ALL_KINDS
+            .iter()
+            .map(|kind| Privilege::rbac("watch", *kind, "", ""))
+            .collect();
+        self.admit(&caller, &privileges)?;
         let from = request.into_inner().from_revision;
         let (backlog, live) = self.store()?.watch(from).await.map_err(ApiError::from)?;
         let backlog = tokio_stream::iter(backlog.into_iter().map(|e| Ok(wire_event(e))));
@@ -255,7 +348,8 @@ impl PolicyAdmin for AdminApi {
         &self,
         request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
-        let _caller = self.caller(&request)?;
+        let caller = self.caller(&request)?;
+        self.admit(&caller, &[Privilege::STATUS])?;
         let cache = self.state.cache();
         let stats = &cache.stats;
         Ok(Response::new(proto::StatusResponse {

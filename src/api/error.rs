@@ -26,6 +26,15 @@ pub enum ApiError {
     /// A policy write or read the store refused.
     #[error(transparent)]
     Store(#[from] StoreError),
+
+    /// No identity: no credentials where the listener requires them, or credentials that do
+    /// not verify.
+    #[error("{0}")]
+    Unauthenticated(String),
+
+    /// The caller lacks the privilege the call needs; the message says which.
+    #[error("{0}")]
+    PermissionDenied(String),
 }
 
 /// What is wrong with one field.
@@ -78,6 +87,8 @@ impl From<ApiError> for tonic::Status {
             ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
             ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
             ApiError::NotReady => tonic::Status::unavailable(message),
+            ApiError::Unauthenticated(_) => tonic::Status::unauthenticated(message),
+            ApiError::PermissionDenied(_) => tonic::Status::permission_denied(message),
             ApiError::Store(error) => match error {
                 StoreError::Invalid(_) => tonic::Status::invalid_argument(message),
                 StoreError::NotFound(_) => tonic::Status::not_found(message),

@@ -11,7 +11,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::identity::{Authenticator, Peer, Privilege};
+use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
 use crate::engine::{self, Authorize as _, UserInfo};
@@ -57,11 +57,23 @@ impl GrpcApi {
         self.authenticator.authenticate(&Peer::of(request))
     }
 
-    /// Privilege checks land with authentication (SPEC §3); until then every caller is
-    /// admitted. Handlers already state what they need, so enforcing it changes only this.
-    fn admit(&self, caller: &UserInfo, privilege: Privilege<'_>) -> Result<()> {
-        tracing::trace!(caller = %caller.name, ?privilege, "admitted (privileges not enforced yet)");
-        Ok(())
+    /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
+    /// that same snapshot's policy: a privilege revoked at revision N is refused to every
+    /// request answered at N or later.
+    async fn admitted(
+        &self,
+        caller: &UserInfo,
+        privilege: Privilege<'_>,
+        min_revision: u64,
+        deadline: Option<Duration>,
+    ) -> Result<Arc<Snapshot>> {
+        let snapshot = self.snapshot(min_revision, deadline).await?;
+        Gate {
+            state: &self.state,
+            snapshot: &snapshot,
+        }
+        .admit(caller, privilege)?;
+        Ok(snapshot)
     }
 
     /// The snapshot to answer from: the current one, once it is at least `min_revision`. A
@@ -143,8 +155,14 @@ impl Authorizer for GrpcApi {
         let wire = request.into_inner();
         let min_revision = wire.min_revision;
         let request = convert::authorize_request(wire)?;
-        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::SUBJECT_ACCESS_REVIEW,
+                min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(self.authorize_one(&snapshot, &request)))
     }
 
@@ -175,8 +193,14 @@ impl Authorizer for GrpcApi {
                 .map_err(|e| e.within(&format!("requests[{i}].")))?;
             requests.push(request);
         }
-        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::SUBJECT_ACCESS_REVIEW,
+                min_revision,
+                deadline,
+            )
+            .await?;
         let responses = requests
             .iter()
             .map(|request| self.authorize_one(&snapshot, request))
@@ -192,8 +216,14 @@ impl Authorizer for GrpcApi {
         let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::RESOURCE_ACCESS_REVIEW,
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         let subjects = snapshot.engine.who_can(&action);
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
@@ -213,8 +243,14 @@ impl AccessReview for GrpcApi {
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
-        self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::SUBJECT_ACCESS_REVIEW,
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(self.review(&snapshot, user, action)))
     }
 
@@ -226,8 +262,14 @@ impl AccessReview for GrpcApi {
         let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        self.admit(&caller, Privilege::Authenticated)?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::Authenticated,
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(self.review(&snapshot, caller, action)))
     }
 
@@ -240,11 +282,14 @@ impl AccessReview for GrpcApi {
         let wire = request.into_inner();
         let action = convert::local_action(&wire.namespace, wire.action)?;
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
-        self.admit(
-            &caller,
-            Privilege::local_subject_access_review(&wire.namespace),
-        )?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::local_subject_access_review(&wire.namespace),
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(self.review(&snapshot, user, action)))
     }
 
@@ -256,8 +301,14 @@ impl AccessReview for GrpcApi {
         let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::action(wire.action)?;
-        self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::RESOURCE_ACCESS_REVIEW,
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
 
@@ -269,11 +320,14 @@ impl AccessReview for GrpcApi {
         let deadline = request_deadline(&request);
         let wire = request.into_inner();
         let action = convert::local_action(&wire.namespace, wire.action)?;
-        self.admit(
-            &caller,
-            Privilege::local_resource_access_review(&wire.namespace),
-        )?;
-        let snapshot = self.snapshot(wire.min_revision, deadline).await?;
+        let snapshot = self
+            .admitted(
+                &caller,
+                Privilege::local_resource_access_review(&wire.namespace),
+                wire.min_revision,
+                deadline,
+            )
+            .await?;
         Ok(Response::new(Self::resource_review(&snapshot, &action)))
     }
 }

@@ -25,10 +25,16 @@ pub struct Snapshot {
     pub revision: u64,
 }
 
+/// Privilege checks repeat a few (caller, review kind, namespace) triples; this bounds them.
+const PRIVILEGE_CACHE_CAPACITY: usize = 10_000;
+
 /// Holds the current [`Snapshot`] (empty until the first policy compiles) and the cache.
 pub struct ServingState {
     current: ArcSwapOption<Snapshot>,
     cache: DecisionCache,
+    /// Privilege checks (`identity::Gate`): decisions too, cached and invalidated exactly like
+    /// `cache`, but kept apart so that `cache` and its counters hold only what callers asked.
+    privileges: DecisionCache,
     engine_config: EngineConfig,
     revisions: watch::Sender<u64>,
 }
@@ -37,6 +43,10 @@ impl ServingState {
     pub fn new(engine_config: EngineConfig, cache: CacheConfig) -> Self {
         Self {
             current: ArcSwapOption::empty(),
+            privileges: DecisionCache::new(CacheConfig {
+                capacity: cache.capacity.min(PRIVILEGE_CACHE_CAPACITY),
+                ..cache.clone()
+            }),
             cache: DecisionCache::new(cache),
             engine_config,
             revisions: watch::channel(0).0,
@@ -56,6 +66,15 @@ impl ServingState {
     pub fn authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
         CachedEngine {
             cache: &self.cache,
+            engine: &snapshot.engine,
+            revision: snapshot.revision,
+        }
+    }
+
+    /// The privilege-cache decorator over one snapshot: what `identity::Gate` asks.
+    pub fn privilege_authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
+        CachedEngine {
+            cache: &self.privileges,
             engine: &snapshot.engine,
             revision: snapshot.revision,
         }
@@ -107,6 +126,8 @@ impl Publisher for ServingState {
         let engine = Arc::new(engine);
         self.cache.begin_revision(revision);
         let removed = self.cache.invalidate(impact, cause);
+        self.privileges.begin_revision(revision);
+        self.privileges.invalidate(impact, cause);
         self.current
             .store(Some(Arc::new(Snapshot { engine, revision })));
         tracing::debug!(revision, removed, ?cause, "policy published");

@@ -1,0 +1,932 @@
+//! Caller identity and privileges against the real server (SPEC §3, §6, §10): bearer tokens
+//! from a `--token-auth-file`, the review table's privileges enforced through the policy,
+//! revocation of a privilege, PolicyAdmin's RBAC verbs and escalation prevention with real
+//! (token) identities, and the listener safety rule.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
+mod grpc_harness;
+
+use std::time::Duration;
+
+use authzd::proto::access_review_client::AccessReviewClient;
+use authzd::proto::action::Kind;
+use authzd::proto::authorizer_client::AuthorizerClient;
+use authzd::proto::policy_admin_client::PolicyAdminClient;
+use authzd::proto::{
+    Action, ApplyRequest, DeleteRequest, GetAllowedSubjectsRequest, GetRequest, ListRequest,
+    LocalResourceAccessReviewRequest, LocalSubjectAccessReviewRequest, ObjectRef,
+    PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest, ResourceAttributes,
+    StatusRequest, SubjectAccessReviewRequest, WatchRequest,
+};
+use grpc_harness::{resource_request, role_binding, run_bin, Server};
+use tonic::transport::Channel;
+use tonic::{Code, Request, Status};
+
+/// * group `reviewers` may create cluster-wide reviews (SubjectAccessReview,
+///   ResourceAccessReview);
+/// * group `readers` reads pods everywhere; every authenticated caller reads configmaps;
+/// * `nadia` administers namespace `team-a` (pods, secrets, roles, rolebindings, local reviews),
+///   but a deny rule there withholds `delete secrets` from her;
+/// * `vic` may create (only create) rolebindings in `team-a` and reads pods there.
+const POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: reviewer}
+rules:
+- apiGroups: [authorization.k8s.io]
+  resources: [subjectaccessreviews, resourceaccessreviews]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: reviewers}
+subjects: [{kind: Group, name: reviewers, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: ClusterRole, name: reviewer, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-reader}
+rules:
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: readers-read-pods}
+subjects: [{kind: Group, name: readers, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: ClusterRole, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: configmap-reader}
+rules:
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: authenticated-read-configmaps}
+subjects: [{kind: Group, name: "system:authenticated", apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: ClusterRole, name: configmap-reader, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: cluster-admin}
+rules:
+- apiGroups: ["*"]
+  resources: ["*"]
+  verbs: ["*"]
+- nonResourceURLs: ["*"]
+  verbs: ["*"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: namespace-admin}
+rules:
+- apiGroups: [""]
+  resources: [pods, secrets]
+  verbs: ["*"]
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [roles, rolebindings]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [authorization.k8s.io]
+  resources: [localsubjectaccessreviews, localresourceaccessreviews]
+  verbs: [create]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: nadia-admin, namespace: team-a}
+subjects: [{kind: User, name: nadia, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: ClusterRole, name: namespace-admin, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: keep-secrets, namespace: team-a}
+rules:
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [delete]
+  deny: true
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: nadia-keep-secrets, namespace: team-a}
+subjects: [{kind: User, name: nadia, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: Role, name: keep-secrets, apiGroup: rbac.authorization.k8s.io}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: binding-creator, namespace: team-a}
+rules:
+- apiGroups: [rbac.authorization.k8s.io]
+  resources: [rolebindings]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: vic-creates, namespace: team-a}
+subjects: [{kind: User, name: vic, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: Role, name: binding-creator, apiGroup: rbac.authorization.k8s.io}
+"#;
+
+/// `root` is in the default super-group; `alice` is an ordinary reader.
+const TOKENS: &str = "root-token,root,uid-0,system:masters\n\
+alice-token,alice,uid-1,\"readers,staff\"\n\
+rita-token,rita,uid-2,reviewers\n\
+nadia-token,nadia,uid-3\n\
+vic-token,vic,uid-4\n";
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    _server: Server,
+    channel: Channel,
+}
+
+impl Fixture {
+    async fn start() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy");
+        std::fs::create_dir(&policy).unwrap();
+        std::fs::write(policy.join("rbac.yaml"), POLICY).unwrap();
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, TOKENS).unwrap();
+        let server = Server::start_serving(
+            &policy,
+            &["--token-auth-file", tokens.to_str().unwrap(), "--no-watch"],
+        )
+        .await;
+        let channel = server.channel().await;
+        Fixture {
+            _dir: dir,
+            _server: server,
+            channel,
+        }
+    }
+
+    fn reviews(&self) -> AccessReviewClient<Channel> {
+        AccessReviewClient::new(self.channel.clone())
+    }
+
+    fn authorizer(&self) -> AuthorizerClient<Channel> {
+        AuthorizerClient::new(self.channel.clone())
+    }
+
+    fn admin(&self) -> PolicyAdminClient<Channel> {
+        PolicyAdminClient::new(self.channel.clone())
+    }
+
+    async fn apply_as(&self, token: &str, manifest: &str) -> Result<u64, Status> {
+        self.admin()
+            .apply(as_user(
+                token,
+                ApplyRequest {
+                    manifest: manifest.to_string(),
+                    dry_run: false,
+                },
+            ))
+            .await
+            .map(|r| r.into_inner().revision)
+    }
+
+    async fn delete_as(
+        &self,
+        token: &str,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Result<u64, Status> {
+        self.admin()
+            .delete(as_user(
+                token,
+                DeleteRequest {
+                    object: Some(object(kind, namespace, name)),
+                },
+            ))
+            .await
+            .map(|r| r.into_inner().revision)
+    }
+}
+
+/// `message` with `authorization: Bearer TOKEN`.
+fn as_user<T>(token: &str, message: T) -> Request<T> {
+    let mut request = Request::new(message);
+    request
+        .metadata_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    request
+}
+
+fn object(kind: &str, namespace: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        kind: kind.into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+fn resource(namespace: &str, verb: &str, resource: &str) -> Option<Action> {
+    Some(Action {
+        kind: Some(Kind::ResourceAttributes(ResourceAttributes {
+            namespace: namespace.into(),
+            verb: verb.into(),
+            resource: resource.into(),
+            ..Default::default()
+        })),
+    })
+}
+
+fn sar(namespace: &str) -> SubjectAccessReviewRequest {
+    SubjectAccessReviewRequest {
+        action: resource(namespace, "get", "pods"),
+        user: "someone".into(),
+        groups: vec!["readers".into()],
+        ..Default::default()
+    }
+}
+
+fn local_sar(namespace: &str, attributes_namespace: &str) -> LocalSubjectAccessReviewRequest {
+    LocalSubjectAccessReviewRequest {
+        namespace: namespace.into(),
+        action: resource(attributes_namespace, "get", "pods"),
+        user: "someone".into(),
+        ..Default::default()
+    }
+}
+
+fn personal(verb: &str, what: &str) -> PersonalSubjectAccessReviewRequest {
+    PersonalSubjectAccessReviewRequest {
+        action: resource("default", verb, what),
+        min_revision: 0,
+    }
+}
+
+#[track_caller]
+fn assert_refused<T: std::fmt::Debug>(result: Result<T, Status>, code: Code, message: &str) {
+    let status = result.expect_err("must be refused");
+    assert_eq!(status.code(), code, "{status:?}");
+    assert!(
+        status.message().contains(message),
+        "the message should contain {message:?}: {:?}",
+        status.message()
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Authentication.
+
+#[tokio::test]
+async fn token_callers_are_who_the_file_says_and_nobody_else_gets_in() {
+    let f = Fixture::start().await;
+    let mut reviews = f.reviews();
+
+    // No token: with a token file the local identity is not handed out, even on loopback.
+    assert_refused(
+        reviews
+            .personal_subject_access_review(personal("get", "pods"))
+            .await,
+        Code::Unauthenticated,
+        "no credentials",
+    );
+    // A wrong token never falls back to anything.
+    assert_refused(
+        reviews
+            .personal_subject_access_review(as_user("alice-tokenX", personal("get", "pods")))
+            .await,
+        Code::Unauthenticated,
+        "invalid bearer token",
+    );
+    let mut basic = Request::new(personal("get", "pods"));
+    basic
+        .metadata_mut()
+        .insert("authorization", "Basic YWxpY2U6eA==".parse().unwrap());
+    assert_refused(
+        reviews.personal_subject_access_review(basic).await,
+        Code::Unauthenticated,
+        "expected `Bearer <token>`",
+    );
+
+    // A valid token: the policy sees alice with the file's groups plus system:authenticated.
+    let pods = reviews
+        .personal_subject_access_review(as_user("alice-token", personal("list", "pods")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(pods.allowed, "{pods:?}");
+    assert!(pods.reason.contains("readers-read-pods"), "{pods:?}");
+    let configmaps = reviews
+        .personal_subject_access_review(as_user("alice-token", personal("get", "configmaps")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(configmaps.allowed, "{configmaps:?}");
+    assert!(
+        configmaps.reason.contains("authenticated-read-configmaps"),
+        "{configmaps:?}"
+    );
+    // nadia's token names no groups: she reads configmaps (system:authenticated) but not pods
+    // outside her namespace.
+    let nadia = reviews
+        .personal_subject_access_review(as_user("nadia-token", personal("list", "pods")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!nadia.allowed, "{nadia:?}");
+
+    // The super-group member from the token file may do the privileged calls.
+    let answer = reviews
+        .subject_access_review(as_user("root-token", sar("default")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.allowed, "{answer:?}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// The review table's privileges.
+
+#[tokio::test]
+async fn an_unprivileged_caller_gets_only_its_personal_review() {
+    let f = Fixture::start().await;
+    let mut reviews = f.reviews();
+    let mut authorizer = f.authorizer();
+    let cluster =
+        "user \"alice\" cannot create subjectaccessreviews.authorization.k8s.io at cluster scope";
+
+    assert_refused(
+        reviews
+            .subject_access_review(as_user("alice-token", sar("default")))
+            .await,
+        Code::PermissionDenied,
+        cluster,
+    );
+    assert_refused(
+        reviews
+            .resource_access_review(as_user(
+                "alice-token",
+                ResourceAccessReviewRequest {
+                    action: resource("default", "get", "pods"),
+                    min_revision: 0,
+                },
+            ))
+            .await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot create resourceaccessreviews.authorization.k8s.io at cluster scope",
+    );
+    assert_refused(
+        authorizer
+            .authorize(as_user(
+                "alice-token",
+                resource_request("bob", &[], "default", "get", "pods"),
+            ))
+            .await,
+        Code::PermissionDenied,
+        cluster,
+    );
+    assert_refused(
+        authorizer
+            .get_allowed_subjects(as_user(
+                "alice-token",
+                GetAllowedSubjectsRequest {
+                    action: resource("default", "get", "pods"),
+                    min_revision: 0,
+                },
+            ))
+            .await,
+        Code::PermissionDenied,
+        "resourceaccessreviews",
+    );
+    assert_refused(
+        reviews
+            .local_subject_access_review(as_user("alice-token", local_sar("team-a", "")))
+            .await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot create localsubjectaccessreviews.authorization.k8s.io in namespace \"team-a\"",
+    );
+    // Its personal review works, and evaluates alice herself.
+    let own = reviews
+        .personal_subject_access_review(as_user("alice-token", personal("get", "pods")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(own.allowed, "{own:?}");
+
+    // A reviewer may ask about anyone, and the Authorizer calls need the same privilege.
+    let other = reviews
+        .subject_access_review(as_user("rita-token", sar("default")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(other.allowed, "{other:?}");
+    let decided = authorizer
+        .authorize(as_user(
+            "rita-token",
+            resource_request("bob", &["readers"], "default", "get", "pods"),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(decided.allowed, "{decided:?}");
+    let subjects = authorizer
+        .get_allowed_subjects(as_user(
+            "rita-token",
+            GetAllowedSubjectsRequest {
+                action: resource("default", "get", "pods"),
+                min_revision: 0,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        subjects.groups.contains(&"readers".to_string()),
+        "{subjects:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_namespace_admin_reviews_only_its_own_namespace() {
+    let f = Fixture::start().await;
+    let mut reviews = f.reviews();
+
+    let answer = reviews
+        .local_subject_access_review(as_user("nadia-token", local_sar("team-a", "")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(answer.namespace, "team-a");
+    assert_refused(
+        reviews
+            .local_subject_access_review(as_user("nadia-token", local_sar("team-b", "")))
+            .await,
+        Code::PermissionDenied,
+        "user \"nadia\" cannot create localsubjectaccessreviews.authorization.k8s.io in namespace \"team-b\"",
+    );
+    // A review of team-a whose attributes name team-b is refused, not answered for team-b.
+    assert_refused(
+        reviews
+            .local_subject_access_review(as_user("nadia-token", local_sar("team-a", "team-b")))
+            .await,
+        Code::InvalidArgument,
+        "does not match the review's namespace",
+    );
+
+    let rar = |namespace: &str| {
+        as_user(
+            "nadia-token",
+            LocalResourceAccessReviewRequest {
+                namespace: namespace.into(),
+                action: resource("", "get", "pods"),
+                min_revision: 0,
+            },
+        )
+    };
+    let subjects = reviews
+        .local_resource_access_review(rar("team-a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        subjects.users.contains(&"nadia".to_string()),
+        "{subjects:?}"
+    );
+    assert_refused(
+        reviews.local_resource_access_review(rar("team-b")).await,
+        Code::PermissionDenied,
+        "cannot create localresourceaccessreviews.authorization.k8s.io in namespace \"team-b\"",
+    );
+    // Not a cluster reviewer either.
+    assert_refused(
+        reviews
+            .subject_access_review(as_user("nadia-token", sar("team-a")))
+            .await,
+        Code::PermissionDenied,
+        "subjectaccessreviews",
+    );
+}
+
+#[tokio::test]
+async fn revoking_a_privilege_takes_effect_on_the_next_call() {
+    let f = Fixture::start().await;
+    let mut reviews = f.reviews();
+    // Asked twice, so the privilege check is certainly cached before the revocation.
+    for _ in 0..2 {
+        reviews
+            .subject_access_review(as_user("rita-token", sar("default")))
+            .await
+            .unwrap();
+    }
+    f.delete_as("root-token", "ClusterRoleBinding", "", "reviewers")
+        .await
+        .unwrap();
+    assert_refused(
+        reviews
+            .subject_access_review(as_user("rita-token", sar("default")))
+            .await,
+        Code::PermissionDenied,
+        "user \"rita\" cannot create subjectaccessreviews",
+    );
+    // Granting it back is just as immediate.
+    f.apply_as(
+        "root-token",
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: reviewers}\nsubjects: [{kind: User, name: rita, apiGroup: rbac.authorization.k8s.io}]\nroleRef: {kind: ClusterRole, name: reviewer, apiGroup: rbac.authorization.k8s.io}\n",
+    )
+    .await
+    .unwrap();
+    reviews
+        .subject_access_review(as_user("rita-token", sar("default")))
+        .await
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// PolicyAdmin: reads need get/list/watch, Status needs `get /status`, writes need the verbs.
+
+#[tokio::test]
+async fn policy_reads_need_the_rbac_read_verbs() {
+    let f = Fixture::start().await;
+    let mut admin = f.admin();
+    let get = |token: &str, kind: &str, namespace: &str, name: &str| {
+        as_user(
+            token,
+            GetRequest {
+                object: Some(object(kind, namespace, name)),
+            },
+        )
+    };
+    assert_refused(
+        admin.get(get("alice-token", "Role", "team-a", "keep-secrets")).await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot get roles.rbac.authorization.k8s.io \"keep-secrets\" in namespace \"team-a\"",
+    );
+    let manifest = admin
+        .get(get("nadia-token", "Role", "team-a", "keep-secrets"))
+        .await
+        .unwrap()
+        .into_inner()
+        .manifest;
+    assert!(manifest.contains("keep-secrets"));
+    assert_refused(
+        admin
+            .get(get("nadia-token", "ClusterRole", "", "cluster-admin"))
+            .await,
+        Code::PermissionDenied,
+        "cannot get clusterroles.rbac.authorization.k8s.io \"cluster-admin\" at cluster scope",
+    );
+
+    let list = |token: &str, kind: &str, namespace: &str| {
+        as_user(
+            token,
+            ListRequest {
+                kind: kind.into(),
+                namespace: namespace.into(),
+            },
+        )
+    };
+    let listed = admin
+        .list(list("nadia-token", "RoleBinding", "team-a"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.manifests.len(), 3);
+    assert_refused(
+        admin.list(list("nadia-token", "RoleBinding", "")).await,
+        Code::PermissionDenied,
+        "cannot list rolebindings.rbac.authorization.k8s.io at cluster scope",
+    );
+    // Every kind at once needs `list` on every kind.
+    assert_refused(
+        admin.list(list("nadia-token", "", "team-a")).await,
+        Code::PermissionDenied,
+        "cannot list clusterroles",
+    );
+    assert_eq!(
+        admin
+            .list(list("root-token", "", ""))
+            .await
+            .unwrap()
+            .into_inner()
+            .manifests
+            .len(),
+        POLICY.matches("\nkind: ").count()
+    );
+
+    assert_refused(
+        admin
+            .watch(as_user("nadia-token", WatchRequest { from_revision: 0 }))
+            .await,
+        Code::PermissionDenied,
+        "cannot watch clusterroles.rbac.authorization.k8s.io at cluster scope",
+    );
+    assert_refused(
+        admin.status(as_user("alice-token", StatusRequest {})).await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot get path \"/status\"",
+    );
+    admin
+        .status(as_user("root-token", StatusRequest {}))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn policy_writes_need_create_update_and_delete() {
+    let f = Fixture::start().await;
+    let binding = |subject: &str| {
+        role_binding(
+            "team-a",
+            "vic-made",
+            "ClusterRole",
+            "pod-reader",
+            &[("User", subject)],
+        )
+    };
+    // alice holds no RBAC verbs at all.
+    assert_refused(
+        f.apply_as("alice-token", &binding("bob")).await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot create rolebindings.rbac.authorization.k8s.io \"vic-made\" in namespace \"team-a\"",
+    );
+    // vic may create (and holds what pod-reader grants in team-a, so no escalation)...
+    f.apply_as("vic-token", &binding("bob")).await.unwrap();
+    // ...but not change or delete what exists.
+    assert_refused(
+        f.apply_as("vic-token", &binding("carl")).await,
+        Code::PermissionDenied,
+        "user \"vic\" cannot update rolebindings.rbac.authorization.k8s.io \"vic-made\" in namespace \"team-a\"",
+    );
+    assert_refused(
+        f.delete_as("vic-token", "RoleBinding", "team-a", "vic-made").await,
+        Code::PermissionDenied,
+        "user \"vic\" cannot delete rolebindings.rbac.authorization.k8s.io \"vic-made\" in namespace \"team-a\"",
+    );
+    // Not even in another namespace.
+    assert_refused(
+        f.apply_as(
+            "vic-token",
+            &role_binding(
+                "team-b",
+                "x",
+                "ClusterRole",
+                "pod-reader",
+                &[("User", "bob")],
+            ),
+        )
+        .await,
+        Code::PermissionDenied,
+        "cannot create rolebindings.rbac.authorization.k8s.io \"x\" in namespace \"team-b\"",
+    );
+    // nadia holds update and delete.
+    f.apply_as("nadia-token", &binding("carl")).await.unwrap();
+    f.delete_as("nadia-token", "RoleBinding", "team-a", "vic-made")
+        .await
+        .unwrap();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Escalation prevention with real identities.
+
+fn role(namespace: &str, name: &str, rules: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: {name}, namespace: {namespace}}}\nrules:\n{rules}"
+    )
+}
+
+#[tokio::test]
+async fn a_namespace_admin_cannot_escalate_without_bind_or_escalate() {
+    let f = Fixture::start().await;
+    let bind_cluster_admin = role_binding(
+        "team-a",
+        "nadia-is-god",
+        "ClusterRole",
+        "cluster-admin",
+        &[("User", "nadia")],
+    );
+    let broad = role(
+        "team-a",
+        "node-reader",
+        "- apiGroups: [\"\"]\n  resources: [pods, configmaps]\n  verbs: [get]\n",
+    );
+    let delete_secrets = role(
+        "team-a",
+        "secret-deleter",
+        "- apiGroups: [\"\"]\n  resources: [secrets]\n  verbs: [get, delete]\n",
+    );
+
+    // Binding cluster-admin would grant far more than she holds; the refusal lists it readably.
+    let refused = f
+        .apply_as("nadia-token", &bind_cluster_admin)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().starts_with(
+            "RoleBinding \"nadia-is-god/team-a\": you cannot grant what you do not hold:"
+        ) && refused.message().contains("\n  - `*` on URL `*`")
+            && refused.message().contains("`*` on `*` (API group `*`)"),
+        "{}",
+        refused.message()
+    );
+    // A role broader than her own: pods yes, configmaps (in team-a) beyond the `get` every
+    // authenticated caller has... she does hold `get configmaps` through system:authenticated,
+    // so the broader grant is `list`.
+    let broader = role(
+        "team-a",
+        "lister",
+        "- apiGroups: [\"\"]\n  resources: [pods, configmaps]\n  verbs: [get, list]\n",
+    );
+    assert_refused(
+        f.apply_as("nadia-token", &broader).await,
+        Code::PermissionDenied,
+        "`list` on `configmaps` (API group `core`)",
+    );
+    // What she does hold she may grant (get pods, get configmaps).
+    f.apply_as("nadia-token", &broad).await.unwrap();
+    // The deny rule withholds `delete secrets` from her: she cannot grant it, though
+    // namespace-admin allows `*` on secrets.
+    assert_refused(
+        f.apply_as("nadia-token", &delete_secrets).await,
+        Code::PermissionDenied,
+        "`delete` on `secrets` (API group `core`) (a deny rule reached through RoleBinding \"nadia-keep-secrets/team-a\" withholds it from you)",
+    );
+
+    // With `bind` on cluster-admin (in team-a) she may bind it there...
+    f.apply_as(
+        "root-token",
+        &format!(
+            "{}---\n{}",
+            role(
+                "team-a",
+                "may-bind-admin",
+                "- apiGroups: [rbac.authorization.k8s.io]\n  resources: [clusterroles]\n  verbs: [bind]\n  resourceNames: [cluster-admin]\n- apiGroups: [rbac.authorization.k8s.io]\n  resources: [roles]\n  verbs: [escalate]\n",
+            ),
+            role_binding(
+                "team-a",
+                "nadia-may-bind",
+                "Role",
+                "may-bind-admin",
+                &[("User", "nadia")],
+            )
+        ),
+    )
+    .await
+    .unwrap();
+    f.apply_as("nadia-token", &bind_cluster_admin)
+        .await
+        .unwrap();
+    // ...and with `escalate` on roles she may write roles beyond her own, the withheld
+    // permission included.
+    f.apply_as("nadia-token", &broader).await.unwrap();
+    f.apply_as("nadia-token", &delete_secrets).await.unwrap();
+    // Binding in another namespace still needs what she lacks there.
+    assert_refused(
+        f.apply_as(
+            "nadia-token",
+            &role_binding(
+                "team-b",
+                "nadia-is-god",
+                "ClusterRole",
+                "cluster-admin",
+                &[("User", "nadia")],
+            ),
+        )
+        .await,
+        Code::PermissionDenied,
+        "cannot create rolebindings.rbac.authorization.k8s.io \"nadia-is-god\" in namespace \"team-b\"",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Listener safety and bad token files (the server refuses to start).
+
+fn serve_args<'a>(policy: &'a std::path::Path, extra: &[&'a str]) -> Vec<&'a std::ffi::OsStr> {
+    let mut args: Vec<&std::ffi::OsStr> = ["serve", "--policy"]
+        .iter()
+        .map(std::ffi::OsStr::new)
+        .collect();
+    args.push(policy.as_os_str());
+    args.extend(extra.iter().map(|arg| std::ffi::OsStr::new(*arg)));
+    args
+}
+
+#[test]
+fn a_remote_listener_without_authentication_refuses_to_start() {
+    let policy = grpc_harness::sample_policy();
+    let out = run_bin(
+        &serve_args(policy.path(), &["--listen", "0.0.0.0:0"]),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    for needed in [
+        "refusing to listen on 0.0.0.0:0 without authentication",
+        "local identity `system:admin`",
+        "--token-auth-file",
+        "--client-ca-file",
+        "loopback",
+        "--insecure-allow-unauthenticated-remote",
+    ] {
+        assert!(
+            stderr.contains(needed),
+            "{needed:?} missing from:\n{stderr}"
+        );
+    }
+    assert!(!stderr.contains("authzd listening"), "{stderr}");
+}
+
+/// Starts `authzd serve ARGS` and returns its stderr up to the `listening` line (or all of
+/// it, if it exits first); the server is killed afterwards.
+fn start_and_capture(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    use std::io::{BufRead, BufReader};
+    let mut child = std::process::Command::new(grpc_harness::BIN)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut captured = String::new();
+    let mut listening = false;
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        captured.push_str(&line);
+        captured.push('\n');
+        if line.starts_with("authzd listening on ") {
+            listening = true;
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    (listening, captured)
+}
+
+#[test]
+fn a_remote_listener_starts_with_tokens_or_the_loud_insecure_flag() {
+    let policy = grpc_harness::sample_policy();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, TOKENS).unwrap();
+
+    let (listening, stderr) = start_and_capture(&serve_args(
+        policy.path(),
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+        ],
+    ));
+    assert!(listening, "{stderr}");
+    assert!(!stderr.contains("WARNING"), "{stderr}");
+
+    let (listening, stderr) = start_and_capture(&serve_args(
+        policy.path(),
+        &[
+            "--listen",
+            "0.0.0.0:0",
+            "--insecure-allow-unauthenticated-remote",
+        ],
+    ));
+    assert!(listening, "{stderr}");
+    assert!(
+        stderr.contains("WARNING: --insecure-allow-unauthenticated-remote")
+            && stderr.contains("accepts unauthenticated callers from the network"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_bad_token_file_stops_the_server_naming_file_and_line() {
+    let policy = grpc_harness::sample_policy();
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "t1,alice,u1\nt2,bob\n").unwrap();
+    let out = run_bin(
+        &serve_args(
+            policy.path(),
+            &[
+                "--listen",
+                "127.0.0.1:0",
+                "--token-auth-file",
+                tokens.to_str().unwrap(),
+            ],
+        ),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "bad --token-auth-file: {}:2: must have at least 3 columns",
+            tokens.display()
+        )),
+        "{stderr}"
+    );
+}
