@@ -99,9 +99,12 @@ pub async fn run(
         ClientCommand::Delete(object) => {
             let response = unary(
                 server,
-                client.delete(request(proto::DeleteRequest {
-                    object: Some(wire_ref(&object)),
-                })),
+                client.delete(request(
+                    server,
+                    proto::DeleteRequest {
+                        object: Some(wire_ref(&object)),
+                    },
+                )?),
             )
             .await?;
             writeln!(out, "deleted at revision {}", response.revision).map_err(ClientError::from)
@@ -109,9 +112,12 @@ pub async fn run(
         ClientCommand::Get(object) => {
             let response = unary(
                 server,
-                client.get(request(proto::GetRequest {
-                    object: Some(wire_ref(&object)),
-                })),
+                client.get(request(
+                    server,
+                    proto::GetRequest {
+                        object: Some(wire_ref(&object)),
+                    },
+                )?),
             )
             .await?;
             out.write_all(with_newline(&response.manifest).as_bytes())
@@ -120,10 +126,13 @@ pub async fn run(
         ClientCommand::List { kind, namespace } => {
             let response = unary(
                 server,
-                client.list(request(proto::ListRequest {
-                    kind: kind.as_str().to_string(),
-                    namespace: namespace.clone(),
-                })),
+                client.list(request(
+                    server,
+                    proto::ListRequest {
+                        kind: kind.as_str().to_string(),
+                        namespace: namespace.clone(),
+                    },
+                )?),
             )
             .await?;
             if response.manifests.is_empty() {
@@ -142,7 +151,11 @@ pub async fn run(
             manifests,
         } => watch(&mut client, server, from_revision, manifests, out).await,
         ClientCommand::Status => {
-            let response = unary(server, client.status(request(proto::StatusRequest {}))).await?;
+            let response = unary(
+                server,
+                client.status(request(server, proto::StatusRequest {})?),
+            )
+            .await?;
             out.write_all(status(&response).as_bytes())
                 .map_err(ClientError::from)
         }
@@ -214,8 +227,18 @@ fn error_chain(error: &dyn std::error::Error) -> String {
     message
 }
 
-fn request<T>(message: T) -> tonic::Request<T> {
-    tonic::Request::new(message)
+/// `message` with the caller's `authorization: Bearer` token, when one is configured.
+fn request<T>(server: &ClientSettings, message: T) -> Result<tonic::Request<T>> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = &server.token {
+        let value = format!("Bearer {token}").parse().map_err(|_| {
+            Status::invalid_argument(
+                "the token is not a valid header value (visible ASCII, no spaces)",
+            )
+        })?;
+        request.metadata_mut().insert("authorization", value);
+    }
+    Ok(request)
 }
 
 /// Awaits one unary call within the timeout (the server learns the deadline too: tonic sends
@@ -245,7 +268,7 @@ async fn apply(
 ) -> Result<()> {
     let suffix = if dry_run { " (dry run)" } else { "" };
     for (source_name, manifest) in manifests {
-        let call = client.apply(request(proto::ApplyRequest { manifest, dry_run }));
+        let call = client.apply(request(server, proto::ApplyRequest { manifest, dry_run })?);
         let response = unary(server, call).await.map_err(|error| match error {
             ClientError::Rpc { status, .. } => ClientError::Rpc {
                 status,
@@ -271,7 +294,7 @@ async fn watch(
     manifests: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let call = client.watch(request(proto::WatchRequest { from_revision }));
+    let call = client.watch(request(server, proto::WatchRequest { from_revision })?);
     let mut stream = unary(server, call).await?;
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);

@@ -85,6 +85,16 @@ pub struct ClientArgs {
     /// `watch`, for the connection and the start of the stream only.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
+
+    /// Bearer token for a server with --token-auth-file (prefer the environment variable: a
+    /// command line is visible to other local users).
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "AUTHZD_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
 }
 
 /// `http://host:port` as given, or `host:port` made into one. TLS is not configured, so
@@ -428,6 +438,8 @@ pub struct ClientSettings {
     pub url: String,
     /// For the connection and each answer (for `watch`, the start of the stream).
     pub timeout: Duration,
+    /// Sent as `authorization: Bearer TOKEN`.
+    pub token: Option<String>,
 }
 
 /// Where one manifest comes from.
@@ -589,6 +601,7 @@ impl ClientArgs {
         ClientSettings {
             url: self.server,
             timeout: self.timeout,
+            token: self.token,
         }
     }
 }

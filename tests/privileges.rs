@@ -143,7 +143,7 @@ vic-token,vic,uid-4\n";
 
 struct Fixture {
     _dir: tempfile::TempDir,
-    _server: Server,
+    server: Server,
     channel: Channel,
 }
 
@@ -163,7 +163,7 @@ impl Fixture {
         let channel = server.channel().await;
         Fixture {
             _dir: dir,
-            _server: server,
+            server,
             channel,
         }
     }
@@ -929,4 +929,58 @@ fn a_bad_token_file_stops_the_server_naming_file_and_line() {
         )),
         "{stderr}"
     );
+}
+
+#[tokio::test]
+async fn without_a_token_file_a_presented_token_is_refused_not_ignored() {
+    let policy = grpc_harness::sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let mut reviews = AccessReviewClient::new(server.channel().await);
+    // No credentials on loopback: the local identity (system:admin, a super-user).
+    let answer = reviews
+        .subject_access_review(sar("default"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.allowed, "{answer:?}");
+    // A token the server cannot check is not silently replaced by the local identity.
+    assert_refused(
+        reviews
+            .subject_access_review(as_user("some-token", sar("default")))
+            .await,
+        Code::Unauthenticated,
+        "a bearer token was presented, but this server has no --token-auth-file",
+    );
+}
+
+#[tokio::test]
+async fn the_cli_sends_its_token_from_the_environment() {
+    let f = Fixture::start().await;
+    let status = |token: Option<&str>| {
+        let mut command = std::process::Command::new(grpc_harness::BIN);
+        command
+            .args(["status", "--server", &f.server.url()])
+            .env_remove("AUTHZD_TOKEN");
+        if let Some(token) = token {
+            command.env("AUTHZD_TOKEN", token);
+        }
+        grpc_harness::run_with_timeout(command, Duration::from_secs(30))
+    };
+    let anonymous = status(None);
+    let stderr = String::from_utf8_lossy(&anonymous.stderr);
+    assert!(!anonymous.status.success());
+    assert!(stderr.contains("no credentials"), "{stderr}");
+    let reader = status(Some("alice-token"));
+    let stderr = String::from_utf8_lossy(&reader.stderr);
+    assert!(
+        stderr.contains("user \"alice\" cannot get path \"/status\""),
+        "{stderr}"
+    );
+    let root = status(Some("root-token"));
+    assert!(
+        root.status.success(),
+        "{}",
+        String::from_utf8_lossy(&root.stderr)
+    );
+    assert!(String::from_utf8_lossy(&root.stdout).contains("revision"));
 }
