@@ -1,13 +1,9 @@
 //! The composition root: the only place that names every concrete type and wires them.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio::net::TcpListener;
 use tonic::server::NamedService;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -31,6 +27,7 @@ use crate::proto::authorizer_server::AuthorizerServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
+use crate::transport::{self, ListenAddr, Listener};
 
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -60,7 +57,7 @@ pub enum AppError {
     Policy(LoadErrors),
     #[error("cannot listen on `{addr}`: {source}")]
     Listen {
-        addr: SocketAddr,
+        addr: ListenAddr,
         source: std::io::Error,
     },
     /// `file:line: problem`.
@@ -72,8 +69,6 @@ pub enum AppError {
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
@@ -190,8 +185,9 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
 }
 
 /// The caller authentication for `settings` (SPEC §3): tokens if configured, the local identity
-/// only where [`listener_access`] allows it. Refuses an unauthenticated remote listener.
-fn authenticator(settings: &ServeSettings, listener_is_local: bool) -> Result<AuthChain> {
+/// only where [`listener_access`] allows it (loopback and Unix-socket listeners are local).
+/// Refuses an unauthenticated remote listener.
+fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
     let tokens = settings
         .auth
         .token_auth_file
@@ -201,9 +197,19 @@ fn authenticator(settings: &ServeSettings, listener_is_local: bool) -> Result<Au
     if let (Some(tokens), Some(path)) = (&tokens, &settings.auth.token_auth_file) {
         tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens loaded");
     }
+    let remote = settings
+        .listen
+        .iter()
+        .filter(|addr| match addr {
+            ListenAddr::Tcp(socket) => !socket.ip().is_loopback(),
+            ListenAddr::Unix(_) => false,
+        })
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
     let access = listener_access(
-        &settings.listen.to_string(),
-        listener_is_local,
+        &remote,
+        remote.is_empty(),
         tokens.is_some(),
         settings.auth.insecure_allow_unauthenticated_remote,
         &settings.local_identity.name,
@@ -217,7 +223,7 @@ fn authenticator(settings: &ServeSettings, listener_is_local: bool) -> Result<Au
         LocalAccess::AllowedInsecurely => {
             let warning = format!(
                 "WARNING: {INSECURE_REMOTE_FLAG}: {} accepts unauthenticated callers from the network, each acting as `{}`",
-                settings.listen, settings.local_identity.name
+                remote, settings.local_identity.name
             );
             eprintln!("authzd: {warning}");
             tracing::warn!("{warning}");
@@ -232,20 +238,17 @@ fn authenticator(settings: &ServeSettings, listener_is_local: bool) -> Result<Au
 /// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Before binding: a listener that may not serve as configured never opens.
-    let identity: Arc<dyn Authenticator> = Arc::new(authenticator(
-        &settings,
-        settings.listen.ip().is_loopback(),
-    )?);
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .map_err(|source| AppError::Listen {
-            addr: settings.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| AppError::Listen {
-        addr: settings.listen,
-        source,
-    })?;
+    let identity: Arc<dyn Authenticator> = Arc::new(authenticator(&settings)?);
+    let mut listeners = Vec::with_capacity(settings.listen.len());
+    for addr in &settings.listen {
+        let listener = Listener::bind(addr)
+            .await
+            .map_err(|source| AppError::Listen {
+                addr: addr.clone(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
 
     let state = Arc::new(ServingState::new(
         settings.engine.engine.clone(),
@@ -291,24 +294,23 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             _ = stopped.changed() => {}
         }
     };
-    let server = tokio::spawn(
-        Server::builder()
-            .layer(tower::util::MapResponseLayer::new(
-                crate::api::error::oversized_is_resource_exhausted,
-            ))
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(authorizer)
-            .add_service(access_review)
-            .add_service(admin)
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            ),
-    );
-    eprintln!("authzd listening on {addr}");
-    tracing::info!(%addr, "listening");
+    // gRPC and HTTP share one router and so every listener and port.
+    let router = tonic::service::Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(authorizer)
+        .add_service(access_review)
+        .add_service(admin)
+        .into_axum_router()
+        .layer(tower::util::MapResponseLayer::new(
+            crate::api::error::oversized_is_resource_exhausted,
+        ));
+    for listener in &listeners {
+        let addr = listener.local_addr();
+        eprintln!("authzd listening on {addr}");
+        tracing::info!(%addr, "listening");
+    }
+    let server = tokio::spawn(transport::serve(listeners, router, shutdown));
 
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
@@ -334,11 +336,11 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
         Err(errors) => {
             let _ = stop.send(());
-            server.await??;
+            server.await?;
             return Err(AppError::Policy(errors));
         }
     };
-    server.await??;
+    server.await?;
     tracing::info!("stopped");
     Ok(Outcome::Success)
 }

@@ -984,3 +984,27 @@ async fn the_cli_sends_its_token_from_the_environment() {
     );
     assert!(String::from_utf8_lossy(&root.stdout).contains("revision"));
 }
+
+#[test]
+fn unix_sockets_count_as_local_and_one_remote_listener_is_enough_to_refuse() {
+    let policy = grpc_harness::sample_policy();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = format!("unix://{}", dir.path().join("authzd.sock").display());
+    let (listening, stderr) = start_and_capture(&serve_args(policy.path(), &["--listen", &socket]));
+    assert!(listening, "{stderr}");
+    assert!(!stderr.contains("WARNING"), "{stderr}");
+
+    let out = run_bin(
+        &serve_args(
+            policy.path(),
+            &["--listen", &socket, "--listen", "0.0.0.0:0"],
+        ),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("refusing to listen on 0.0.0.0:0 without authentication"),
+        "{stderr}"
+    );
+}

@@ -25,21 +25,17 @@ use crate::engine::{
     Action, Authorize as _, Engine, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
 };
 use crate::store::ObjectKind;
+use crate::transport::{ClientIdentity, ConnectionInfo};
 
 /// The group every authenticated caller is in, as upstream adds it.
 pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
-/// A caller identity proven by the transport (a verified TLS client certificate), put into the
-/// request's extensions by the connection layer.
-#[derive(Clone, Debug)]
-pub struct VerifiedClient(pub UserInfo);
-
-/// What an authenticator may look at: request metadata (bearer tokens), the peer, and a
-/// client certificate the transport verified.
+/// What an authenticator may look at: request metadata (bearer tokens), the peer, and the
+/// identity of a client certificate the transport verified (`ConnectionInfo`).
 pub struct Peer<'a> {
     pub metadata: &'a MetadataMap,
     pub remote_addr: Option<SocketAddr>,
-    pub verified_client: Option<&'a UserInfo>,
+    pub verified_client: Option<UserInfo>,
 }
 
 impl<'a> Peer<'a> {
@@ -49,9 +45,20 @@ impl<'a> Peer<'a> {
             remote_addr: request.remote_addr(),
             verified_client: request
                 .extensions()
-                .get::<VerifiedClient>()
-                .map(|client| &client.0),
+                .get::<ConnectionInfo>()
+                .and_then(|connection| connection.client_identity.as_ref())
+                .map(certificate_user),
         }
+    }
+}
+
+/// A verified client certificate's caller, as kube-apiserver's x509 authenticator reads it:
+/// CN = user, each O = a group.
+pub fn certificate_user(identity: &ClientIdentity) -> UserInfo {
+    UserInfo {
+        name: identity.common_name.clone(),
+        groups: identity.organizations.clone(),
+        ..UserInfo::default()
     }
 }
 
@@ -352,7 +359,7 @@ impl AuthChain {
 
 impl Authenticator for AuthChain {
     fn authenticate(&self, peer: &Peer<'_>) -> Result<UserInfo> {
-        if let Some(client) = peer.verified_client {
+        if let Some(client) = &peer.verified_client {
             return Ok(Self::authenticated(client.clone()));
         }
         if let Some(header) = peer.metadata.get("authorization") {
