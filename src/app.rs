@@ -27,6 +27,7 @@ use crate::proto::authorizer_server::AuthorizerServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
+use crate::transport::tls::{TlsError, TlsFiles, TlsServer};
 use crate::transport::{self, ListenAddr, Listener};
 
 /// How a command that did its job ended; `main` maps it to the exit code.
@@ -65,6 +66,8 @@ pub enum AppError {
     TokenFile(#[from] TokenFileError),
     #[error(transparent)]
     UnsafeListener(#[from] UnsafeListener),
+    #[error("bad TLS files: {0}")]
+    Tls(#[from] TlsError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
@@ -81,7 +84,10 @@ impl AppError {
     /// 1 for everything else.
     pub fn exit_code(&self) -> u8 {
         match self {
-            AppError::Policy(_) | AppError::TokenFile(_) | AppError::UnsafeListener(_) => 2,
+            AppError::Policy(_)
+            | AppError::TokenFile(_)
+            | AppError::UnsafeListener(_)
+            | AppError::Tls(_) => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -210,7 +216,7 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
     let access = listener_access(
         &remote,
         remote.is_empty(),
-        tokens.is_some(),
+        tokens.is_some() || settings.auth.client_ca_file.is_some(),
         settings.auth.insecure_allow_unauthenticated_remote,
         &settings.local_identity.name,
     )?;
@@ -234,11 +240,28 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
     Ok(AuthChain { tokens, local })
 }
 
+/// The TLS configuration of `--tls-cert-file` / `--tls-private-key-file` / `--client-ca-file`
+/// (clap enforces that they come together).
+fn tls_server(settings: &ServeSettings) -> Result<Option<Arc<TlsServer>>> {
+    let auth = &settings.auth;
+    let (Some(cert), Some(key)) = (&auth.tls_cert_file, &auth.tls_private_key_file) else {
+        return Ok(None);
+    };
+    let server = TlsServer::load(TlsFiles {
+        cert: cert.clone(),
+        key: key.clone(),
+        client_ca: auth.client_ca_file.clone(),
+    })?;
+    tracing::info!(files = ?server.files(), "TLS enabled on TCP listeners");
+    Ok(Some(Arc::new(server)))
+}
+
 /// Binds, starts serving (health `NOT_SERVING`), compiles the policy, publishes it as
 /// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Before binding: a listener that may not serve as configured never opens.
     let identity: Arc<dyn Authenticator> = Arc::new(authenticator(&settings)?);
+    let tls = tls_server(&settings)?;
     let mut listeners = Vec::with_capacity(settings.listen.len());
     for addr in &settings.listen {
         let listener = Listener::bind(addr)
@@ -247,8 +270,9 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
                 addr: addr.clone(),
                 source,
             })?;
-        listeners.push(listener);
+        listeners.push(listener.with_tls(tls.clone()));
     }
+    let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
     let state = Arc::new(ServingState::new(
         settings.engine.engine.clone(),

@@ -307,6 +307,19 @@ pub struct AuthArgs {
     /// identity. Only for networks where every client is trusted.
     #[arg(long)]
     pub insecure_allow_unauthenticated_remote: bool,
+
+    /// Serve TLS on TCP listeners with this PEM certificate (chain); reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert-file; reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Verify client certificates against these PEM CAs; a verified certificate is the caller
+    /// (CN = user, each O = a group). Needs --tls-cert-file.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
 }
 
 /// TCP listeners before Unix sockets, each group in the order given (stable), so the first

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
+use super::tls::TlsServer;
 use super::ListenAddr;
 
 /// The connection a request arrived on. Inserted into every request's `http::Extensions`
@@ -40,12 +41,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin + Send + 'static> ConnectionIo for T {}
 pub type BoxedIo = Box<dyn ConnectionIo>;
 
 /// The per-connection handshake, run on the connection's own task (never on the accept loop,
-/// so a slow peer cannot stall accepting). Today it passes the stream through; TLS plugs in
-/// here: wrap `io` in the TLS stream, fill `info.client_identity` from the verified client
-/// certificate, and return an error to drop a connection whose handshake failed.
+/// so a slow peer cannot stall accepting). Without TLS it passes the stream through; with TLS
+/// it wraps `io` in the TLS stream and fills `info.client_identity` from a verified client
+/// certificate. An error drops the connection (a failed or timed-out handshake).
 pub async fn handshake(
     io: BoxedIo,
-    info: ConnectionInfo,
+    mut info: ConnectionInfo,
+    tls: Option<&TlsServer>,
 ) -> std::io::Result<(BoxedIo, ConnectionInfo)> {
-    Ok((io, info))
+    let Some(tls) = tls else {
+        return Ok((io, info));
+    };
+    let (stream, identity) = tls.accept(io).await?;
+    info.client_identity = identity;
+    Ok((Box::new(stream), info))
 }

@@ -9,6 +9,7 @@
 
 mod addr;
 mod connection;
+pub mod tls;
 
 use std::future::Future;
 use std::io;
@@ -30,6 +31,8 @@ pub struct Listener {
     kind: ListenerKind,
     /// The bound address (the real port when `:0` was asked for).
     addr: Arc<ListenAddr>,
+    /// TLS for every connection, when configured (TCP listeners only).
+    tls: Option<Arc<tls::TlsServer>>,
 }
 
 enum ListenerKind {
@@ -66,6 +69,7 @@ impl Listener {
                 Ok(Listener {
                     kind: ListenerKind::Tcp(listener),
                     addr: Arc::new(bound),
+                    tls: None,
                 })
             }
             ListenAddr::Unix(path) => {
@@ -77,6 +81,7 @@ impl Listener {
                         _socket_file: SocketFile(path.clone()),
                     },
                     addr: Arc::new(addr.clone()),
+                    tls: None,
                 })
             }
         }
@@ -84,6 +89,19 @@ impl Listener {
 
     pub fn local_addr(&self) -> &ListenAddr {
         &self.addr
+    }
+
+    /// Serves TLS on a TCP listener. A Unix socket stays plaintext: it is reached only
+    /// through the file system, whose permissions guard it.
+    pub fn with_tls(mut self, tls: Option<Arc<tls::TlsServer>>) -> Self {
+        if matches!(self.kind, ListenerKind::Tcp(_)) {
+            self.tls = tls;
+        }
+        self
+    }
+
+    pub fn is_tls(&self) -> bool {
+        self.tls.is_some()
     }
 
     async fn accept(&self) -> io::Result<(BoxedIo, ConnectionInfo)> {
@@ -165,6 +183,7 @@ async fn accept_loop(
                     builder.clone(),
                     io,
                     info,
+                    listener.tls.clone(),
                     router.clone(),
                     stopped.clone(),
                 ));
@@ -190,10 +209,11 @@ async fn serve_connection(
     builder: auto::Builder<TokioExecutor>,
     io: BoxedIo,
     info: ConnectionInfo,
+    tls: Option<Arc<tls::TlsServer>>,
     router: axum::Router,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let (io, info) = match handshake(io, info).await {
+    let (io, info) = match handshake(io, info, tls.as_deref()).await {
         Ok(done) => done,
         Err(error) => {
             tracing::debug!(%error, "handshake failed");
