@@ -727,13 +727,15 @@ async fn a_namespace_admin_cannot_escalate_without_bind_or_escalate() {
         refused.message().starts_with(
             "RoleBinding \"nadia-is-god/team-a\": you cannot grant what you do not hold:"
         ) && refused.message().contains("\n  - `*` on URL `*`")
-            && refused.message().contains("`*` on `*` (API group `*`)"),
+            && refused.message().contains("`*` on `*` (API group `*`)")
+            && refused.message().ends_with(
+                "\n  (holding `bind` on clusterroles `cluster-admin` (rbac.authorization.k8s.io) in namespace `team-a` would allow it)"
+            ),
         "{}",
         refused.message()
     );
-    // A role broader than her own: pods yes, configmaps (in team-a) beyond the `get` every
-    // authenticated caller has... she does hold `get configmaps` through system:authenticated,
-    // so the broader grant is `list`.
+    // A role broader than her own: she holds `get configmaps` (through system:authenticated)
+    // but not `list`.
     let broader = role(
         "team-a",
         "lister",
@@ -743,6 +745,11 @@ async fn a_namespace_admin_cannot_escalate_without_bind_or_escalate() {
         f.apply_as("nadia-token", &broader).await,
         Code::PermissionDenied,
         "`list` on `configmaps` (API group `core`)",
+    );
+    assert_refused(
+        f.apply_as("nadia-token", &broader).await,
+        Code::PermissionDenied,
+        "(holding `escalate` on roles `lister` (rbac.authorization.k8s.io) in namespace `team-a` would allow it)",
     );
     // What she does hold she may grant (get pods, get configmaps).
     f.apply_as("nadia-token", &broad).await.unwrap();

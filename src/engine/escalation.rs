@@ -240,6 +240,20 @@ fn role_rules<'p>(
     }
 }
 
+/// How the caller could be allowed the refused write anyway: the verb that bypasses the check.
+fn remedy(verb: &str, kind: RoleKind, name: &str, namespace: &str) -> String {
+    let resource = match kind {
+        RoleKind::ClusterRole => "clusterroles",
+        RoleKind::Role => "roles",
+    };
+    let scope = if namespace.is_empty() {
+        "cluster-wide".to_string()
+    } else {
+        format!("in namespace `{namespace}`")
+    };
+    format!("holding `{verb}` on {resource} `{name}` ({RBAC_GROUP}) {scope} would allow it")
+}
+
 impl EscalationCheck<'_> {
     fn is_super(&self) -> bool {
         let config = self.engine.config();
@@ -309,18 +323,26 @@ impl EscalationCheck<'_> {
         let aggregated = aggregated_rules(current);
         let mut refusals = Vec::new();
         for object in objects {
-            let (what, missing) = match object {
-                PolicyObject::Role(role) => {
-                    (role.describe(), self.check_role(current, &aggregated, role))
-                }
+            let (what, missing, remedy) = match object {
+                PolicyObject::Role(role) => (
+                    role.describe(),
+                    self.check_role(current, &aggregated, role),
+                    remedy("escalate", role.kind, &role.name, &role.namespace),
+                ),
                 PolicyObject::Binding(binding) => (
                     binding.describe(),
                     self.check_binding(current, &aggregated, objects, binding),
+                    remedy(
+                        "bind",
+                        binding.role_ref.kind,
+                        &binding.role_ref.name,
+                        &binding.namespace,
+                    ),
                 ),
             };
             if !missing.is_empty() {
                 refusals.push(format!(
-                    "{what}: you cannot grant what you do not hold:\n  - {}",
+                    "{what}: you cannot grant what you do not hold:\n  - {}\n  ({remedy})",
                     missing.join("\n  - ")
                 ));
             }
