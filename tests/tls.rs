@@ -123,6 +123,11 @@ impl Fixture {
     /// A server with TLS (certificate for `localhost` from a fresh CA), verifying client
     /// certificates from the same CA.
     fn start() -> Fixture {
+        Fixture::start_with(&[])
+    }
+
+    /// [`Fixture::start`] with more `serve` arguments.
+    fn start_with(extra: &[&str]) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy");
         std::fs::create_dir(&policy).unwrap();
@@ -133,18 +138,18 @@ impl Fixture {
         replace(&dir.path().join("server.key"), &key);
         replace(&dir.path().join("ca.crt"), &ca.pem);
         let path = |name: &str| dir.path().join(name).to_str().unwrap().to_string();
-        let server = Server::start(
-            &policy,
-            &[
-                "--tls-cert-file",
-                &path("server.crt"),
-                "--tls-private-key-file",
-                &path("server.key"),
-                "--client-ca-file",
-                &path("ca.crt"),
-                "--no-watch",
-            ],
-        );
+        let mut args = vec![
+            "--tls-cert-file".to_string(),
+            path("server.crt"),
+            "--tls-private-key-file".to_string(),
+            path("server.key"),
+            "--client-ca-file".to_string(),
+            path("ca.crt"),
+            "--no-watch".to_string(),
+        ];
+        args.extend(extra.iter().map(|a| a.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Server::start(&policy, &args);
         Fixture { dir, server, ca }
     }
 
@@ -387,4 +392,33 @@ fn bad_tls_files_stop_the_server() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{stderr}");
     assert!(stderr.contains("--tls-cert-file"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "ops-token,olga,u1,ops\n").unwrap();
+    let f = Fixture::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
+    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, None).await.unwrap());
+    serving(&mut reviews).await;
+    let mut request = tonic::Request::new(personal("list", "pods"));
+    request
+        .metadata_mut()
+        .insert("authorization", "Bearer ops-token".parse().unwrap());
+    let answer = reviews
+        .personal_subject_access_review(request)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        answer.allowed && answer.reason.contains("ops-read-pods"),
+        "{answer:?}"
+    );
+    // Without the token (and without a certificate) the same connection gets nothing.
+    let refused = reviews
+        .personal_subject_access_review(personal("list", "pods"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 }
