@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 use tokio_stream::StreamExt;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
 use crate::config::{ClientCommand, ClientSettings, ManifestSource};
@@ -190,12 +190,40 @@ fn read_sources(sources: &[ManifestSource]) -> Result<Vec<(String, String)>> {
         .collect()
 }
 
+/// TLS for an `https://` server: its CA (required: no system roots are used) and the client
+/// certificate, if one is configured.
+fn tls_config(server: &ClientSettings) -> Result<ClientTlsConfig> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|error| ClientError::Read {
+            source_name: path.display().to_string(),
+            error,
+        })
+    };
+    let Some(ca) = &server.certificate_authority else {
+        return Err(Status::invalid_argument(format!(
+            "{} is https: give the CA its certificate chains to with --certificate-authority",
+            server.url
+        ))
+        .into());
+    };
+    let mut tls = ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+    if let Some((cert, key)) = &server.client_identity {
+        tls = tls.identity(Identity::from_pem(read(cert)?, read(key)?));
+    }
+    Ok(tls)
+}
+
 async fn connect(server: &ClientSettings) -> Result<PolicyAdminClient<Channel>> {
     let unavailable =
         |detail: String| Status::unavailable(format!("cannot connect to {}: {detail}", server.url));
-    let endpoint = Endpoint::from_shared(server.url.clone())
+    let mut endpoint = Endpoint::from_shared(server.url.clone())
         .map_err(|e| unavailable(error_chain(&e)))?
         .connect_timeout(server.timeout);
+    if server.url.starts_with("https://") {
+        endpoint = endpoint
+            .tls_config(tls_config(server)?)
+            .map_err(|e| unavailable(error_chain(&e)))?;
+    }
     let channel = match tokio::time::timeout(server.timeout, endpoint.connect()).await {
         Ok(Ok(channel)) => channel,
         Ok(Err(error)) => return Err(unavailable(error_chain(&error)).into()),

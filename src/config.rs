@@ -95,10 +95,23 @@ pub struct ClientArgs {
         hide_env_values = true
     )]
     pub token: Option<String>,
+
+    /// For an `https://` server: the PEM CA(s) its certificate must chain to (no system roots
+    /// are used).
+    #[arg(long, value_name = "FILE")]
+    pub certificate_authority: Option<PathBuf>,
+
+    /// For an `https://` server that verifies clients: this PEM client certificate (CN = user,
+    /// each O = a group).
+    #[arg(long, value_name = "FILE", requires = "client_key")]
+    pub client_certificate: Option<PathBuf>,
+
+    /// The PEM private key of --client-certificate.
+    #[arg(long, value_name = "FILE", requires = "client_certificate")]
+    pub client_key: Option<PathBuf>,
 }
 
-/// `http://host:port` as given, or `host:port` made into one. TLS is not configured, so
-/// `https` is refused up front rather than failing at connect time.
+/// `http://host:port` or `https://host:port` as given, or `host:port` made into an `http` URL.
 pub fn parse_server(s: &str) -> Result<String, String> {
     let url = if s.contains("://") {
         s.to_string()
@@ -109,11 +122,11 @@ pub fn parse_server(s: &str) -> Result<String, String> {
         .parse()
         .map_err(|e| format!("`{s}` is not a URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http") => {}
+        Some("http" | "https") => {}
         Some(other) => {
             return Err(format!(
-                "`{s}`: scheme `{other}` is not supported (use http://HOST:PORT)"
-            ))
+            "`{s}`: scheme `{other}` is not supported (use http://HOST:PORT or https://HOST:PORT)"
+        ))
         }
         None => return Err(format!("`{s}` is not a URL")),
     }
@@ -478,6 +491,9 @@ pub struct ClientSettings {
     pub timeout: Duration,
     /// Sent as `authorization: Bearer TOKEN`.
     pub token: Option<String>,
+    /// For `https://`: the server's CA, and the client certificate and key, if any.
+    pub certificate_authority: Option<PathBuf>,
+    pub client_identity: Option<(PathBuf, PathBuf)>,
 }
 
 /// Where one manifest comes from.
@@ -640,6 +656,8 @@ impl ClientArgs {
             url: self.server,
             timeout: self.timeout,
             token: self.token,
+            certificate_authority: self.certificate_authority,
+            client_identity: self.client_certificate.zip(self.client_key),
         }
     }
 }
@@ -858,7 +876,14 @@ mod tests {
             client(&["status", "--server", "10.0.0.1:9000", "--timeout", "250ms"]).unwrap();
         assert_eq!(server.url, "http://10.0.0.1:9000");
         assert_eq!(server.timeout, Duration::from_millis(250));
-        assert!(client(&["status", "--server", "https://x:1"]).is_err());
+        assert!(client(&["status", "--server", "ftp://x:1"]).is_err());
+        assert_eq!(
+            client(&["status", "--server", "https://x:1"])
+                .unwrap()
+                .0
+                .url,
+            "https://x:1"
+        );
         assert!(client(&["status", "--timeout", "10"]).is_err());
     }
 

@@ -597,7 +597,8 @@ fn usage_errors_exit_two_without_contacting_a_server() {
         (&["delete", "role"], "required"),
         (&["apply"], "--filename"),
         (&["apply", "-f", "-", "-f", "-"], "only once"),
-        (&["status", "--server", "https://x:1"], "scheme `https`"),
+        (&["status", "--server", "ftp://x:1"], "scheme `ftp`"),
+        (&["status", "--client-key", "k.pem"], "--client-certificate"),
         (&["status", "--timeout", "10"], "needs a unit"),
         (&["watch", "--from-revision=-1"], "--from-revision"),
     ];

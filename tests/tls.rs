@@ -422,3 +422,55 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
         .unwrap_err();
     assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
 }
+
+#[tokio::test]
+async fn the_cli_talks_https_with_a_client_certificate() {
+    let f = Fixture::start();
+    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, None).await.unwrap());
+    serving(&mut reviews).await;
+    let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]);
+    let write = |name: &str, content: &str| {
+        let path = f.dir.path().join(name);
+        std::fs::write(&path, content).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (cert, key) = (write("root.crt", &cert), write("root.key", &key));
+    let ca = f.dir.path().join("ca.crt").to_str().unwrap().to_string();
+    let url = format!("https://localhost:{}", f.server.addr.port());
+    let status = |extra: &[&str]| {
+        let mut command = std::process::Command::new(grpc_harness::BIN);
+        command
+            .args(["status", "--server", &url])
+            .args(extra)
+            .env_remove("AUTHZD_TOKEN");
+        grpc_harness::run_with_timeout(command, Duration::from_secs(30))
+    };
+
+    let out = status(&[
+        "--certificate-authority",
+        &ca,
+        "--client-certificate",
+        &cert,
+        "--client-key",
+        &key,
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("revision"));
+
+    // Without a certificate the server does not know who is asking.
+    let out = status(&["--certificate-authority", &ca]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("Unauthenticated: no credentials"),
+        "{stderr}"
+    );
+    // https without a CA is refused before connecting.
+    let out = status(&[]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--certificate-authority"), "{stderr}");
+}
