@@ -28,6 +28,15 @@ use crate::proto::authorizer_server::AuthorizerServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
+use crate::telemetry::request::RequestTelemetryLayer;
+use crate::telemetry::{self, LogFormat};
+
+/// How often histogram samples are folded into buckets, so memory stays bounded however long
+/// nobody scrapes `/metrics`.
+const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The webhook path until `--webhook-path` exists (it arrives with the HTTP endpoints).
+const DEFAULT_WEBHOOK_PATH: &str = "/authorize";
 
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -66,6 +75,8 @@ pub enum AppError {
     Reflection(#[from] tonic_reflection::server::Error),
     #[error("server failed: {0}")]
     Serve(#[from] tonic::transport::Error),
+    #[error(transparent)]
+    Otlp(#[from] crate::telemetry::otlp::OtlpError),
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
@@ -96,14 +107,28 @@ impl AppError {
 
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
-/// Runs one command to completion.
-pub fn run(settings: Settings) -> Result<Outcome> {
+/// Runs one command to completion, logging in `log_format`.
+pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
+    if !matches!(settings, Settings::Serve(_)) {
+        // Offline and client commands print their answer on stdout; logs are for problems.
+        telemetry::init(log_format, "warn", None);
+    }
     match settings {
         Settings::Serve(settings) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(AppError::Runtime)?
-            .block_on(serve(settings)),
+            .block_on(async {
+                // The OTLP exporter needs the runtime, so the server's logging starts here.
+                let otlp = telemetry::otlp::exporter(settings.otlp_endpoint.as_deref())?;
+                let (layer, _flush_on_exit) = otlp.unzip();
+                let exporting = layer.is_some();
+                telemetry::init(log_format, "info", layer);
+                if exporting {
+                    tracing::info!("exporting traces over OTLP");
+                }
+                serve(settings).await
+            }),
         Settings::Check { engine, request } => {
             let response = build_engine(&engine)?.authorize(&request);
             print!("{}", text::decision(&response));
@@ -199,6 +224,12 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.engine.clone(),
         settings.cache.clone(),
     ));
+    let _metrics_upkeep = state.metrics().spawn_upkeep(METRICS_UPKEEP_EVERY);
+    let request_telemetry = RequestTelemetryLayer::new(
+        Arc::clone(state.metrics()),
+        DEFAULT_WEBHOOK_PATH,
+        telemetry::otlp::configured(settings.otlp_endpoint.as_deref()),
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
@@ -245,6 +276,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     };
     let server = tokio::spawn(
         Server::builder()
+            .layer(request_telemetry)
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::error::oversized_is_resource_exhausted,
             ))

@@ -273,6 +273,12 @@ pub struct ServeArgs {
     /// the request's own deadline is shorter).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub max_revision_wait: Duration,
+
+    /// Export traces over OTLP/gRPC to this collector (e.g. `http://127.0.0.1:4317`). Without
+    /// it, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// turn export on; with neither, no spans are exported.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -380,6 +386,8 @@ pub struct ServeSettings {
     /// Watch the policy files and reload on change.
     pub watch: bool,
     pub max_revision_wait: Duration,
+    /// `--otlp-endpoint`; the standard OTLP environment variables also turn export on.
+    pub otlp_endpoint: Option<String>,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -619,6 +627,7 @@ impl Cli {
                 },
                 watch: !args.no_watch,
                 max_revision_wait: args.max_revision_wait,
+                otlp_endpoint: args.otlp_endpoint,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),

@@ -18,6 +18,8 @@ use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
+use crate::telemetry::metrics::DecisionApi;
+use crate::telemetry::request::{record_caller, record_decision};
 
 /// Both services over one serving state. Cheap to clone.
 #[derive(Clone)]
@@ -54,7 +56,9 @@ impl GrpcApi {
     }
 
     fn caller<T>(&self, request: &Request<T>) -> Result<UserInfo> {
-        self.authenticator.authenticate(&Peer::of(request))
+        let caller = self.authenticator.authenticate(&Peer::of(request))?;
+        record_caller(&caller.name);
+        Ok(caller)
     }
 
     /// Privilege checks land with authentication (SPEC §3); until then every caller is
@@ -94,8 +98,12 @@ impl GrpcApi {
         &self,
         snapshot: &Snapshot,
         request: &engine::Request,
+        api: DecisionApi,
     ) -> proto::AuthorizeResponse {
         let decided = self.state.authorizer(snapshot).decide(request);
+        self.state
+            .metrics()
+            .decision(api, decided.response.decision);
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
@@ -105,6 +113,10 @@ impl GrpcApi {
             revision = snapshot.revision,
             "authorize"
         );
+        // A batch's span would only keep its last item's decision: not recorded per item.
+        if api == DecisionApi::Authorize {
+            record_decision(decided.response.decision, decided.cached, snapshot.revision);
+        }
         convert::authorize_response(&decided, snapshot.revision)
     }
 
@@ -121,9 +133,14 @@ impl GrpcApi {
         snapshot: &Snapshot,
         user: UserInfo,
         action: engine::Action,
+        api: DecisionApi,
     ) -> proto::SubjectAccessReviewResponse {
         let request = engine::Request { user, action };
         let decided = self.state.authorizer(snapshot).decide(&request);
+        self.state
+            .metrics()
+            .decision(api, decided.response.decision);
+        record_decision(decided.response.decision, decided.cached, snapshot.revision);
         convert::review_response(
             &decided.response,
             request.action.namespace(),
@@ -145,7 +162,8 @@ impl Authorizer for GrpcApi {
         let request = convert::authorize_request(wire)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(min_revision, deadline).await?;
-        Ok(Response::new(self.authorize_one(&snapshot, &request)))
+        let response = self.authorize_one(&snapshot, &request, DecisionApi::Authorize);
+        Ok(Response::new(response))
     }
 
     async fn batch_authorize(
@@ -179,7 +197,7 @@ impl Authorizer for GrpcApi {
         let snapshot = self.snapshot(min_revision, deadline).await?;
         let responses = requests
             .iter()
-            .map(|request| self.authorize_one(&snapshot, request))
+            .map(|request| self.authorize_one(&snapshot, request, DecisionApi::BatchAuthorize))
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
@@ -215,7 +233,12 @@ impl AccessReview for GrpcApi {
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            &snapshot,
+            user,
+            action,
+            DecisionApi::SubjectAccessReview,
+        )))
     }
 
     async fn personal_subject_access_review(
@@ -228,7 +251,12 @@ impl AccessReview for GrpcApi {
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::Authenticated)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, caller, action)))
+        Ok(Response::new(self.review(
+            &snapshot,
+            caller,
+            action,
+            DecisionApi::PersonalSubjectAccessReview,
+        )))
     }
 
     async fn local_subject_access_review(
@@ -245,7 +273,12 @@ impl AccessReview for GrpcApi {
             Privilege::local_subject_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            &snapshot,
+            user,
+            action,
+            DecisionApi::LocalSubjectAccessReview,
+        )))
     }
 
     async fn resource_access_review(
