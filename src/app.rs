@@ -1,13 +1,9 @@
 //! The composition root: the only place that names every concrete type and wires them.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use thiserror::Error;
-use tokio::net::TcpListener;
 use tonic::server::NamedService;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::Server;
 use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
@@ -30,6 +26,7 @@ use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
 use crate::telemetry::request::RequestTelemetryLayer;
 use crate::telemetry::{self, LogFormat};
+use crate::transport::{self, ListenAddr, Listener};
 
 /// How often histogram samples are folded into buckets, so memory stays bounded however long
 /// nobody scrapes `/metrics`.
@@ -66,15 +63,13 @@ pub enum AppError {
     Policy(LoadErrors),
     #[error("cannot listen on `{addr}`: {source}")]
     Listen {
-        addr: SocketAddr,
+        addr: ListenAddr,
         source: std::io::Error,
     },
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
-    #[error("server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
     #[error(transparent)]
     Otlp(#[from] crate::telemetry::otlp::OtlpError),
     #[error("background task failed: {0}")]
@@ -209,16 +204,16 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
 /// Binds, starts serving (health `NOT_SERVING`), compiles the policy, publishes it as
 /// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
-    let listener = TcpListener::bind(settings.listen)
-        .await
-        .map_err(|source| AppError::Listen {
-            addr: settings.listen,
-            source,
-        })?;
-    let addr = listener.local_addr().map_err(|source| AppError::Listen {
-        addr: settings.listen,
-        source,
-    })?;
+    let mut listeners = Vec::with_capacity(settings.listen.len());
+    for addr in &settings.listen {
+        let listener = Listener::bind(addr)
+            .await
+            .map_err(|source| AppError::Listen {
+                addr: addr.clone(),
+                source,
+            })?;
+        listeners.push(listener);
+    }
 
     let state = Arc::new(ServingState::new(
         settings.engine.engine.clone(),
@@ -274,25 +269,28 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             _ = stopped.changed() => {}
         }
     };
-    let server = tokio::spawn(
-        Server::builder()
-            .layer(request_telemetry)
-            .layer(tower::util::MapResponseLayer::new(
-                crate::api::error::oversized_is_resource_exhausted,
-            ))
-            .add_service(health_service)
-            .add_service(reflection_v1)
-            .add_service(reflection_v1alpha)
-            .add_service(authorizer)
-            .add_service(access_review)
-            .add_service(admin)
-            .serve_with_incoming_shutdown(
-                TcpIncoming::from(listener).with_nodelay(Some(true)),
-                shutdown,
-            ),
-    );
-    eprintln!("authzd listening on {addr}");
-    tracing::info!(%addr, "listening");
+    // gRPC and HTTP share one router and so every listener and port.
+    let router = tonic::service::Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(authorizer)
+        .add_service(access_review)
+        .add_service(admin)
+        .into_axum_router()
+        .route(
+            "/metrics",
+            axum::routing::get(metrics_exposition(&state, &store_cell)),
+        )
+        .layer(tower::util::MapResponseLayer::new(
+            crate::api::error::oversized_is_resource_exhausted,
+        ))
+        .layer(request_telemetry);
+    for listener in &listeners {
+        let addr = listener.local_addr();
+        eprintln!("authzd listening on {addr}");
+        tracing::info!(%addr, "listening");
+    }
+    let server = tokio::spawn(transport::serve(listeners, router, shutdown));
 
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
@@ -318,13 +316,38 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
         Err(errors) => {
             let _ = stop.send(());
-            server.await??;
+            server.await?;
             return Err(AppError::Policy(errors));
         }
     };
-    server.await??;
+    server.await?;
     tracing::info!("stopped");
     Ok(Outcome::Success)
+}
+
+/// The `/metrics` handler: Prometheus text, with the figures the state and store keep read
+/// now.
+fn metrics_exposition(
+    state: &Arc<ServingState>,
+    store: &StoreCell,
+) -> impl Fn() -> std::future::Ready<([(http::header::HeaderName, &'static str); 1], String)>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let state = Arc::clone(state);
+    let store = Arc::clone(store);
+    move || {
+        let mut figures = state.scrape_figures();
+        figures.reload_errors = store.get().map_or(0, |store| store.reload_errors());
+        std::future::ready((
+            [(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            state.metrics().render(&figures),
+        ))
+    }
 }
 
 /// SIGINT (Ctrl-C) or, on Unix, SIGTERM.

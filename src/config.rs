@@ -1,7 +1,6 @@
 //! Command line and typed settings. Flags are parsed by clap into [`Cli`], then turned into
 //! validated settings that the rest of the program reads; nothing else looks at flags.
 
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -15,6 +14,7 @@ use crate::engine::{
 use crate::policy::load::LoadOptions;
 use crate::store::{ObjectKind, ObjectRef};
 use crate::telemetry::LogFormat;
+use crate::transport::ListenAddr;
 
 /// authzd: Kubernetes-style authorization (RBAC, ABAC, deny rules) as a gRPC service.
 #[derive(Debug, Parser)]
@@ -231,14 +231,20 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub chain: ChainArgs,
 
-    /// Address to listen on; port 0 picks a free port (the bound address is printed).
+    /// Address to listen on: `HOST:PORT` (port 0 picks a free port; the bound address is
+    /// printed) or `unix:///ABSOLUTE/PATH`. Repeatable: gRPC and HTTP on every listener.
     #[arg(
         long,
         value_name = "ADDR",
         default_value = "127.0.0.1:50051",
         env = "AUTHZD_LISTEN"
     )]
-    pub listen: SocketAddr,
+    pub listen: Vec<ListenAddr>,
+
+    /// Path of the Kubernetes authorization webhook endpoint (SubjectAccessReview in, the
+    /// same object with `status` out).
+    #[arg(long, value_name = "PATH", default_value = "/authorize", value_parser = parse_webhook_path)]
+    pub webhook_path: String,
 
     /// The caller identity every request gets while no authentication is configured.
     #[arg(long, value_name = "NAME", default_value = "system:admin")]
@@ -279,6 +285,23 @@ pub struct ServeArgs {
     /// turn export on; with neither, no spans are exported.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+}
+
+/// TCP listeners before Unix sockets, each group in the order given (stable), so the first
+/// `authzd listening on` line is a TCP address whenever there is one.
+fn tcp_first(mut listen: Vec<ListenAddr>) -> Vec<ListenAddr> {
+    listen.sort_by_key(|addr| matches!(addr, ListenAddr::Unix(_)));
+    listen.dedup();
+    listen
+}
+
+/// An absolute URL path, `/authorize` by default.
+pub fn parse_webhook_path(s: &str) -> Result<String, String> {
+    if s.starts_with('/') && !s.contains(['?', '#', ' ']) && s.len() > 1 {
+        Ok(s.to_string())
+    } else {
+        Err(format!("`{s}` is not an absolute URL path like /authorize"))
+    }
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -379,7 +402,9 @@ pub struct EngineSettings {
 #[derive(Clone, Debug)]
 pub struct ServeSettings {
     pub engine: EngineSettings,
-    pub listen: SocketAddr,
+    /// Every listener, TCP first (the order the startup lines are printed in).
+    pub listen: Vec<ListenAddr>,
+    pub webhook_path: String,
     /// The identity of every caller while no authentication is configured.
     pub local_identity: UserInfo,
     pub cache: CacheConfig,
@@ -614,7 +639,8 @@ impl Cli {
         Ok(match self.command {
             Command::Serve(args) => Settings::Serve(ServeSettings {
                 engine: engine_settings(args.policy, args.chain),
-                listen: args.listen,
+                listen: tcp_first(args.listen),
+                webhook_path: args.webhook_path,
                 local_identity: UserInfo {
                     name: args.local_user,
                     groups: non_empty(args.local_groups),
@@ -696,7 +722,11 @@ mod tests {
         let Settings::Serve(s) = cli.settings().unwrap() else {
             panic!("not serve")
         };
-        assert_eq!(s.listen.to_string(), "127.0.0.1:50051");
+        assert_eq!(
+            s.listen,
+            vec!["127.0.0.1:50051".parse::<ListenAddr>().unwrap()]
+        );
+        assert_eq!(s.webhook_path, "/authorize");
         assert_eq!(s.engine.engine.modes, vec![Mode::Rbac, Mode::Abac]);
         assert_eq!(s.engine.engine.super_groups, vec!["system:masters"]);
         assert!(s.engine.engine.super_users.is_empty());

@@ -20,6 +20,7 @@ pub mod policy;
 pub mod store;
 pub mod synth;
 pub mod telemetry;
+pub mod transport;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {

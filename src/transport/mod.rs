@@ -1,0 +1,232 @@
+//! The one accept loop: every listener (TCP and Unix sockets), HTTP/1.1 and h2c on the same
+//! port, one axum router holding the gRPC services and the HTTP/JSON endpoints.
+//!
+//! Per connection: accept → [`handshake`] (the TLS seam) → hyper-util's `auto` builder
+//! (detects the HTTP/2 preface, else HTTP/1.1) → the router, with a [`ConnectionInfo`] (and,
+//! for TCP, tonic's `TcpConnectInfo`, so `Request::remote_addr()` works) in every request's
+//! extensions. Shutdown: stop accepting, ask every connection to finish gracefully (HTTP/2
+//! GOAWAY, HTTP/1.1 close after the current response), wait for in-flight requests.
+
+mod addr;
+mod connection;
+
+use std::future::Future;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, UnixListener};
+use tonic::transport::server::TcpConnectInfo;
+use tower::ServiceExt as _;
+
+pub use addr::ListenAddr;
+pub use connection::{handshake, BoxedIo, ClientIdentity, ConnectionInfo, ConnectionIo};
+
+/// A bound listener, ready to serve.
+pub struct Listener {
+    kind: ListenerKind,
+    /// The bound address (the real port when `:0` was asked for).
+    addr: Arc<ListenAddr>,
+}
+
+enum ListenerKind {
+    Tcp(TcpListener),
+    Unix {
+        listener: UnixListener,
+        _socket_file: SocketFile,
+    },
+}
+
+/// Removes the socket file when the listener goes away, so a clean shutdown leaves nothing
+/// behind for the next start to trip over.
+struct SocketFile(PathBuf);
+
+impl Drop for SocketFile {
+    fn drop(&mut self) {
+        if let Err(error) = std::fs::remove_file(&self.0) {
+            if error.kind() != io::ErrorKind::NotFound {
+                tracing::warn!(path = %self.0.display(), %error, "cannot remove the socket file");
+            }
+        }
+    }
+}
+
+impl Listener {
+    /// Binds `addr`. For a Unix socket, a stale socket file at the path (left by a process
+    /// that was killed) is removed first; any other kind of file there is an error, never
+    /// deleted.
+    pub async fn bind(addr: &ListenAddr) -> io::Result<Listener> {
+        match addr {
+            ListenAddr::Tcp(socket_addr) => {
+                let listener = TcpListener::bind(socket_addr).await?;
+                let bound = ListenAddr::Tcp(listener.local_addr()?);
+                Ok(Listener {
+                    kind: ListenerKind::Tcp(listener),
+                    addr: Arc::new(bound),
+                })
+            }
+            ListenAddr::Unix(path) => {
+                remove_stale_socket(path)?;
+                let listener = UnixListener::bind(path)?;
+                Ok(Listener {
+                    kind: ListenerKind::Unix {
+                        listener,
+                        _socket_file: SocketFile(path.clone()),
+                    },
+                    addr: Arc::new(addr.clone()),
+                })
+            }
+        }
+    }
+
+    pub fn local_addr(&self) -> &ListenAddr {
+        &self.addr
+    }
+
+    async fn accept(&self) -> io::Result<(BoxedIo, ConnectionInfo)> {
+        let info = |remote_addr, local_addr| ConnectionInfo {
+            listener: Arc::clone(&self.addr),
+            remote_addr,
+            local_addr,
+            client_identity: None,
+        };
+        match &self.kind {
+            ListenerKind::Tcp(listener) => {
+                let (stream, remote) = listener.accept().await?;
+                // gRPC is many small messages: never wait to coalesce them (Nagle).
+                if let Err(error) = stream.set_nodelay(true) {
+                    tracing::debug!(%error, "cannot set TCP_NODELAY");
+                }
+                let local = stream.local_addr().ok();
+                Ok((Box::new(stream), info(Some(remote), local)))
+            }
+            ListenerKind::Unix { listener, .. } => {
+                let (stream, _) = listener.accept().await?;
+                Ok((Box::new(stream), info(None, None)))
+            }
+        }
+    }
+}
+
+fn remove_stale_socket(path: &Path) -> io::Result<()> {
+    use std::os::unix::fs::FileTypeExt as _;
+    match std::fs::symlink_metadata(path) {
+        Ok(metadata) if metadata.file_type().is_socket() => std::fs::remove_file(path),
+        Ok(_) => Err(io::Error::new(
+            io::ErrorKind::AlreadyExists,
+            format!("{} exists and is not a socket", path.display()),
+        )),
+        Err(error) if error.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Serves `router` on every listener until `shutdown` completes, then stops accepting and
+/// waits for the open connections' in-flight requests to finish. Socket files are removed
+/// on return.
+pub async fn serve(
+    listeners: Vec<Listener>,
+    router: axum::Router,
+    shutdown: impl Future<Output = ()> + Send,
+) {
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let mut accept_loops = tokio::task::JoinSet::new();
+    for listener in listeners {
+        accept_loops.spawn(accept_loop(listener, router.clone(), stopped.clone()));
+    }
+    shutdown.await;
+    let _ = stop.send(true);
+    // Each accept loop stops accepting, drops its listener (and socket file), then waits for
+    // its own connections to finish their in-flight requests.
+    while accept_loops.join_next().await.is_some() {}
+}
+
+async fn accept_loop(
+    listener: Listener,
+    router: axum::Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut connections = tokio::task::JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            biased;
+            () = stop_requested(&mut stopped) => break,
+            accepted = listener.accept() => accepted,
+        };
+        // Reap finished connections so the set holds only live ones.
+        while connections.try_join_next().is_some() {}
+        match accepted {
+            Ok((io, info)) => {
+                connections.spawn(serve_connection(
+                    builder.clone(),
+                    io,
+                    info,
+                    router.clone(),
+                    stopped.clone(),
+                ));
+            }
+            Err(error) => {
+                // Out of file descriptors and the like: keep serving the connections we have
+                // and retry shortly rather than spin or exit.
+                tracing::warn!(listener = %listener.addr, %error, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+    drop(listener);
+    if !connections.is_empty() {
+        tracing::info!(connections = connections.len(), "draining open connections");
+    }
+    while connections.join_next().await.is_some() {}
+}
+
+/// One connection: handshake, then HTTP/1.1 or HTTP/2 until the peer closes it or shutdown
+/// asks it to finish (HTTP/2 GOAWAY, HTTP/1.1 close after the current response).
+async fn serve_connection(
+    builder: auto::Builder<TokioExecutor>,
+    io: BoxedIo,
+    info: ConnectionInfo,
+    router: axum::Router,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) {
+    let (io, info) = match handshake(io, info).await {
+        Ok(done) => done,
+        Err(error) => {
+            tracing::debug!(%error, "handshake failed");
+            return;
+        }
+    };
+    let tcp_info = info.remote_addr.map(|remote_addr| TcpConnectInfo {
+        local_addr: info.local_addr,
+        remote_addr: Some(remote_addr),
+    });
+    let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
+        let extensions = request.extensions_mut();
+        extensions.insert(info.clone());
+        if let Some(tcp_info) = &tcp_info {
+            extensions.insert(tcp_info.clone());
+        }
+        router.clone().oneshot(request)
+    });
+    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let mut connection = std::pin::pin!(connection);
+    let result = tokio::select! {
+        result = connection.as_mut() => result,
+        () = stop_requested(&mut stopped) => {
+            connection.as_mut().graceful_shutdown();
+            connection.as_mut().await
+        }
+    };
+    if let Err(error) = result {
+        tracing::debug!(%error, "connection ended with an error");
+    }
+}
+
+/// Resolves once shutdown is asked for (or the sender is gone, which means the same).
+async fn stop_requested(stopped: &mut tokio::sync::watch::Receiver<bool>) {
+    let _ = stopped.wait_for(|stop| *stop).await;
+}
