@@ -273,6 +273,43 @@ pub struct ServeArgs {
     /// the request's own deadline is shorter).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub max_revision_wait: Duration,
+
+    #[command(flatten)]
+    pub envoy: EnvoyArgs,
+}
+
+/// How the Envoy ext_authz service (`envoy.service.auth.v3.Authorization`) reads a request.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Envoy ext_authz")]
+pub struct EnvoyArgs {
+    /// Where the subject comes from: `headers` (set by the mesh's authentication) or
+    /// `peer-principal` (the authenticated peer Envoy reports, as the user name).
+    #[arg(long, value_name = "SOURCE", default_value = "headers",
+          value_parser = [crate::api::envoy::SUBJECT_FROM_HEADERS, crate::api::envoy::SUBJECT_FROM_PEER_PRINCIPAL])]
+    pub envoy_subject_from: String,
+
+    /// Request header naming the user.
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-user")]
+    pub envoy_user_header: String,
+
+    /// Request header naming the groups (repeated headers or comma-separated values).
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-group")]
+    pub envoy_group_header: String,
+
+    /// Prefix of request headers carrying extra user attributes (e.g. `x-remote-extra-`).
+    #[arg(long, value_name = "PREFIX")]
+    pub envoy_extra_header_prefix: Option<String>,
+
+    /// A path shape that makes a request a resource request (repeatable, first match wins),
+    /// e.g. `/api/v1/namespaces/{namespace}/{resource}/{name}`. Other paths are non-resource
+    /// requests.
+    #[arg(long = "envoy-path-template", value_name = "TEMPLATE",
+          value_parser = crate::api::envoy::PathTemplate::parse)]
+    pub envoy_path_templates: Vec<crate::api::envoy::PathTemplate>,
+
+    /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
+    #[arg(long)]
+    pub envoy_allowed_by_header: bool,
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -380,6 +417,8 @@ pub struct ServeSettings {
     /// Watch the policy files and reload on change.
     pub watch: bool,
     pub max_revision_wait: Duration,
+    /// How `envoy.service.auth.v3.Authorization/Check` reads a request.
+    pub envoy: crate::api::envoy::EnvoyConfig,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -619,6 +658,15 @@ impl Cli {
                 },
                 watch: !args.no_watch,
                 max_revision_wait: args.max_revision_wait,
+                envoy: crate::api::envoy::EnvoyConfig::new(
+                    &args.envoy.envoy_subject_from,
+                    &args.envoy.envoy_user_header,
+                    &args.envoy.envoy_group_header,
+                    args.envoy.envoy_extra_header_prefix.as_deref(),
+                    args.envoy.envoy_path_templates,
+                    args.envoy.envoy_allowed_by_header,
+                )
+                .map_err(|message| usage_error("serve", message))?,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),
