@@ -8,6 +8,7 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::admin::{AdminApi, StoreCell};
+use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
 use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
@@ -34,6 +35,7 @@ const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs
 
 /// The webhook path until `--webhook-path` exists (it arrives with the HTTP endpoints).
 const DEFAULT_WEBHOOK_PATH: &str = "/authorize";
+use envoy_types::ext_authz::v3::pb::AuthorizationServer;
 
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -188,11 +190,12 @@ fn lint(settings: &PolicySettings) -> Outcome {
 }
 
 /// Every name health reports on: the whole server (`""`) and each authz service.
-const HEALTH_SERVICES: [&str; 4] = [
+const HEALTH_SERVICES: [&str; 5] = [
     "",
     <AuthorizerServer<GrpcApi> as NamedService>::NAME,
     <AccessReviewServer<GrpcApi> as NamedService>::NAME,
     <PolicyAdminServer<AdminApi> as NamedService>::NAME,
+    <AuthorizationServer<EnvoyApi> as NamedService>::NAME,
 ];
 
 async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
@@ -232,6 +235,12 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.local_identity.name.clone(),
         settings.local_identity.groups.clone(),
     ));
+    let envoy = EnvoyApi::new(
+        Arc::clone(&state),
+        Arc::clone(&identity),
+        settings.envoy.clone(),
+    )
+    .service(MAX_REQUEST_BYTES);
     let (authorizer, access_review) = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
@@ -252,6 +261,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::proto::ENVOY_FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
@@ -276,6 +286,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .add_service(authorizer)
         .add_service(access_review)
         .add_service(admin)
+        .add_service(envoy)
         .into_axum_router()
         .route(
             "/metrics",

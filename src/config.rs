@@ -285,6 +285,8 @@ pub struct ServeArgs {
     /// turn export on; with neither, no spans are exported.
     #[arg(long, value_name = "URL")]
     pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub envoy: EnvoyArgs,
 }
 
 /// TCP listeners before Unix sockets, each group in the order given (stable), so the first
@@ -302,6 +304,40 @@ pub fn parse_webhook_path(s: &str) -> Result<String, String> {
     } else {
         Err(format!("`{s}` is not an absolute URL path like /authorize"))
     }
+}
+
+/// How the Envoy ext_authz service (`envoy.service.auth.v3.Authorization`) reads a request.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Envoy ext_authz")]
+pub struct EnvoyArgs {
+    /// Where the subject comes from: `headers` (set by the mesh's authentication) or
+    /// `peer-principal` (the authenticated peer Envoy reports, as the user name).
+    #[arg(long, value_name = "SOURCE", default_value = "headers",
+          value_parser = [crate::api::envoy::SUBJECT_FROM_HEADERS, crate::api::envoy::SUBJECT_FROM_PEER_PRINCIPAL])]
+    pub envoy_subject_from: String,
+
+    /// Request header naming the user.
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-user")]
+    pub envoy_user_header: String,
+
+    /// Request header naming the groups (repeated headers or comma-separated values).
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-group")]
+    pub envoy_group_header: String,
+
+    /// Prefix of request headers carrying extra user attributes (e.g. `x-remote-extra-`).
+    #[arg(long, value_name = "PREFIX")]
+    pub envoy_extra_header_prefix: Option<String>,
+
+    /// A path shape that makes a request a resource request (repeatable, first match wins),
+    /// e.g. `/api/v1/namespaces/{namespace}/{resource}/{name}`. Other paths are non-resource
+    /// requests.
+    #[arg(long = "envoy-path-template", value_name = "TEMPLATE",
+          value_parser = crate::api::envoy::PathTemplate::parse)]
+    pub envoy_path_templates: Vec<crate::api::envoy::PathTemplate>,
+
+    /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
+    #[arg(long)]
+    pub envoy_allowed_by_header: bool,
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -413,6 +449,8 @@ pub struct ServeSettings {
     pub max_revision_wait: Duration,
     /// `--otlp-endpoint`; the standard OTLP environment variables also turn export on.
     pub otlp_endpoint: Option<String>,
+    /// How `envoy.service.auth.v3.Authorization/Check` reads a request.
+    pub envoy: crate::api::envoy::EnvoyConfig,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -654,6 +692,15 @@ impl Cli {
                 watch: !args.no_watch,
                 max_revision_wait: args.max_revision_wait,
                 otlp_endpoint: args.otlp_endpoint,
+                envoy: crate::api::envoy::EnvoyConfig::new(
+                    &args.envoy.envoy_subject_from,
+                    &args.envoy.envoy_user_header,
+                    &args.envoy.envoy_group_header,
+                    args.envoy.envoy_extra_header_prefix.as_deref(),
+                    args.envoy.envoy_path_templates,
+                    args.envoy.envoy_allowed_by_header,
+                )
+                .map_err(|message| usage_error("serve", message))?,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),

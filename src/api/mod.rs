@@ -2,6 +2,7 @@
 //!
 //! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
+//! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`state`];
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
@@ -10,6 +11,7 @@
 
 pub mod admin;
 pub mod convert;
+pub mod envoy;
 pub mod error;
 pub mod grpc;
 pub mod identity;
