@@ -9,6 +9,7 @@ use tonic_health::ServingStatus;
 
 use crate::api::admin::{AdminApi, StoreCell};
 use crate::api::grpc::GrpcApi;
+use crate::api::http::HttpApi;
 use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::state::ServingState;
@@ -201,14 +202,20 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.local_identity.name.clone(),
         settings.local_identity.groups.clone(),
     ));
-    let (authorizer, access_review) = GrpcApi::new(
+    let grpc_api = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
-    )
-    .services(MAX_REQUEST_BYTES);
+    );
+    let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
+    let http_api = HttpApi::new(
+        grpc_api,
+        Arc::clone(&state),
+        draining_rx.clone(),
+        &settings.webhook_path,
+    );
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -245,10 +252,10 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .add_service(authorizer)
         .add_service(access_review)
         .add_service(admin)
-        .into_axum_router()
-        .layer(tower::util::MapResponseLayer::new(
-            crate::api::error::oversized_is_resource_exhausted,
-        ));
+        .into_axum_router();
+    let router = crate::api::http::router(router, http_api).layer(
+        tower::util::MapResponseLayer::new(crate::api::error::oversized_is_resource_exhausted),
+    );
     for listener in &listeners {
         let addr = listener.local_addr();
         eprintln!("authzd listening on {addr}");

@@ -1,6 +1,7 @@
 //! Wire adapters: they convert and validate, never decide.
 //!
 //! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
+//! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
@@ -12,6 +13,7 @@ pub mod admin;
 pub mod convert;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod identity;
 pub mod limits;
 pub mod state;
