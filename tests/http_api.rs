@@ -362,29 +362,49 @@ async fn local_review_namespace_must_match_the_path() {
     }
 }
 
+/// A server that kept reading an endless body would never answer: fail instead of hanging.
+async fn refused_in_time<T>(answer: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(std::time::Duration::from_secs(30), answer)
+        .await
+        .expect("the server kept reading an oversized body instead of refusing it")
+}
+
 #[tokio::test]
 async fn oversized_bodies_get_413_declared_or_chunked() {
     let policy = sample_policy();
     let server = Server::start_serving(policy.path(), &[]).await;
     let limit = authzd::api::limits::MAX_REQUEST_BYTES;
 
+    // The bodies below never end: the server must answer from what it has read (a body that
+    // ended could race the refusal and fail the client's write instead).
+    let endless = |bytes: usize| {
+        let chunks = (0..bytes.div_ceil(65_536)).map(|_| {
+            Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(vec![b' '; 65_536])))
+        });
+        StreamBody::new(tokio_stream::StreamExt::chain(
+            tokio_stream::iter(chunks),
+            tokio_stream::pending(),
+        ))
+    };
+
+    // A declared Content-Length over the limit is refused before reading.
     let declared = http::Request::post(format!("http://{}/authorize", server.addr))
         .header("host", server.addr.to_string())
-        .body(Full::new(Bytes::from(vec![b' '; limit + 1])))
+        .header("content-length", (limit + 1).to_string())
+        .body(endless(65_536))
         .unwrap();
-    let (code, body) = send(server.addr, declared).await;
+    let (code, body) = refused_in_time(send(server.addr, declared)).await;
     assert_eq!(code, 413, "{}", String::from_utf8_lossy(&body));
     let status: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(status["reason"], "RequestEntityTooLarge");
+    assert_eq!(status["code"], 413);
 
-    // No Content-Length: counted as the chunks arrive.
-    let chunks = (0..=limit / 65_536)
-        .map(|_| Ok::<_, std::convert::Infallible>(Frame::data(Bytes::from(vec![b' '; 65_536]))));
+    // No Content-Length (chunked): counted as the chunks arrive.
     let chunked = http::Request::post(format!("http://{}/authorize", server.addr))
         .header("host", server.addr.to_string())
-        .body(StreamBody::new(tokio_stream::iter(chunks)))
+        .body(endless(limit + 1))
         .unwrap();
-    let (code, body) = send(server.addr, chunked).await;
+    let (code, body) = refused_in_time(send(server.addr, chunked)).await;
     assert_eq!(code, 413, "{}", String::from_utf8_lossy(&body));
 
     // Just under the limit is read (and refused only for what it says).
