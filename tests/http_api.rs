@@ -426,3 +426,32 @@ async fn healthz_readyz_and_unknown_paths() {
     let (code, _) = get(server.addr, "/authorize").await;
     assert_eq!(code, 405);
 }
+
+/// `?minRevision=N` is gRPC's `min_revision`: answered once reached, refused when the server
+/// does not get there in time.
+#[tokio::test]
+async fn min_revision_query_behaves_as_on_grpc() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &["--max-revision-wait", "100ms"]).await;
+    let body = r#"{"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {"user": "alice", "resourceAttributes": {"verb": "get", "resource": "pods"}}}"#;
+    let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+    let (code, answer) = post(server.addr, &format!("{path}?minRevision=1"), body).await;
+    assert_eq!(code, 201, "{answer}");
+    assert_eq!(answer["status"]["allowed"], true);
+
+    let (code, answer) = post(server.addr, "/authorize?minRevision=50", body).await;
+    assert_eq!(code, 400, "{answer}");
+    let message = answer["message"].as_str().unwrap();
+    assert!(message.contains("server is at revision 1"), "{message}");
+
+    let (code, answer) = post(server.addr, &format!("{path}?minRevision=soon"), body).await;
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("minRevision: "),
+        "{answer}"
+    );
+}

@@ -203,4 +203,87 @@ mod tests {
         draining.send(true).unwrap();
         assert_eq!(readyz_status(&api).await, StatusCode::SERVICE_UNAVAILABLE);
     }
+
+    /// Records what the authenticator was shown.
+    struct Recording(std::sync::Mutex<Vec<String>>);
+
+    impl crate::api::identity::Authenticator for Recording {
+        fn authenticate(
+            &self,
+            peer: &crate::api::identity::Peer<'_>,
+        ) -> crate::api::error::Result<crate::engine::UserInfo> {
+            let token = peer
+                .metadata
+                .get("authorization")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("-");
+            let listener = peer.connection.map(|c| c.listener.to_string());
+            let seen = format!(
+                "token={token} remote={} listener={}",
+                peer.remote_addr.is_some(),
+                listener.as_deref().unwrap_or("-")
+            );
+            self.0.lock().unwrap().push(seen);
+            Ok(crate::engine::UserInfo::default())
+        }
+    }
+
+    /// Over the real accept loop: an HTTP review reaches the gRPC handler's authenticator with
+    /// the headers as metadata, the remote address (tonic's `TcpConnectInfo`) and the
+    /// `ConnectionInfo` of the listener it arrived on.
+    #[tokio::test]
+    async fn http_requests_carry_headers_and_connection_to_the_authenticator() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let state = Arc::new(ServingState::new(
+            EngineConfig::default(),
+            CacheConfig::default(),
+        ));
+        let recording = Arc::new(Recording(std::sync::Mutex::new(Vec::new())));
+        let grpc = GrpcApi::new(
+            Arc::clone(&state),
+            Arc::clone(&recording) as Arc<dyn crate::api::identity::Authenticator>,
+            Duration::from_secs(1),
+        );
+        let (_draining, draining_rx) = watch::channel(false);
+        let api = HttpApi::new(grpc, state, draining_rx, "/authorize");
+        let listener = crate::transport::Listener::bind(&crate::transport::ListenAddr::Tcp(
+            "127.0.0.1:0".parse().unwrap(),
+        ))
+        .await
+        .unwrap();
+        let addr = listener.local_addr().clone();
+        let crate::transport::ListenAddr::Tcp(socket_addr) = addr else {
+            panic!("not tcp")
+        };
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(crate::transport::serve(
+            vec![listener],
+            router(axum::Router::new(), api),
+            async {
+                let _ = stopped.await;
+            },
+        ));
+
+        let body = r#"{"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"verb": "get", "resource": "pods"}}}"#;
+        let mut stream = tokio::net::TcpStream::connect(socket_addr).await.unwrap();
+        let request = format!(
+            "POST /apis/authorization.k8s.io/v1/selfsubjectaccessreviews HTTP/1.1\r\n\
+             Host: x\r\nAuthorization: Bearer secret\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = String::new();
+        stream.read_to_string(&mut response).await.unwrap();
+        // No policy is loaded, so the review itself is refused after authentication.
+        assert!(response.starts_with("HTTP/1.1 503"), "{response}");
+        assert_eq!(
+            *recording.0.lock().unwrap(),
+            vec![format!("token=Bearer secret remote=true listener={addr}")]
+        );
+        stop.send(()).unwrap();
+        server.await.unwrap();
+    }
 }

@@ -19,12 +19,32 @@ fn refuse(error: BodyError) -> Response {
     status::failure(code, reason, &message)
 }
 
-/// The body, parsed, and the request parts it came with (headers, extensions).
-async fn read(request: Request) -> Result<(http::request::Parts, Value), Response> {
+/// The body, parsed, the request parts it came with (headers, extensions), and the
+/// `minRevision` query parameter (gRPC's `min_revision`; 0 when absent).
+async fn read(request: Request) -> Result<(http::request::Parts, Value, u64), Response> {
     let (parts, body) = request.into_parts();
+    let min_revision = min_revision(parts.uri.query()).map_err(refuse)?;
     let bytes = read_body(&parts.headers, body).await.map_err(refuse)?;
     let value = parse_document(&bytes).map_err(refuse)?;
-    Ok((parts, value))
+    Ok((parts, value, min_revision))
+}
+
+/// `?minRevision=N`: wait until the server has reached revision N, as gRPC's `min_revision`
+/// (Kubernetes review objects have no field for it). Other parameters are ignored.
+fn min_revision(query: Option<&str>) -> Result<u64, BodyError> {
+    let Some(query) = query else { return Ok(0) };
+    let mut found = 0;
+    for pair in query.split('&') {
+        if let Some(value) = pair.strip_prefix("minRevision=") {
+            found = value.parse().map_err(|_| {
+                BodyError::field(
+                    "minRevision",
+                    &format!("`{value}` is not a revision number"),
+                )
+            })?;
+        }
+    }
+    Ok(found)
 }
 
 /// The gRPC request the HTTP request stands for: headers become metadata (bearer tokens
@@ -190,7 +210,7 @@ pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
 }
 
 async fn webhook_reply(api: HttpApi, request: Request) -> Reply {
-    let (parts, document) = read(request).await?;
+    let (parts, document, min_revision) = read(request).await?;
     let root = Object::root(&document).map_err(refuse)?;
     let version = check_type_meta(
         &root,
@@ -203,7 +223,7 @@ async fn webhook_reply(api: HttpApi, request: Request) -> Reply {
     } else {
         ("group", "spec.group")
     };
-    let message = kube_review_request(&root, groups_key).map_err(refuse)?;
+    let message = kube_review_request(&root, groups_key, min_revision).map_err(refuse)?;
     let review = api
         .grpc
         .subject_access_review(grpc_request(parts, message))
@@ -219,6 +239,7 @@ async fn webhook_reply(api: HttpApi, request: Request) -> Reply {
 fn kube_review_request(
     root: &Object<'_>,
     groups_key: &str,
+    min_revision: u64,
 ) -> Result<proto::SubjectAccessReviewRequest, BodyError> {
     let spec = required_spec(root)?;
     let action = kube_action(&spec)?;
@@ -228,7 +249,7 @@ fn kube_review_request(
         groups: spec.strings(groups_key)?,
         uid: spec.string("uid")?,
         extra: spec.extra("extra")?,
-        min_revision: 0,
+        min_revision,
     })
 }
 
@@ -243,10 +264,10 @@ pub(super) async fn kube_subject_access_review(
 ) -> Response {
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_type_meta(&root, "SubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
-            let message = kube_review_request(&root, "groups").map_err(refuse)?;
+            let message = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
             let review = api
                 .grpc
                 .subject_access_review(grpc_request(parts, message))
@@ -269,13 +290,13 @@ pub(super) async fn kube_self_subject_access_review(
 ) -> Response {
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_type_meta(&root, "SelfSubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
             let spec = required_spec(&root).map_err(refuse)?;
             let message = proto::PersonalSubjectAccessReviewRequest {
                 action: Some(kube_action(&spec).map_err(refuse)?),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
@@ -302,7 +323,7 @@ pub(super) async fn kube_local_subject_access_review(
     let namespace = namespace.0;
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_type_meta(&root, "LocalSubjectAccessReview", &[K8S_GROUP_V1])
                 .map_err(refuse)?;
@@ -325,7 +346,7 @@ pub(super) async fn kube_local_subject_access_review(
                     )));
                 }
             }
-            let request = kube_review_request(&root, "groups").map_err(refuse)?;
+            let request = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
             let message = proto::LocalSubjectAccessReviewRequest {
                 namespace: namespace.clone(),
                 action: request.action,
@@ -333,7 +354,7 @@ pub(super) async fn kube_local_subject_access_review(
                 groups: request.groups,
                 uid: request.uid,
                 extra: request.extra,
-                min_revision: 0,
+                min_revision: request.min_revision,
             };
             let review = api
                 .grpc
@@ -479,7 +500,7 @@ pub(super) async fn seed_subject_access_review(
     const KIND: &str = "SubjectAccessReview";
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_seed_type_meta(&root, KIND).map_err(refuse)?;
             let message = proto::SubjectAccessReviewRequest {
@@ -488,7 +509,7 @@ pub(super) async fn seed_subject_access_review(
                 groups: root.strings("groups").map_err(refuse)?,
                 uid: String::new(),
                 extra: Default::default(),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
@@ -512,12 +533,12 @@ pub(super) async fn seed_personal_subject_access_review(
     const KIND: &str = "PersonalSubjectAccessReview";
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_seed_type_meta(&root, KIND).map_err(refuse)?;
             let message = proto::PersonalSubjectAccessReviewRequest {
                 action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
@@ -551,7 +572,7 @@ pub(super) async fn seed_local_subject_access_review(
     let namespace = namespace.0;
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_seed_type_meta(&root, KIND).map_err(refuse)?;
             seed_namespace(&root, &namespace).map_err(refuse)?;
@@ -562,7 +583,7 @@ pub(super) async fn seed_local_subject_access_review(
                 groups: root.strings("groups").map_err(refuse)?,
                 uid: String::new(),
                 extra: Default::default(),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
@@ -582,12 +603,12 @@ pub(super) async fn seed_resource_access_review(
     const KIND: &str = "ResourceAccessReview";
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_seed_type_meta(&root, KIND).map_err(refuse)?;
             let message = proto::ResourceAccessReviewRequest {
                 action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
@@ -609,14 +630,14 @@ pub(super) async fn seed_local_resource_access_review(
     let namespace = namespace.0;
     answer(
         async {
-            let (parts, document) = read(request).await?;
+            let (parts, document, min_revision) = read(request).await?;
             let root = Object::root(&document).map_err(refuse)?;
             check_seed_type_meta(&root, KIND).map_err(refuse)?;
             seed_namespace(&root, &namespace).map_err(refuse)?;
             let message = proto::LocalResourceAccessReviewRequest {
                 namespace,
                 action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision: 0,
+                min_revision,
             };
             let review = api
                 .grpc
