@@ -455,3 +455,38 @@ async fn min_revision_query_behaves_as_on_grpc() {
         "{answer}"
     );
 }
+
+/// SIGTERM: the in-flight request (here one waiting for a revision) still gets its answer,
+/// new connections are refused, readiness is gone, and the process exits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_finishes_in_flight_requests_and_takes_no_new_ones() {
+    let policy = sample_policy();
+    let mut server = Server::start_serving(policy.path(), &["--max-revision-wait", "1500ms"]).await;
+    let addr = server.addr;
+    let body = r#"{"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                   "spec": {"user": "alice", "resourceAttributes": {"verb": "get", "resource": "pods"}}}"#;
+    let in_flight = tokio::spawn(async move { post(addr, "/authorize?minRevision=9", body).await });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+
+    let exited = tokio::task::spawn_blocking(move || {
+        let exited = server.terminate(std::time::Duration::from_secs(20));
+        (exited, server)
+    });
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(
+        tokio::net::TcpStream::connect(addr).await.is_err(),
+        "a new connection was accepted while draining"
+    );
+
+    let (code, answer) = in_flight.await.unwrap();
+    assert_eq!(code, 400, "{answer}");
+    assert!(
+        answer["message"]
+            .as_str()
+            .unwrap()
+            .contains("server is at revision 1"),
+        "{answer}"
+    );
+    let (exited, server) = exited.await.unwrap();
+    assert!(exited, "no graceful exit; stderr:\n{}", server.stderr());
+}
