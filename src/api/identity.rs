@@ -11,11 +11,15 @@ use tonic::metadata::MetadataMap;
 
 use crate::api::error::Result;
 use crate::engine::UserInfo;
+use crate::transport::ConnectionInfo;
 
 /// What an authenticator may look at: request metadata (bearer tokens) and the peer.
 pub struct Peer<'a> {
     pub metadata: &'a MetadataMap,
     pub remote_addr: Option<SocketAddr>,
+    /// The connection the request arrived on (listener, verified client certificate);
+    /// `None` only for a request that did not come through `transport` (in-process calls).
+    pub connection: Option<&'a ConnectionInfo>,
 }
 
 impl<'a> Peer<'a> {
@@ -23,6 +27,7 @@ impl<'a> Peer<'a> {
         Self {
             metadata: request.metadata(),
             remote_addr: request.remote_addr(),
+            connection: request.extensions().get::<ConnectionInfo>(),
         }
     }
 }

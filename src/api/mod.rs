@@ -1,6 +1,7 @@
 //! Wire adapters: they convert and validate, never decide.
 //!
 //! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
+//! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
 //! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`state`];
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
@@ -14,6 +15,7 @@ pub mod convert;
 pub mod envoy;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod identity;
 pub mod limits;
 pub mod state;

@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, UnixListener};
 use tonic::transport::server::TcpConnectInfo;
@@ -149,7 +149,11 @@ async fn accept_loop(
     router: axum::Router,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // With a timer, hyper enforces its HTTP/1.1 header read timeout (30 s), so a client that
+    // opens a connection and never finishes its headers does not hold it forever.
+    builder.http1().timer(TokioTimer::new());
+    builder.http2().timer(TokioTimer::new());
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
