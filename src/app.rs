@@ -2,6 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use thiserror::Error;
 use tokio::net::TcpListener;
@@ -15,8 +16,10 @@ use crate::api::admin::{AdminApi, StoreCell};
 use crate::api::grpc::GrpcApi;
 use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::api::shed::ShedLayer;
 use crate::api::state::ServingState;
 use crate::api::text;
+use crate::audit::AuditLog;
 use crate::client::{self, ClientError};
 use crate::config::{
     ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
@@ -60,6 +63,8 @@ pub enum AppError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
@@ -206,11 +211,19 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.local_identity.name.clone(),
         settings.local_identity.groups.clone(),
     ));
+    let (audit, audit_writer) = match &settings.audit {
+        Some(audit) => {
+            let (log, writer) = AuditLog::open(&audit.path, audit.queue)?;
+            (Some(log), Some(writer))
+        }
+        None => (None, None),
+    };
     let (authorizer, access_review) = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
     )
+    .with_audit(audit.clone())
     .services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
@@ -221,6 +234,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.policy.load.clone(),
         draining_rx,
     )
+    .with_audit(audit)
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -243,8 +257,25 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             _ = stopped.changed() => {}
         }
     };
+    let limits = &settings.limits;
+    let mut builder = Server::builder()
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .http2_max_header_list_size(limits.http2_max_header_list_size)
+        .http2_keepalive_interval(Some(limits.http2_keepalive_interval))
+        .http2_keepalive_timeout(Some(limits.http2_keepalive_timeout))
+        .tcp_keepalive(Some(limits.http2_keepalive_interval));
+    if let Some(age) = limits.max_connection_age {
+        builder = builder
+            .max_connection_age(age)
+            .max_connection_age_grace(CONNECTION_AGE_GRACE);
+    }
     let server = tokio::spawn(
-        Server::builder()
+        builder
+            // Outermost: an overloaded server refuses before doing anything else.
+            .layer(ShedLayer::new(
+                limits.max_concurrent_requests,
+                limits.request_timeout,
+            ))
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::error::oversized_is_resource_exhausted,
             ))
@@ -291,9 +322,16 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     server.await??;
+    if let Some(writer) = audit_writer {
+        // The services (and their audit handles) are gone: the writer drains and stops.
+        tokio::task::spawn_blocking(move || writer.finish()).await?;
+    }
     tracing::info!("stopped");
     Ok(Outcome::Success)
 }
+
+/// How long in-flight requests may finish on a connection closed for its age.
+const CONNECTION_AGE_GRACE: Duration = Duration::from_secs(10);
 
 /// SIGINT (Ctrl-C) or, on Unix, SIGTERM.
 async fn shutdown_signal() {

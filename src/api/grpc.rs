@@ -14,6 +14,7 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
+use crate::audit::AuditLog;
 use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
@@ -27,6 +28,8 @@ pub struct GrpcApi {
     /// The longest a `min_revision` request waits when its deadline allows more (or it has
     /// none).
     max_revision_wait: Duration,
+    /// Where review calls are recorded, when `--audit-log` is on.
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl GrpcApi {
@@ -39,7 +42,15 @@ impl GrpcApi {
             state,
             authenticator,
             max_revision_wait,
+            audit: None,
         }
+    }
+
+    /// Records every answered review call in `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The tonic services, with the request size limit applied.
@@ -92,10 +103,22 @@ impl GrpcApi {
 
     fn authorize_one(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         request: &engine::Request,
     ) -> proto::AuthorizeResponse {
         let decided = self.state.authorizer(snapshot).decide(request);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
@@ -109,21 +132,39 @@ impl GrpcApi {
     }
 
     fn resource_review(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         action: &engine::Action,
     ) -> proto::ResourceAccessReviewResponse {
         let subjects = snapshot.engine.who_can(action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(rpc, caller, action, &subjects, snapshot.revision);
+        }
         convert::resource_review_response(subjects, action.namespace(), snapshot.revision)
     }
 
     fn review(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         user: UserInfo,
         action: engine::Action,
     ) -> proto::SubjectAccessReviewResponse {
         let request = engine::Request { user, action };
         let decided = self.state.authorizer(snapshot).decide(&request);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         convert::review_response(
             &decided.response,
             request.action.namespace(),
@@ -145,7 +186,12 @@ impl Authorizer for GrpcApi {
         let request = convert::authorize_request(wire)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(min_revision, deadline).await?;
-        Ok(Response::new(self.authorize_one(&snapshot, &request)))
+        Ok(Response::new(self.authorize_one(
+            "Authorize",
+            &caller,
+            &snapshot,
+            &request,
+        )))
     }
 
     async fn batch_authorize(
@@ -179,7 +225,7 @@ impl Authorizer for GrpcApi {
         let snapshot = self.snapshot(min_revision, deadline).await?;
         let responses = requests
             .iter()
-            .map(|request| self.authorize_one(&snapshot, request))
+            .map(|request| self.authorize_one("BatchAuthorize", &caller, &snapshot, request))
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
@@ -195,6 +241,15 @@ impl Authorizer for GrpcApi {
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         let subjects = snapshot.engine.who_can(&action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(
+                "GetAllowedSubjects",
+                &caller,
+                &action,
+                &subjects,
+                snapshot.revision,
+            );
+        }
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
             snapshot.revision,
@@ -215,7 +270,13 @@ impl AccessReview for GrpcApi {
         let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            "SubjectAccessReview",
+            &caller,
+            &snapshot,
+            user,
+            action,
+        )))
     }
 
     async fn personal_subject_access_review(
@@ -228,7 +289,13 @@ impl AccessReview for GrpcApi {
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::Authenticated)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, caller, action)))
+        Ok(Response::new(self.review(
+            "PersonalSubjectAccessReview",
+            &caller,
+            &snapshot,
+            caller.clone(),
+            action,
+        )))
     }
 
     async fn local_subject_access_review(
@@ -245,7 +312,13 @@ impl AccessReview for GrpcApi {
             Privilege::local_subject_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            "LocalSubjectAccessReview",
+            &caller,
+            &snapshot,
+            user,
+            action,
+        )))
     }
 
     async fn resource_access_review(
@@ -258,7 +331,12 @@ impl AccessReview for GrpcApi {
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "ResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 
     async fn local_resource_access_review(
@@ -274,7 +352,12 @@ impl AccessReview for GrpcApi {
             Privilege::local_resource_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "LocalResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 }
 
