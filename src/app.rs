@@ -279,6 +279,9 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             .layer(tower::util::MapResponseLayer::new(
                 crate::api::error::oversized_is_resource_exhausted,
             ))
+            .layer(tower::util::MapResponseLayer::new(
+                crate::api::error::undecodable_is_invalid_argument,
+            ))
             .add_service(health_service)
             .add_service(reflection_v1)
             .add_service(reflection_v1alpha)
