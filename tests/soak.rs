@@ -411,8 +411,8 @@ async fn soak_at_saturation_with_good_and_hostile_traffic() {
     let elapsed = started.elapsed();
 
     // Figures first, so a failure below comes with them.
-    let tally = tally.lock().unwrap();
-    let latencies = latencies.lock().unwrap();
+    let tally = std::mem::take(&mut *tally.lock().unwrap());
+    let latencies = latencies.lock().unwrap().clone();
     let peak_mib = rss.iter().max().copied().unwrap_or(0) / 1024;
     println!("soak: {:.0} s, {CONNECTIONS} connections, {GOOD_CLIENTS} good + {HOSTILE_CLIENTS} hostile + {SLOW_CLIENTS} slow clients, --max-concurrent-requests 16", elapsed.as_secs_f64());
     for ((kind, outcome), count) in &tally.outcomes {
