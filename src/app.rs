@@ -235,6 +235,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         draining_rx,
     )
     .with_audit(audit)
+    .with_max_watches(settings.limits.max_watches)
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
         tonic_reflection::server::Builder::configure()

@@ -311,6 +311,11 @@ pub struct LimitArgs {
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub http2_keepalive_timeout: Duration,
 
+    /// Watch streams open at once (they hold no request slot while streaming); one more is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_watches: usize,
+
     /// Optional: close every connection after this long (gracefully: in-flight requests get
     /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -340,6 +345,7 @@ pub struct ServeLimits {
     pub http2_keepalive_interval: Duration,
     pub http2_keepalive_timeout: Duration,
     pub max_connection_age: Option<Duration>,
+    pub max_watches: usize,
 }
 
 /// Validated [`AuditArgs`]: present when `--audit-log` is given.
@@ -362,6 +368,7 @@ impl LimitArgs {
             "max-concurrent-requests",
             self.max_concurrent_requests as u64,
         )?;
+        positive("max-watches", self.max_watches as u64)?;
         positive(
             "http2-max-concurrent-streams",
             u64::from(self.http2_max_concurrent_streams),
@@ -378,6 +385,7 @@ impl LimitArgs {
             http2_keepalive_interval: self.http2_keepalive_interval,
             http2_keepalive_timeout: self.http2_keepalive_timeout,
             max_connection_age: self.max_connection_age,
+            max_watches: self.max_watches,
         })
     }
 }

@@ -115,6 +115,46 @@ async fn open_watch_streams_do_not_hold_request_slots() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn watch_streams_have_their_own_limit() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &["--max-watches", "2"]).await;
+    let channel = server.channel().await;
+    let mut admin = PolicyAdminClient::new(channel.clone());
+    let first = admin
+        .watch(WatchRequest { from_revision: 0 })
+        .await
+        .unwrap();
+    let second = admin
+        .watch(WatchRequest { from_revision: 0 })
+        .await
+        .unwrap();
+    let refused = admin
+        .watch(WatchRequest { from_revision: 0 })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted, "{refused:?}");
+    assert!(refused.message().contains("--max-watches"), "{refused:?}");
+    // A stream that ends gives its slot back (the server notices the reset at once, but
+    // asynchronously: retry briefly).
+    drop(first);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match admin.watch(WatchRequest { from_revision: 0 }).await {
+            Ok(_third) => break,
+            Err(status) if status.code() == Code::ResourceExhausted => {
+                assert!(
+                    Instant::now() < deadline,
+                    "the closed stream's slot never came back"
+                );
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(status) => panic!("{status:?}"),
+        }
+    }
+    drop(second);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_over_the_timeout_is_abandoned() {
     let policy = sample_policy();
     let server = Server::start_serving(

@@ -19,6 +19,9 @@ use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
 
+/// Open watch streams allowed unless [`AdminApi::with_max_watches`] says otherwise.
+pub const DEFAULT_MAX_WATCHES: usize = 1024;
+
 /// The manifest name used in errors about an applied manifest.
 const MANIFEST: &str = "manifest";
 
@@ -37,6 +40,9 @@ pub struct AdminApi {
     draining: tokio::sync::watch::Receiver<bool>,
     /// Where policy writes are recorded, when `--audit-log` is on.
     audit: Option<Arc<AuditLog>>,
+    /// One permit per open watch stream (`--max-watches`), held for the stream's life: the
+    /// request limit counts a stream only while it is set up, this bounds how many stay open.
+    watch_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AdminApi {
@@ -54,7 +60,18 @@ impl AdminApi {
             load_options,
             draining,
             audit: None,
+            watch_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WATCHES)),
         }
+    }
+
+    /// At most `max` watch streams open at once; one more is refused with
+    /// `RESOURCE_EXHAUSTED`.
+    #[must_use]
+    pub fn with_max_watches(mut self, max: usize) -> Self {
+        self.watch_slots = Arc::new(tokio::sync::Semaphore::new(
+            max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+        ));
+        self
     }
 
     /// Records every policy write (applied or refused) in `audit`.
@@ -334,6 +351,13 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let _caller = self.caller(&request)?;
+        let slot = Arc::clone(&self.watch_slots)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(
+                    "too many open watch streams (--max-watches); retry with backoff",
+                )
+            })?;
         let from = request.into_inner().from_revision;
         let (backlog, live) = self.store()?.watch(from).await.map_err(ApiError::from)?;
         let backlog = tokio_stream::iter(backlog.into_iter().map(|e| Ok(wire_event(e))));
@@ -350,7 +374,11 @@ impl PolicyAdmin for AdminApi {
             .filter(|draining| *draining)
             .map(|_| None);
         let events = backlog.chain(live).map(Some).merge(drained);
-        Ok(Response::new(Box::pin(events.map_while(|event| event))))
+        // The slot goes with the stream: released when the stream ends or the client leaves.
+        Ok(Response::new(Box::pin(events.map_while(move |event| {
+            let _held = &slot;
+            event
+        }))))
     }
 
     async fn status(

@@ -176,3 +176,86 @@ fn humantime(duration: Duration) -> String {
         format!("{}ms", duration.as_millis())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tower::ServiceExt;
+
+    /// A service whose answers wait until `release` is notified.
+    fn gated(
+        release: Arc<tokio::sync::Notify>,
+    ) -> impl Service<
+        http::Request<()>,
+        Response = http::Response<String>,
+        Error = std::convert::Infallible,
+        Future = impl Future + Send,
+    > + Clone {
+        tower::service_fn(move |_request: http::Request<()>| {
+            let release = Arc::clone(&release);
+            async move {
+                release.notified().await;
+                Ok::<_, std::convert::Infallible>(http::Response::new("answer".to_string()))
+            }
+        })
+    }
+
+    fn request(grpc: bool) -> http::Request<()> {
+        let mut request = http::Request::new(());
+        if grpc {
+            request.headers_mut().insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static("application/grpc"),
+            );
+        }
+        request
+    }
+
+    #[tokio::test]
+    async fn the_request_over_the_limit_is_refused_at_once() {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let layer = ShedLayer::new(1, Duration::from_secs(60));
+        let service = layer.layer(gated(Arc::clone(&release)));
+
+        let first = tokio::spawn(service.clone().oneshot(request(true)));
+        // Wait until the first request holds the only slot.
+        while layer.slots.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        let refused = service.clone().oneshot(request(true)).await.unwrap();
+        let status = tonic::Status::from_header_map(refused.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted);
+        assert!(status.message().contains("--max-concurrent-requests"));
+
+        let refused = service.clone().oneshot(request(false)).await.unwrap();
+        assert_eq!(refused.status(), http::StatusCode::TOO_MANY_REQUESTS);
+        assert!(refused.headers().contains_key("x-authzd-error"));
+        assert_eq!(layer.stats().shed.load(Ordering::Relaxed), 2);
+
+        release.notify_one();
+        assert_eq!(first.await.unwrap().unwrap().into_body(), "answer");
+        // The slot is free again.
+        let next = tokio::spawn(service.clone().oneshot(request(false)));
+        while layer.slots.available_permits() > 0 {
+            tokio::task::yield_now().await;
+        }
+        release.notify_one();
+        assert_eq!(next.await.unwrap().unwrap().into_body(), "answer");
+    }
+
+    #[tokio::test]
+    async fn a_request_over_the_timeout_is_abandoned_and_frees_its_slot() {
+        let release = Arc::new(tokio::sync::Notify::new());
+        let layer = ShedLayer::new(1, Duration::from_millis(100));
+        let service = layer.layer(gated(Arc::clone(&release)));
+
+        let abandoned = service.clone().oneshot(request(true)).await.unwrap();
+        let status = tonic::Status::from_header_map(abandoned.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::DeadlineExceeded);
+        assert!(status.message().contains("100ms"), "{status:?}");
+        let abandoned = service.clone().oneshot(request(false)).await.unwrap();
+        assert_eq!(abandoned.status(), http::StatusCode::GATEWAY_TIMEOUT);
+        assert_eq!(layer.stats().timed_out.load(Ordering::Relaxed), 2);
+        assert_eq!(layer.slots.available_permits(), 1);
+    }
+}
