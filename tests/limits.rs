@@ -4,7 +4,10 @@
 //!   `min_revision` the server never reaches), a third is refused at once with
 //!   `RESOURCE_EXHAUSTED` naming the flag, and admitted again once the slow ones end;
 //! * open Watch streams do not use up request slots;
-//! * `--request-timeout` abandons a slow request with `DEADLINE_EXCEEDED`;
+//! * `--request-timeout` abandons a slow request with `DEADLINE_EXCEEDED`, and cuts off a
+//!   client that sends its headers but never its request, freeing the slot;
+//! * `--max-watches` bounds open Watch streams, and a closed stream gives its slot back;
+//! * request headers over `--http2-max-header-list-size` are refused;
 //! * `--audit-log` records a review and a policy write (applied and refused) with their
 //!   caller, request, decision and revision; Status reports no drops.
 
@@ -276,4 +279,74 @@ async fn the_audit_log_records_reviews_and_writes() {
 
     let status = admin.status(StatusRequest {}).await.unwrap().into_inner();
     assert_eq!(status.audit_dropped, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_sends_its_request_is_cut_off_and_frees_its_slot() {
+    let policy = sample_policy();
+    let server = Server::start_serving(
+        policy.path(),
+        &[
+            "--max-concurrent-requests",
+            "1",
+            "--request-timeout",
+            "500ms",
+        ],
+    )
+    .await;
+    let channel = server.channel().await;
+    // Headers sent, then nothing: the request body never comes (a slowloris client).
+    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    grpc.ready().await.unwrap();
+    let never = tokio_stream::pending::<authzd::proto::AuthorizeRequest>();
+    let status = tokio::time::timeout(
+        Duration::from_secs(30),
+        grpc.client_streaming(
+            tonic::Request::new(never),
+            tonic::codegen::http::uri::PathAndQuery::from_static("/authz.v1.Authorizer/Authorize"),
+            tonic_prost::ProstCodec::<
+                authzd::proto::AuthorizeRequest,
+                authzd::proto::AuthorizeResponse,
+            >::default(),
+        ),
+    )
+    .await
+    .expect("the server held the silent client past its request timeout")
+    .unwrap_err();
+    assert_eq!(status.code(), Code::DeadlineExceeded, "{status:?}");
+    // Its one slot is free again.
+    let answer = AuthorizerClient::new(channel)
+        .authorize(resource_request("alice", &[], "dev", "get", "pods"))
+        .await
+        .unwrap();
+    assert_eq!(answer.into_inner().decision, Decision::Allow as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oversized_request_headers_are_refused_and_the_server_carries_on() {
+    let policy = sample_policy();
+    let server =
+        Server::start_serving(policy.path(), &["--http2-max-header-list-size", "16384"]).await;
+    let ask = |metadata_bytes: usize| {
+        let url = server.url();
+        async move {
+            // A fresh connection each time: a refused header block may cost the connection.
+            let channel = tonic::transport::Channel::from_shared(url)
+                .unwrap()
+                .connect()
+                .await
+                .unwrap();
+            let mut request =
+                tonic::Request::new(resource_request("alice", &[], "dev", "get", "pods"));
+            request
+                .metadata_mut()
+                .insert("x-padding", "p".repeat(metadata_bytes).parse().unwrap());
+            AuthorizerClient::new(channel).authorize(request).await
+        }
+    };
+    let refused = ask(64 * 1024).await.unwrap_err();
+    assert_ne!(refused.code(), Code::Ok);
+    println!("64 KiB of metadata: {refused:?}");
+    let answer = ask(4 * 1024).await.unwrap().into_inner();
+    assert_eq!(answer.decision, Decision::Allow as i32);
 }
