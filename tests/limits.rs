@@ -8,6 +8,8 @@
 //!   client that sends its headers but never its request, freeing the slot;
 //! * `--max-watches` bounds open Watch streams, and a closed stream gives its slot back;
 //! * request headers over `--http2-max-header-list-size` are refused;
+//! * every audit entry is either written or counted in Status `audit_dropped`, and dropping
+//!   never fails a request;
 //! * `--audit-log` records a review and a policy write (applied and refused) with their
 //!   caller, request, decision and revision; Status reports no drops.
 
@@ -349,4 +351,54 @@ async fn oversized_request_headers_are_refused_and_the_server_carries_on() {
     println!("64 KiB of metadata: {refused:?}");
     let answer = ask(4 * 1024).await.unwrap().into_inner();
     assert_eq!(answer.decision, Decision::Allow as i32);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_audit_entry_is_either_written_or_counted_as_dropped() {
+    let policy = sample_policy();
+    let audit = tempfile::tempdir().unwrap();
+    let path = audit.path().join("audit.jsonl");
+    let server = Server::start_serving(
+        policy.path(),
+        &["--audit-log", path.to_str().unwrap(), "--audit-queue", "1"],
+    )
+    .await;
+    let channel = server.channel().await;
+    // One batch: 1000 entries queued back to back by one handler, into a queue of one.
+    let batch = authzd::proto::BatchAuthorizeRequest {
+        requests: (0..1000)
+            .map(|i| resource_request(&format!("user{i}"), &[], "dev", "get", "pods"))
+            .collect(),
+    };
+    let answers = AuthorizerClient::new(channel.clone())
+        .batch_authorize(batch)
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        answers.responses.len(),
+        1000,
+        "dropping never fails a request"
+    );
+
+    let mut admin = PolicyAdminClient::new(channel);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (written, dropped) = loop {
+        let dropped = admin
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+            .audit_dropped;
+        let written = std::fs::read_to_string(&path)
+            .unwrap_or_default()
+            .lines()
+            .count() as u64;
+        if written + dropped >= 1000 || Instant::now() > deadline {
+            break (written, dropped);
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    println!("audit queue of 1, 1000 entries: {written} written, {dropped} dropped");
+    assert_eq!(written + dropped, 1000);
 }
