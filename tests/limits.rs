@@ -2,7 +2,8 @@
 //!
 //! * with `--max-concurrent-requests 2` and two slow requests in flight (each waiting for a
 //!   `min_revision` the server never reaches), a third is refused at once with
-//!   `RESOURCE_EXHAUSTED` naming the flag, and admitted again once the slow ones end;
+//!   `RESOURCE_EXHAUSTED` naming the flag (while health checks still answer), and admitted
+//!   again once the slow ones end;
 //! * open Watch streams do not use up request slots;
 //! * `--request-timeout` abandons a slow request with `DEADLINE_EXCEEDED`, and cuts off a
 //!   client that sends its headers but never its request, freeing the slot;
@@ -78,6 +79,18 @@ async fn an_extra_request_is_refused_at_once_while_the_limit_is_in_use() {
     assert!(
         slow.iter().all(|task| !task.is_finished()),
         "the refusal came while both slow requests were still in flight"
+    );
+    // Health checks are never shed: a busy server is still alive.
+    let health = tonic_health::pb::health_client::HealthClient::new(channel.clone())
+        .check(tonic_health::pb::HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        health.status,
+        tonic_health::pb::health_check_response::ServingStatus::Serving as i32
     );
 
     // The slow ones end with their own answer (revision not reached), freeing the slots.

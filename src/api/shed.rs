@@ -9,6 +9,9 @@
 //!   `request_timeout` is abandoned with `DEADLINE_EXCEEDED` (HTTP 504), freeing its slot.
 //!   This bounds a slow client that trickles its request body as well as a slow handler.
 //!
+//! Health checks (`grpc.health.v1.Health`) take no slot: a probe must see a busy server as
+//! alive. They still have the timeout.
+//!
 //! A slot is held until the wrapped service's response future resolves, that is until the
 //! response headers are ready, and not while the response body streams. For unary calls
 //! that is the whole call (tonic decodes the request and runs the handler inside that
@@ -101,7 +104,16 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let grpc = is_grpc(&request);
-        let Ok(slot) = Arc::clone(&self.config.slots).try_acquire_owned() else {
+        // `Some(None)`: admitted without a slot; `None`: no slot left.
+        let slot = if request.uri().path().starts_with(UNSHED_PREFIX) {
+            Some(None)
+        } else {
+            Arc::clone(&self.config.slots)
+                .try_acquire_owned()
+                .ok()
+                .map(Some)
+        };
+        let Some(slot) = slot else {
             self.config.stats.shed.fetch_add(1, Ordering::Relaxed);
             let max = self.config.max_in_flight;
             tracing::debug!(max, path = request.uri().path(), "request shed");
@@ -142,6 +154,10 @@ where
         })
     }
 }
+
+/// Health checks are never shed: they are cheap, and a liveness probe refused under load
+/// would get a busy but healthy server restarted, turning overload into an outage.
+const UNSHED_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// gRPC callers (any `application/grpc*` content type) get a trailers-only gRPC status;
 /// everyone else the plain HTTP status.
@@ -229,11 +245,18 @@ mod tests {
 
         let refused = service.clone().oneshot(request(false)).await.unwrap();
         assert_eq!(refused.status(), http::StatusCode::TOO_MANY_REQUESTS);
+
+        // A health check is not shed (it waits for the gate like any request here).
+        let mut health = request(true);
+        *health.uri_mut() = http::Uri::from_static("/grpc.health.v1.Health/Check");
+        let health = tokio::spawn(service.clone().oneshot(health));
+        tokio::task::yield_now().await;
         assert!(refused.headers().contains_key("x-authzd-error"));
         assert_eq!(layer.stats().shed.load(Ordering::Relaxed), 2);
 
-        release.notify_one();
+        release.notify_waiters();
         assert_eq!(first.await.unwrap().unwrap().into_body(), "answer");
+        assert_eq!(health.await.unwrap().unwrap().into_body(), "answer");
         // The slot is free again.
         let next = tokio::spawn(service.clone().oneshot(request(false)));
         while layer.slots.available_permits() > 0 {
