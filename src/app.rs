@@ -13,8 +13,10 @@ use crate::api::grpc::GrpcApi;
 use crate::api::http::HttpApi;
 use crate::api::identity::{Authenticator, LocalIdentity};
 use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::api::shed::ShedLayer;
 use crate::api::state::ServingState;
 use crate::api::text;
+use crate::audit::AuditLog;
 use crate::client::{self, ClientError};
 use crate::config::{
     ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
@@ -66,6 +68,8 @@ pub enum AppError {
         addr: ListenAddr,
         source: std::io::Error,
     },
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
@@ -233,6 +237,13 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.local_identity.name.clone(),
         settings.local_identity.groups.clone(),
     ));
+    let (audit, audit_writer) = match &settings.audit {
+        Some(audit) => {
+            let (log, writer) = AuditLog::open(&audit.path, audit.queue)?;
+            (Some(log), Some(writer))
+        }
+        None => (None, None),
+    };
     let envoy = EnvoyApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
@@ -243,7 +254,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
-    );
+    )
+    .with_audit(audit.clone());
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
@@ -260,6 +272,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.policy.load.clone(),
         draining_rx,
     )
+    .with_audit(audit)
+    .with_max_watches(settings.limits.max_watches)
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -284,6 +298,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     // gRPC and HTTP share one router and so every listener and port.
+    let limits = &settings.limits;
     let router = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -300,13 +315,34 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .layer(tower::util::MapResponseLayer::new(
             crate::api::error::oversized_is_resource_exhausted,
         ))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::api::error::undecodable_is_invalid_argument,
+        ))
+        // An overloaded server refuses before doing anything else...
+        .layer(ShedLayer::new(
+            limits.max_concurrent_requests,
+            limits.request_timeout,
+        ))
+        // ...but what it refuses is still counted and timed.
         .layer(request_telemetry);
     for listener in &listeners {
         let addr = listener.local_addr();
         eprintln!("authzd listening on {addr}");
         tracing::info!(%addr, "listening");
     }
-    let server = tokio::spawn(transport::serve(listeners, router, shutdown));
+    let connection_limits = transport::ConnectionLimits {
+        http2_max_concurrent_streams: limits.http2_max_concurrent_streams,
+        http2_max_header_list_size: limits.http2_max_header_list_size,
+        http2_keepalive_interval: limits.http2_keepalive_interval,
+        http2_keepalive_timeout: limits.http2_keepalive_timeout,
+        max_connection_age: limits.max_connection_age,
+    };
+    let server = tokio::spawn(transport::serve(
+        listeners,
+        router,
+        connection_limits,
+        shutdown,
+    ));
 
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
@@ -337,6 +373,10 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     server.await?;
+    if let Some(writer) = audit_writer {
+        // The services (and their audit handles) are gone: the writer drains and stops.
+        tokio::task::spawn_blocking(move || writer.finish()).await?;
+    }
     tracing::info!("stopped");
     Ok(Outcome::Success)
 }

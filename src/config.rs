@@ -287,6 +287,11 @@ pub struct ServeArgs {
     pub otlp_endpoint: Option<String>,
     #[command(flatten)]
     pub envoy: EnvoyArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
 }
 
 /// TCP listeners before Unix sockets, each group in the order given (stable), so the first
@@ -341,6 +346,130 @@ pub struct EnvoyArgs {
     /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
     #[arg(long)]
     pub envoy_allowed_by_header: bool,
+}
+
+/// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
+/// long anyone may hold it.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Requests worked on at once, across all connections; one more is refused at once with
+    /// RESOURCE_EXHAUSTED (never queued). Streams count only while being set up.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_concurrent_requests: usize,
+
+    /// The longest one request may take, from its arrival to its answer; then it is abandoned
+    /// with DEADLINE_EXCEEDED. Bounds slow handlers and clients that send slowly.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// HTTP/2 streams (concurrent requests) one connection may open.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub http2_max_concurrent_streams: u32,
+
+    /// Largest header list (all request headers and metadata, in bytes) one request may send.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
+    pub http2_max_header_list_size: u32,
+
+    /// How often an HTTP/2 ping checks that an idle connection's client is still there.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+
+    /// How long a ping may go unanswered before the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// Watch streams open at once (they hold no request slot while streaming); one more is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_watches: usize,
+
+    /// Optional: close every connection after this long (gracefully: in-flight requests get
+    /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_connection_age: Option<Duration>,
+}
+
+/// The audit log of `serve` (README "Audit log").
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Append one JSON line per review call and policy write to PATH (created if missing).
+    #[arg(long, value_name = "PATH")]
+    pub audit_log: Option<PathBuf>,
+
+    /// Audit entries waiting for the writer; when full, new entries are dropped and counted
+    /// (PolicyAdmin Status `audit_dropped`) rather than slowing requests down.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub audit_queue: usize,
+}
+
+/// Validated [`LimitArgs`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    pub max_concurrent_requests: usize,
+    pub request_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_max_header_list_size: u32,
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    pub max_connection_age: Option<Duration>,
+    pub max_watches: usize,
+}
+
+/// Validated [`AuditArgs`]: present when `--audit-log` is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditSettings {
+    pub path: PathBuf,
+    pub queue: usize,
+}
+
+impl LimitArgs {
+    fn settings(self) -> Result<ServeLimits, clap::Error> {
+        let positive = |flag: &str, value: u64| {
+            if value == 0 {
+                Err(usage_error("serve", format!("--{flag} must be at least 1")))
+            } else {
+                Ok(())
+            }
+        };
+        positive(
+            "max-concurrent-requests",
+            self.max_concurrent_requests as u64,
+        )?;
+        positive("max-watches", self.max_watches as u64)?;
+        positive(
+            "http2-max-concurrent-streams",
+            u64::from(self.http2_max_concurrent_streams),
+        )?;
+        positive(
+            "request-timeout",
+            u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX),
+        )?;
+        Ok(ServeLimits {
+            max_concurrent_requests: self.max_concurrent_requests,
+            request_timeout: self.request_timeout,
+            http2_max_concurrent_streams: self.http2_max_concurrent_streams,
+            http2_max_header_list_size: self.http2_max_header_list_size,
+            http2_keepalive_interval: self.http2_keepalive_interval,
+            http2_keepalive_timeout: self.http2_keepalive_timeout,
+            max_connection_age: self.max_connection_age,
+            max_watches: self.max_watches,
+        })
+    }
+}
+
+impl AuditArgs {
+    fn settings(self) -> Result<Option<AuditSettings>, clap::Error> {
+        if self.audit_queue == 0 {
+            return Err(usage_error(
+                "serve",
+                "--audit-queue must be at least 1".to_string(),
+            ));
+        }
+        Ok(self.audit_log.map(|path| AuditSettings {
+            path,
+            queue: self.audit_queue,
+        }))
+    }
 }
 
 /// `250ms`, `30s`, `5m`, `1h`.
@@ -454,6 +583,8 @@ pub struct ServeSettings {
     pub otlp_endpoint: Option<String>,
     /// How `envoy.service.auth.v3.Authorization/Check` reads a request.
     pub envoy: crate::api::envoy::EnvoyConfig,
+    pub limits: ServeLimits,
+    pub audit: Option<AuditSettings>,
 }
 
 /// What the program is asked to do, with validated settings.
@@ -704,6 +835,8 @@ impl Cli {
                     args.envoy.envoy_allowed_by_header,
                 )
                 .map_err(|message| usage_error("serve", message))?,
+                limits: args.limits.settings()?,
+                audit: args.audit.settings()?,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),
@@ -817,6 +950,51 @@ mod tests {
         assert_eq!(s.local_identity.name, "system:admin");
         assert_eq!(s.local_identity.groups, vec!["system:masters"]);
         assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+    }
+
+    #[test]
+    fn limit_and_audit_flags() {
+        let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 1024);
+        assert_eq!(s.limits.request_timeout, Duration::from_secs(30));
+        assert_eq!(s.audit, None);
+
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--max-concurrent-requests",
+            "3",
+            "--request-timeout",
+            "250ms",
+            "--audit-log",
+            "/tmp/a.jsonl",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 3);
+        assert_eq!(s.limits.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            s.audit,
+            Some(AuditSettings {
+                path: "/tmp/a.jsonl".into(),
+                queue: 10_000
+            })
+        );
+
+        for bad in [
+            ["--max-concurrent-requests", "0"],
+            ["--request-timeout", "0s"],
+            ["--audit-queue", "0"],
+        ] {
+            let cli = Cli::try_parse_from(["authzd", "serve", bad[0], bad[1]]).unwrap();
+            let err = cli.settings().unwrap_err();
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod cache;
 pub mod client;
 pub mod config;

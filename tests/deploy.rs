@@ -19,8 +19,8 @@ fn deploy_dir() -> PathBuf {
 
 fn load(relative: &str) -> Value {
     let path = deploy_dir().join(relative);
-    let text = std::fs::read_to_string(&path)
-        .unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
+    let text =
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("read {}: {e}", path.display()));
     serde_saphyr::from_str(&text).unwrap_or_else(|e| panic!("parse {}: {e}", path.display()))
 }
 
@@ -255,7 +255,10 @@ fn kube_apiserver_webhook_points_at_the_service_and_the_webhook_path() {
     let (host, port) = authority.split_once(':').unwrap();
     assert!(host.starts_with("authzd.authzd.svc"));
     let service = load("kubernetes/service.yaml");
-    assert_eq!(service["spec"]["ports"][0]["port"], port.parse::<u64>().unwrap());
+    assert_eq!(
+        service["spec"]["ports"][0]["port"],
+        port.parse::<u64>().unwrap()
+    );
 }
 
 #[test]

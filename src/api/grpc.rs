@@ -14,6 +14,7 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
+use crate::audit::AuditLog;
 use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
@@ -29,6 +30,8 @@ pub struct GrpcApi {
     /// The longest a `min_revision` request waits when its deadline allows more (or it has
     /// none).
     max_revision_wait: Duration,
+    /// Where review calls are recorded, when `--audit-log` is on.
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl GrpcApi {
@@ -41,7 +44,15 @@ impl GrpcApi {
             state,
             authenticator,
             max_revision_wait,
+            audit: None,
         }
+    }
+
+    /// Records every answered review call in `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The tonic services, with the request size limit applied.
@@ -96,6 +107,8 @@ impl GrpcApi {
 
     fn authorize_one(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         request: &engine::Request,
         api: DecisionApi,
@@ -104,6 +117,16 @@ impl GrpcApi {
         self.state
             .metrics()
             .decision(api, decided.response.decision);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
@@ -121,15 +144,23 @@ impl GrpcApi {
     }
 
     fn resource_review(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         action: &engine::Action,
     ) -> proto::ResourceAccessReviewResponse {
         let subjects = snapshot.engine.who_can(action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(rpc, caller, action, &subjects, snapshot.revision);
+        }
         convert::resource_review_response(subjects, action.namespace(), snapshot.revision)
     }
 
     fn review(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         user: UserInfo,
         action: engine::Action,
@@ -141,6 +172,16 @@ impl GrpcApi {
             .metrics()
             .decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         convert::review_response(
             &decided.response,
             request.action.namespace(),
@@ -162,8 +203,13 @@ impl Authorizer for GrpcApi {
         let request = convert::authorize_request(wire)?;
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(min_revision, deadline).await?;
-        let response = self.authorize_one(&snapshot, &request, DecisionApi::Authorize);
-        Ok(Response::new(response))
+        Ok(Response::new(self.authorize_one(
+            "Authorize",
+            &caller,
+            &snapshot,
+            &request,
+            DecisionApi::Authorize,
+        )))
     }
 
     async fn batch_authorize(
@@ -197,7 +243,15 @@ impl Authorizer for GrpcApi {
         let snapshot = self.snapshot(min_revision, deadline).await?;
         let responses = requests
             .iter()
-            .map(|request| self.authorize_one(&snapshot, request, DecisionApi::BatchAuthorize))
+            .map(|request| {
+                self.authorize_one(
+                    "BatchAuthorize",
+                    &caller,
+                    &snapshot,
+                    request,
+                    DecisionApi::BatchAuthorize,
+                )
+            })
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
@@ -213,6 +267,15 @@ impl Authorizer for GrpcApi {
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         let subjects = snapshot.engine.who_can(&action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(
+                "GetAllowedSubjects",
+                &caller,
+                &action,
+                &subjects,
+                snapshot.revision,
+            );
+        }
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
             snapshot.revision,
@@ -234,6 +297,8 @@ impl AccessReview for GrpcApi {
         self.admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         Ok(Response::new(self.review(
+            "SubjectAccessReview",
+            &caller,
             &snapshot,
             user,
             action,
@@ -252,8 +317,10 @@ impl AccessReview for GrpcApi {
         self.admit(&caller, Privilege::Authenticated)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         Ok(Response::new(self.review(
+            "PersonalSubjectAccessReview",
+            &caller,
             &snapshot,
-            caller,
+            caller.clone(),
             action,
             DecisionApi::PersonalSubjectAccessReview,
         )))
@@ -274,6 +341,8 @@ impl AccessReview for GrpcApi {
         )?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
         Ok(Response::new(self.review(
+            "LocalSubjectAccessReview",
+            &caller,
             &snapshot,
             user,
             action,
@@ -291,7 +360,12 @@ impl AccessReview for GrpcApi {
         let action = convert::action(wire.action)?;
         self.admit(&caller, Privilege::RESOURCE_ACCESS_REVIEW)?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "ResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 
     async fn local_resource_access_review(
@@ -307,7 +381,12 @@ impl AccessReview for GrpcApi {
             Privilege::local_resource_access_review(&wire.namespace),
         )?;
         let snapshot = self.snapshot(wire.min_revision, deadline).await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "LocalResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 }
 

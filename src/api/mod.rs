@@ -8,6 +8,7 @@
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
 //! * [`limits`]: every input limit;
+//! * [`shed`]: load shedding and the request timeout, as a tower layer;
 //! * [`text`]: person-readable answers for the offline CLI.
 
 pub mod admin;
@@ -18,5 +19,6 @@ pub mod grpc;
 pub mod http;
 pub mod identity;
 pub mod limits;
+pub mod shed;
 pub mod state;
 pub mod text;

@@ -260,6 +260,13 @@ mod tests {
         let server = tokio::spawn(crate::transport::serve(
             vec![listener],
             router(axum::Router::new(), api),
+            crate::transport::ConnectionLimits {
+                http2_max_concurrent_streams: 16,
+                http2_max_header_list_size: 16 * 1024,
+                http2_keepalive_interval: std::time::Duration::from_secs(30),
+                http2_keepalive_timeout: std::time::Duration::from_secs(10),
+                max_connection_age: None,
+            },
             async {
                 let _ = stopped.await;
             },
