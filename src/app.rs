@@ -8,14 +8,18 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::admin::{AdminApi, StoreCell};
+use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
+use crate::api::http::HttpApi;
 use crate::api::identity::{
     listener_access, AuthChain, Authenticator, LocalAccess, LocalIdentity, TokenFile,
     TokenFileError, UnsafeListener, INSECURE_REMOTE_FLAG,
 };
 use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::api::shed::ShedLayer;
 use crate::api::state::ServingState;
 use crate::api::text;
+use crate::audit::AuditLog;
 use crate::client::{self, ClientError};
 use crate::config::{
     ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
@@ -27,8 +31,15 @@ use crate::proto::authorizer_server::AuthorizerServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
+use crate::telemetry::request::RequestTelemetryLayer;
+use crate::telemetry::{self, LogFormat};
 use crate::transport::tls::{TlsError, TlsFiles, TlsServer};
 use crate::transport::{self, ListenAddr, Listener};
+
+/// How often histogram samples are folded into buckets, so memory stays bounded however long
+/// nobody scrapes `/metrics`.
+const METRICS_UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+use envoy_types::ext_authz::v3::pb::AuthorizationServer;
 
 /// How a command that did its job ended; `main` maps it to the exit code.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,10 +79,14 @@ pub enum AppError {
     UnsafeListener(#[from] UnsafeListener),
     #[error("bad TLS files: {0}")]
     Tls(#[from] TlsError),
+    #[error(transparent)]
+    Audit(#[from] crate::audit::AuditError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
     Reflection(#[from] tonic_reflection::server::Error),
+    #[error(transparent)]
+    Otlp(#[from] crate::telemetry::otlp::OtlpError),
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
@@ -105,14 +120,28 @@ impl AppError {
 
 pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
-/// Runs one command to completion.
-pub fn run(settings: Settings) -> Result<Outcome> {
+/// Runs one command to completion, logging in `log_format`.
+pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
+    if !matches!(settings, Settings::Serve(_)) {
+        // Offline and client commands print their answer on stdout; logs are for problems.
+        telemetry::init(log_format, "warn", None);
+    }
     match settings {
         Settings::Serve(settings) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .map_err(AppError::Runtime)?
-            .block_on(serve(settings)),
+            .block_on(async {
+                // The OTLP exporter needs the runtime, so the server's logging starts here.
+                let otlp = telemetry::otlp::exporter(settings.otlp_endpoint.as_deref())?;
+                let (layer, _flush_on_exit) = otlp.unzip();
+                let exporting = layer.is_some();
+                telemetry::init(log_format, "info", layer);
+                if exporting {
+                    tracing::info!("exporting traces over OTLP");
+                }
+                serve(settings).await
+            }),
         Settings::Check { engine, request } => {
             let response = build_engine(&engine)?.authorize(&request);
             print!("{}", text::decision(&response));
@@ -177,11 +206,12 @@ fn lint(settings: &PolicySettings) -> Outcome {
 }
 
 /// Every name health reports on: the whole server (`""`) and each authz service.
-const HEALTH_SERVICES: [&str; 4] = [
+const HEALTH_SERVICES: [&str; 5] = [
     "",
     <AuthorizerServer<GrpcApi> as NamedService>::NAME,
     <AccessReviewServer<GrpcApi> as NamedService>::NAME,
     <PolicyAdminServer<AdminApi> as NamedService>::NAME,
+    <AuthorizationServer<EnvoyApi> as NamedService>::NAME,
 ];
 
 async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
@@ -278,17 +308,43 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.engine.clone(),
         settings.cache.clone(),
     ));
+    let _metrics_upkeep = state.metrics().spawn_upkeep(METRICS_UPKEEP_EVERY);
+    let request_telemetry = RequestTelemetryLayer::new(
+        Arc::clone(state.metrics()),
+        &settings.webhook_path,
+        telemetry::otlp::configured(settings.otlp_endpoint.as_deref()),
+    );
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
-    let (authorizer, access_review) = GrpcApi::new(
+    let (audit, audit_writer) = match &settings.audit {
+        Some(audit) => {
+            let (log, writer) = AuditLog::open(&audit.path, audit.queue)?;
+            (Some(log), Some(writer))
+        }
+        None => (None, None),
+    };
+    let envoy = EnvoyApi::new(
+        Arc::clone(&state),
+        Arc::clone(&identity),
+        settings.envoy.clone(),
+    )
+    .service(MAX_REQUEST_BYTES);
+    let grpc_api = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
     )
-    .services(MAX_REQUEST_BYTES);
+    .with_audit(audit.clone());
+    let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
+    let http_api = HttpApi::new(
+        grpc_api,
+        Arc::clone(&state),
+        draining_rx.clone(),
+        &settings.webhook_path,
+    );
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -296,11 +352,14 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.policy.load.clone(),
         draining_rx,
     )
+    .with_audit(audit)
+    .with_max_watches(settings.limits.max_watches)
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
         tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(crate::proto::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(crate::proto::ENVOY_FILE_DESCRIPTOR_SET)
     };
     let reflection_v1 = reflection().build_v1()?;
     let reflection_v1alpha = reflection().build_v1alpha()?;
@@ -319,22 +378,51 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     // gRPC and HTTP share one router and so every listener and port.
+    let limits = &settings.limits;
     let router = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
         .add_service(authorizer)
         .add_service(access_review)
         .add_service(admin)
+        .add_service(envoy)
         .into_axum_router()
+        .route(
+            "/metrics",
+            axum::routing::get(metrics_exposition(&state, &store_cell)),
+        );
+    let router = crate::api::http::router(router, http_api)
         .layer(tower::util::MapResponseLayer::new(
             crate::api::error::oversized_is_resource_exhausted,
-        ));
+        ))
+        .layer(tower::util::MapResponseLayer::new(
+            crate::api::error::undecodable_is_invalid_argument,
+        ))
+        // An overloaded server refuses before doing anything else...
+        .layer(ShedLayer::new(
+            limits.max_concurrent_requests,
+            limits.request_timeout,
+        ))
+        // ...but what it refuses is still counted and timed.
+        .layer(request_telemetry);
     for listener in &listeners {
         let addr = listener.local_addr();
         eprintln!("authzd listening on {addr}");
         tracing::info!(%addr, "listening");
     }
-    let server = tokio::spawn(transport::serve(listeners, router, shutdown));
+    let connection_limits = transport::ConnectionLimits {
+        http2_max_concurrent_streams: limits.http2_max_concurrent_streams,
+        http2_max_header_list_size: limits.http2_max_header_list_size,
+        http2_keepalive_interval: limits.http2_keepalive_interval,
+        http2_keepalive_timeout: limits.http2_keepalive_timeout,
+        max_connection_age: limits.max_connection_age,
+    };
+    let server = tokio::spawn(transport::serve(
+        listeners,
+        router,
+        connection_limits,
+        shutdown,
+    ));
 
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
@@ -365,8 +453,37 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     server.await?;
+    if let Some(writer) = audit_writer {
+        // The services (and their audit handles) are gone: the writer drains and stops.
+        tokio::task::spawn_blocking(move || writer.finish()).await?;
+    }
     tracing::info!("stopped");
     Ok(Outcome::Success)
+}
+
+/// The `/metrics` handler: Prometheus text, with the figures the state and store keep read
+/// now.
+fn metrics_exposition(
+    state: &Arc<ServingState>,
+    store: &StoreCell,
+) -> impl Fn() -> std::future::Ready<([(http::header::HeaderName, &'static str); 1], String)>
+       + Clone
+       + Send
+       + Sync
+       + 'static {
+    let state = Arc::clone(state);
+    let store = Arc::clone(store);
+    move || {
+        let mut figures = state.scrape_figures();
+        figures.reload_errors = store.get().map_or(0, |store| store.reload_errors());
+        std::future::ready((
+            [(
+                http::header::CONTENT_TYPE,
+                "text/plain; version=0.0.4; charset=utf-8",
+            )],
+            state.metrics().render(&figures),
+        ))
+    }
 }
 
 /// SIGINT (Ctrl-C) or, on Unix, SIGTERM.

@@ -28,6 +28,8 @@ pub struct Cli {
     pub log_format: LogFormat,
 }
 
+// Built once per process from the command line: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the gRPC API.
@@ -303,6 +305,18 @@ pub struct ServeArgs {
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub max_revision_wait: Duration,
 
+    /// Export traces over OTLP/gRPC to this collector (e.g. `http://127.0.0.1:4317`). Without
+    /// it, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// turn export on; with neither, no spans are exported.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub envoy: EnvoyArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
     #[command(flatten)]
     pub auth: AuthArgs,
 }
@@ -339,16 +353,177 @@ pub struct AuthArgs {
 /// `authzd listening on` line is a TCP address whenever there is one.
 fn tcp_first(mut listen: Vec<ListenAddr>) -> Vec<ListenAddr> {
     listen.sort_by_key(|addr| matches!(addr, ListenAddr::Unix(_)));
-    listen.dedup();
     listen
 }
 
-/// An absolute URL path, `/authorize` by default.
+/// An absolute URL path, `/authorize` by default, that no other endpoint answers (the fixed
+/// routes would win, and the webhook would silently never be called).
 pub fn parse_webhook_path(s: &str) -> Result<String, String> {
-    if s.starts_with('/') && !s.contains(['?', '#', ' ']) && s.len() > 1 {
-        Ok(s.to_string())
-    } else {
-        Err(format!("`{s}` is not an absolute URL path like /authorize"))
+    if !s.starts_with('/') || s.contains(['?', '#', ' ']) || s.len() < 2 {
+        return Err(format!("`{s}` is not an absolute URL path like /authorize"));
+    }
+    const TAKEN: [&str; 4] = ["/apis/", "/authz.", "/grpc.", "/healthz"];
+    if s == "/readyz" || TAKEN.iter().any(|taken| s.starts_with(taken)) {
+        return Err(format!("`{s}` is already served by another endpoint"));
+    }
+    Ok(s.to_string())
+}
+
+/// How the Envoy ext_authz service (`envoy.service.auth.v3.Authorization`) reads a request.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Envoy ext_authz")]
+pub struct EnvoyArgs {
+    /// Where the subject comes from: `headers` (set by the mesh's authentication) or
+    /// `peer-principal` (the authenticated peer Envoy reports, as the user name).
+    #[arg(long, value_name = "SOURCE", default_value = "headers",
+          value_parser = [crate::api::envoy::SUBJECT_FROM_HEADERS, crate::api::envoy::SUBJECT_FROM_PEER_PRINCIPAL])]
+    pub envoy_subject_from: String,
+
+    /// Request header naming the user.
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-user")]
+    pub envoy_user_header: String,
+
+    /// Request header naming the groups (repeated headers or comma-separated values).
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-group")]
+    pub envoy_group_header: String,
+
+    /// Prefix of request headers carrying extra user attributes (e.g. `x-remote-extra-`).
+    #[arg(long, value_name = "PREFIX")]
+    pub envoy_extra_header_prefix: Option<String>,
+
+    /// A path shape that makes a request a resource request (repeatable, first match wins),
+    /// e.g. `/api/v1/namespaces/{namespace}/{resource}/{name}`. Other paths are non-resource
+    /// requests.
+    #[arg(long = "envoy-path-template", value_name = "TEMPLATE",
+          value_parser = crate::api::envoy::PathTemplate::parse)]
+    pub envoy_path_templates: Vec<crate::api::envoy::PathTemplate>,
+
+    /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
+    #[arg(long)]
+    pub envoy_allowed_by_header: bool,
+}
+
+/// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
+/// long anyone may hold it.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Requests worked on at once, across all connections; one more is refused at once with
+    /// RESOURCE_EXHAUSTED (never queued). Streams count only while being set up.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_concurrent_requests: usize,
+
+    /// The longest one request may take, from its arrival to its answer; then it is abandoned
+    /// with DEADLINE_EXCEEDED. Bounds slow handlers and clients that send slowly.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// HTTP/2 streams (concurrent requests) one connection may open.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub http2_max_concurrent_streams: u32,
+
+    /// Largest header list (all request headers and metadata, in bytes) one request may send.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
+    pub http2_max_header_list_size: u32,
+
+    /// How often an HTTP/2 ping checks that an idle connection's client is still there.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Duration,
+
+    /// How long a ping may go unanswered before the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// Watch streams open at once (they hold no request slot while streaming); one more is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_watches: usize,
+
+    /// Optional: close every connection after this long (gracefully: in-flight requests get
+    /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_connection_age: Option<Duration>,
+}
+
+/// The audit log of `serve` (README "Audit log").
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Append one JSON line per review call and policy write to PATH (created if missing).
+    #[arg(long, value_name = "PATH")]
+    pub audit_log: Option<PathBuf>,
+
+    /// Audit entries waiting for the writer; when full, new entries are dropped and counted
+    /// (PolicyAdmin Status `audit_dropped`) rather than slowing requests down.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub audit_queue: usize,
+}
+
+/// Validated [`LimitArgs`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    pub max_concurrent_requests: usize,
+    pub request_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_max_header_list_size: u32,
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    pub max_connection_age: Option<Duration>,
+    pub max_watches: usize,
+}
+
+/// Validated [`AuditArgs`]: present when `--audit-log` is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditSettings {
+    pub path: PathBuf,
+    pub queue: usize,
+}
+
+impl LimitArgs {
+    fn settings(self) -> Result<ServeLimits, clap::Error> {
+        let positive = |flag: &str, value: u64| {
+            if value == 0 {
+                Err(usage_error("serve", format!("--{flag} must be at least 1")))
+            } else {
+                Ok(())
+            }
+        };
+        positive(
+            "max-concurrent-requests",
+            self.max_concurrent_requests as u64,
+        )?;
+        positive("max-watches", self.max_watches as u64)?;
+        positive(
+            "http2-max-concurrent-streams",
+            u64::from(self.http2_max_concurrent_streams),
+        )?;
+        positive(
+            "request-timeout",
+            u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX),
+        )?;
+        Ok(ServeLimits {
+            max_concurrent_requests: self.max_concurrent_requests,
+            request_timeout: self.request_timeout,
+            http2_max_concurrent_streams: self.http2_max_concurrent_streams,
+            http2_max_header_list_size: self.http2_max_header_list_size,
+            http2_keepalive_interval: self.http2_keepalive_interval,
+            http2_keepalive_timeout: self.http2_keepalive_timeout,
+            max_connection_age: self.max_connection_age,
+            max_watches: self.max_watches,
+        })
+    }
+}
+
+impl AuditArgs {
+    fn settings(self) -> Result<Option<AuditSettings>, clap::Error> {
+        if self.audit_queue == 0 {
+            return Err(usage_error(
+                "serve",
+                "--audit-queue must be at least 1".to_string(),
+            ));
+        }
+        Ok(self.audit_log.map(|path| AuditSettings {
+            path,
+            queue: self.audit_queue,
+        }))
     }
 }
 
@@ -460,9 +635,17 @@ pub struct ServeSettings {
     pub watch: bool,
     pub max_revision_wait: Duration,
     pub auth: AuthArgs,
+    /// `--otlp-endpoint`; the standard OTLP environment variables also turn export on.
+    pub otlp_endpoint: Option<String>,
+    /// How `envoy.service.auth.v3.Authorization/Check` reads a request.
+    pub envoy: crate::api::envoy::EnvoyConfig,
+    pub limits: ServeLimits,
+    pub audit: Option<AuditSettings>,
 }
 
 /// What the program is asked to do, with validated settings.
+// Built once per process: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Clone, Debug)]
 pub enum Settings {
     Serve(ServeSettings),
@@ -709,6 +892,18 @@ impl Cli {
                 watch: !args.no_watch,
                 max_revision_wait: args.max_revision_wait,
                 auth: args.auth,
+                otlp_endpoint: args.otlp_endpoint,
+                envoy: crate::api::envoy::EnvoyConfig::new(
+                    &args.envoy.envoy_subject_from,
+                    &args.envoy.envoy_user_header,
+                    &args.envoy.envoy_group_header,
+                    args.envoy.envoy_extra_header_prefix.as_deref(),
+                    args.envoy.envoy_path_templates,
+                    args.envoy.envoy_allowed_by_header,
+                )
+                .map_err(|message| usage_error("serve", message))?,
+                limits: args.limits.settings()?,
+                audit: args.audit.settings()?,
             }),
             Command::Check(args) => Settings::Check {
                 engine: engine_settings(args.policy, args.chain),
@@ -767,6 +962,39 @@ mod tests {
     use clap::CommandFactory;
 
     #[test]
+    fn listen_is_repeatable_tcp_first_and_webhook_paths_are_checked() {
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--listen",
+            "unix:///run/a.sock",
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-path",
+            "/webhook/authz",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        let listen: Vec<String> = s.listen.iter().map(ToString::to_string).collect();
+        assert_eq!(listen, ["127.0.0.1:0", "127.0.0.1:0", "unix:///run/a.sock"]);
+        assert_eq!(s.webhook_path, "/webhook/authz");
+        for taken in [
+            "/healthz",
+            "/readyz",
+            "/apis/x",
+            "/authz.v1.Authorizer/Authorize",
+            "x",
+            "/",
+        ] {
+            assert!(parse_webhook_path(taken).is_err(), "{taken}");
+        }
+    }
+
+    #[test]
     fn cli_is_well_formed() {
         Cli::command().debug_assert();
     }
@@ -789,6 +1017,51 @@ mod tests {
         assert_eq!(s.local_identity.name, "system:admin");
         assert_eq!(s.local_identity.groups, vec!["system:masters"]);
         assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+    }
+
+    #[test]
+    fn limit_and_audit_flags() {
+        let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 1024);
+        assert_eq!(s.limits.request_timeout, Duration::from_secs(30));
+        assert_eq!(s.audit, None);
+
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--max-concurrent-requests",
+            "3",
+            "--request-timeout",
+            "250ms",
+            "--audit-log",
+            "/tmp/a.jsonl",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 3);
+        assert_eq!(s.limits.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            s.audit,
+            Some(AuditSettings {
+                path: "/tmp/a.jsonl".into(),
+                queue: 10_000
+            })
+        );
+
+        for bad in [
+            ["--max-concurrent-requests", "0"],
+            ["--request-timeout", "0s"],
+            ["--audit-queue", "0"],
+        ] {
+            let cli = Cli::try_parse_from(["authzd", "serve", bad[0], bad[1]]).unwrap();
+            let err = cli.settings().unwrap_err();
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
     }
 
     #[test]

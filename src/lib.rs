@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod cache;
 pub mod client;
 pub mod config;
@@ -29,4 +30,7 @@ pub mod proto {
 
     /// Encoded file descriptor set, served by gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("authz_descriptor");
+    /// The vendored Envoy ext_authz contract (`proto/third_party/`), for reflection only.
+    pub const ENVOY_FILE_DESCRIPTOR_SET: &[u8] =
+        tonic::include_file_descriptor_set!("envoy_descriptor");
 }

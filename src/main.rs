@@ -1,25 +1,21 @@
-//! `authzd`: parse flags, set up logging, run the command, map the outcome to an exit code
+//! `authzd`: parse flags, run the command (which sets up logging), map the outcome to an exit code
 //! (0 success/allowed, 1 not allowed/lint problems/runtime or server failure, 2 usage or policy
 //! error).
 
 use std::process::ExitCode;
 
-use authzd::config::{Cli, Command};
-use authzd::{app, telemetry};
+use authzd::app;
+use authzd::config::Cli;
 use clap::Parser;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_filter = match cli.command {
-        Command::Serve(_) => "info",
-        _ => "warn",
-    };
-    telemetry::init(cli.log_format, default_filter);
+    let log_format = cli.log_format;
     let settings = match cli.settings() {
         Ok(settings) => settings,
         Err(usage) => usage.exit(),
     };
-    match app::run(settings) {
+    match app::run(settings, log_format) {
         Ok(outcome) => ExitCode::from(outcome.exit_code()),
         Err(error) => {
             eprintln!("{}", error.report());

@@ -49,7 +49,14 @@ async fn python_client_uses_only_reflection() {
         }
     };
     let policy = sample_policy();
-    let server = Server::start_serving(policy.path(), &[]).await;
+    let server = Server::start_serving(
+        policy.path(),
+        &[
+            "--envoy-path-template",
+            "/api/v1/namespaces/{namespace}/{resource}/{name}",
+        ],
+    )
+    .await;
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/tests/e2e/reflection_client.py"

@@ -12,6 +12,7 @@ use tonic::{Request, Response, Status};
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::state::ServingState;
+use crate::audit::AuditLog;
 use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
@@ -25,6 +26,9 @@ const ALL_KINDS: [ObjectKind; 4] = [
     ObjectKind::ClusterRoleBinding,
     ObjectKind::RoleBinding,
 ];
+
+/// Open watch streams allowed unless [`AdminApi::with_max_watches`] says otherwise.
+pub const DEFAULT_MAX_WATCHES: usize = 1024;
 
 /// The manifest name used in errors about an applied manifest.
 const MANIFEST: &str = "manifest";
@@ -42,6 +46,11 @@ pub struct AdminApi {
     /// Becomes `true` when the server starts draining: open watch streams end then, so that
     /// graceful shutdown does not wait for them forever.
     draining: tokio::sync::watch::Receiver<bool>,
+    /// Where policy writes are recorded, when `--audit-log` is on.
+    audit: Option<Arc<AuditLog>>,
+    /// One permit per open watch stream (`--max-watches`), held for the stream's life: the
+    /// request limit counts a stream only while it is set up, this bounds how many stay open.
+    watch_slots: Arc<tokio::sync::Semaphore>,
 }
 
 impl AdminApi {
@@ -58,6 +67,42 @@ impl AdminApi {
             authenticator,
             load_options,
             draining,
+            audit: None,
+            watch_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WATCHES)),
+        }
+    }
+
+    /// At most `max` watch streams open at once; one more is refused with
+    /// `RESOURCE_EXHAUSTED`.
+    #[must_use]
+    pub fn with_max_watches(mut self, max: usize) -> Self {
+        self.watch_slots = Arc::new(tokio::sync::Semaphore::new(
+            max.clamp(1, tokio::sync::Semaphore::MAX_PERMITS),
+        ));
+        self
+    }
+
+    /// Records every policy write (applied or refused) in `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    fn audit_write(
+        &self,
+        rpc: &str,
+        caller: &crate::engine::UserInfo,
+        request: impl FnOnce() -> serde_json::Value,
+        outcome: std::result::Result<(u64, serde_json::Value), &Status>,
+    ) {
+        if let Some(audit) = &self.audit {
+            audit.write(
+                rpc,
+                caller,
+                request(),
+                outcome.map_err(|status| format!("{:?}: {}", status.code(), status.message())),
+            );
         }
     }
 
@@ -203,6 +248,50 @@ fn wire_event(event: ChangeEvent) -> proto::WatchEvent {
     }
 }
 
+/// The manifest as recorded in the audit log: whole up to 64 KiB, then cut (at a character
+/// boundary) with a note of its full size, so one huge apply cannot balloon the log.
+fn audited_manifest(manifest: &str) -> String {
+    const MAX: usize = 64 * 1024;
+    if manifest.len() <= MAX {
+        return manifest.to_string();
+    }
+    let mut cut = MAX;
+    while !manifest.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}… [cut: {} bytes in all]",
+        &manifest[..cut],
+        manifest.len()
+    )
+}
+
+impl AdminApi {
+    /// Parses and applies one manifest (the write itself, without the auditing around it).
+    async fn apply_manifest(
+        &self,
+        caller: &crate::engine::UserInfo,
+        wire: &proto::ApplyRequest,
+    ) -> std::result::Result<(u64, Vec<ObjectRef>), Status> {
+        if wire.manifest.trim().is_empty() {
+            return Err(ApiError::invalid("manifest", Invalid::Empty).into());
+        }
+        let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
+            .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
+        let guard = AdminWriteGuard {
+            state: &self.state,
+            caller,
+            op: WriteOp::Apply,
+        };
+        let (revision, applied) = self
+            .store()?
+            .apply(objects, wire.dry_run, Some(&guard))
+            .await
+            .map_err(ApiError::from)?;
+        Ok((revision, applied))
+    }
+}
+
 type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -213,21 +302,27 @@ impl PolicyAdmin for AdminApi {
     ) -> Result<Response<proto::ApplyResponse>, Status> {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
-        if wire.manifest.trim().is_empty() {
-            return Err(ApiError::invalid("manifest", Invalid::Empty).into());
-        }
-        let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
-            .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
-        let guard = AdminWriteGuard {
-            state: &self.state,
-            caller: &caller,
-            op: WriteOp::Apply,
-        };
-        let (revision, applied) = self
-            .store()?
-            .apply(objects, wire.dry_run, Some(&guard))
-            .await
-            .map_err(ApiError::from)?;
+        let outcome = self.apply_manifest(&caller, &wire).await;
+        self.audit_write(
+            "Apply",
+            &caller,
+            || {
+                serde_json::json!({
+                    "manifest": audited_manifest(&wire.manifest),
+                    "dry_run": wire.dry_run,
+                })
+            },
+            match &outcome {
+                Ok((revision, applied)) => Ok((
+                    *revision,
+                    serde_json::json!({
+                        "applied": applied.iter().map(ToString::to_string).collect::<Vec<_>>()
+                    }),
+                )),
+                Err(status) => Err(status),
+            },
+        );
+        let (revision, applied) = outcome?;
         tracing::info!(
             revision,
             objects = applied.len(),
@@ -245,17 +340,43 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
         let caller = self.caller(&request)?;
-        let object = object_ref(request.into_inner().object, "object")?;
-        let guard = AdminWriteGuard {
-            state: &self.state,
-            caller: &caller,
-            op: WriteOp::Delete,
+        let wire = request.into_inner().object;
+        let outcome = match object_ref(wire.clone(), "object") {
+            Ok(object) => match self.store() {
+                Ok(store) => store
+                    .delete(
+                        &object,
+                        Some(&AdminWriteGuard {
+                            state: &self.state,
+                            caller: &caller,
+                            op: WriteOp::Delete,
+                        }),
+                    )
+                    .await
+                    .map(|revision| (revision, object))
+                    .map_err(|e| Status::from(ApiError::from(e))),
+                Err(e) => Err(e.into()),
+            },
+            Err(e) => Err(e.into()),
         };
-        let revision = self
-            .store()?
-            .delete(&object, Some(&guard))
-            .await
-            .map_err(ApiError::from)?;
+        self.audit_write(
+            "Delete",
+            &caller,
+            || match &wire {
+                Some(o) => serde_json::json!({
+                    "kind": o.kind, "namespace": o.namespace, "name": o.name,
+                }),
+                None => serde_json::Value::Null,
+            },
+            match &outcome {
+                Ok((revision, object)) => Ok((
+                    *revision,
+                    serde_json::json!({ "deleted": object.to_string() }),
+                )),
+                Err(status) => Err(status),
+            },
+        );
+        let (revision, object) = outcome?;
         tracing::info!(revision, %object, "policy object deleted");
         Ok(Response::new(proto::DeleteResponse { revision }))
     }
@@ -325,6 +446,13 @@ impl PolicyAdmin for AdminApi {
             .map(|kind| Privilege::rbac("watch", *kind, "", ""))
             .collect();
         self.admit(&caller, &privileges)?;
+        let slot = Arc::clone(&self.watch_slots)
+            .try_acquire_owned()
+            .map_err(|_| {
+                Status::resource_exhausted(
+                    "too many open watch streams (--max-watches); retry with backoff",
+                )
+            })?;
         let from = request.into_inner().from_revision;
         let (backlog, live) = self.store()?.watch(from).await.map_err(ApiError::from)?;
         let backlog = tokio_stream::iter(backlog.into_iter().map(|e| Ok(wire_event(e))));
@@ -341,7 +469,11 @@ impl PolicyAdmin for AdminApi {
             .filter(|draining| *draining)
             .map(|_| None);
         let events = backlog.chain(live).map(Some).merge(drained);
-        Ok(Response::new(Box::pin(events.map_while(|event| event))))
+        // The slot goes with the stream: released when the stream ends or the client leaves.
+        Ok(Response::new(Box::pin(events.map_while(move |event| {
+            let _held = &slot;
+            event
+        }))))
     }
 
     async fn status(
@@ -362,6 +494,7 @@ impl PolicyAdmin for AdminApi {
             cache_evictions: stats.evictions.get(),
             cache_inserts: stats.inserts.get(),
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
+            audit_dropped: self.audit.as_ref().map_or(0, |audit| audit.dropped()),
         }))
     }
 }

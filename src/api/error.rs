@@ -80,9 +80,32 @@ impl ApiError {
     }
 }
 
+/// Longest status message sent. The message travels in an HTTP/2 header (`grpc-message`,
+/// percent-encoded), and clients refuse large headers (gRPC C-core's default limit is 8 KiB
+/// for all of them): an error quoting a megabyte of hostile input would otherwise reach the
+/// caller as a protocol error instead of the refusal.
+pub const MAX_STATUS_MESSAGE_BYTES: usize = 4 * 1024;
+
+/// `message`, cut at a character boundary to [`MAX_STATUS_MESSAGE_BYTES`] with a note of its
+/// full length.
+pub fn bounded_message(message: String) -> String {
+    if message.len() <= MAX_STATUS_MESSAGE_BYTES {
+        return message;
+    }
+    let mut cut = MAX_STATUS_MESSAGE_BYTES - 64;
+    while !message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    format!(
+        "{}… (message cut; {} bytes in all)",
+        &message[..cut],
+        message.len()
+    )
+}
+
 impl From<ApiError> for tonic::Status {
     fn from(error: ApiError) -> Self {
-        let message = error.to_string();
+        let message = bounded_message(error.to_string());
         match error {
             ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
             ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
@@ -124,6 +147,29 @@ pub fn oversized_is_resource_exhausted<B>(
     response
 }
 
+/// Transport-level, like [`oversized_is_resource_exhausted`]: a request body that is not a
+/// valid protobuf message is refused by tonic's codec with `INTERNAL` ("failed to decode
+/// Protobuf message"), but the fault is the caller's: SPEC §10 says malformed input is
+/// `INVALID_ARGUMENT`. The message is kept.
+///
+/// INVARIANT: no handler returns `INTERNAL` (see [`ApiError`]).
+pub fn undecodable_is_invalid_argument<B>(
+    mut response: tonic::codegen::http::Response<B>,
+) -> tonic::codegen::http::Response<B> {
+    const INTERNAL: &[u8] = b"13";
+    let headers = response.headers_mut();
+    if headers
+        .get("grpc-status")
+        .is_some_and(|status| status.as_bytes() == INTERNAL)
+        && tonic::Status::from_header_map(headers)
+            .is_some_and(|status| status.message().starts_with("failed to decode Protobuf"))
+    {
+        let code = tonic::Code::InvalidArgument as i32;
+        headers.insert("grpc-status", code.into());
+    }
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,6 +199,35 @@ mod tests {
         let mapped = oversized_is_resource_exhausted(other);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    }
+
+    #[test]
+    fn long_messages_are_cut() {
+        let status = tonic::Status::from(ApiError::invalid(
+            "manifest",
+            Invalid::Other(format!("bad name `{}`", "é".repeat(100_000))),
+        ));
+        assert!(status.message().len() <= MAX_STATUS_MESSAGE_BYTES);
+        assert!(status.message().starts_with("manifest: bad name `éé"));
+        assert!(status.message().ends_with("bytes in all)"));
+        let short = tonic::Status::from(ApiError::invalid("x", Invalid::Empty));
+        assert_eq!(short.message(), "x: must not be empty");
+    }
+
+    #[test]
+    fn undecodable_requests_become_invalid_argument() {
+        let refusal =
+            tonic::Status::internal("failed to decode Protobuf message: buffer underflow")
+                .into_http::<()>();
+        let mapped = undecodable_is_invalid_argument(refusal);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(status.message().contains("buffer underflow"));
+
+        let other = tonic::Status::internal("something else").into_http::<()>();
+        let mapped = undecodable_is_invalid_argument(other);
+        let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
+        assert_eq!(status.code(), tonic::Code::Internal);
     }
 
     #[test]

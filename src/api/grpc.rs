@@ -14,10 +14,13 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
+use crate::audit::AuditLog;
 use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
+use crate::telemetry::metrics::DecisionApi;
+use crate::telemetry::request::{record_caller, record_decision};
 
 /// Both services over one serving state. Cheap to clone.
 #[derive(Clone)]
@@ -27,6 +30,8 @@ pub struct GrpcApi {
     /// The longest a `min_revision` request waits when its deadline allows more (or it has
     /// none).
     max_revision_wait: Duration,
+    /// Where review calls are recorded, when `--audit-log` is on.
+    audit: Option<Arc<AuditLog>>,
 }
 
 impl GrpcApi {
@@ -39,7 +44,15 @@ impl GrpcApi {
             state,
             authenticator,
             max_revision_wait,
+            audit: None,
         }
+    }
+
+    /// Records every answered review call in `audit`.
+    #[must_use]
+    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
+        self.audit = audit;
+        self
     }
 
     /// The tonic services, with the request size limit applied.
@@ -54,7 +67,9 @@ impl GrpcApi {
     }
 
     fn caller<T>(&self, request: &Request<T>) -> Result<UserInfo> {
-        self.authenticator.authenticate(&Peer::of(request))
+        let caller = self.authenticator.authenticate(&Peer::of(request))?;
+        record_caller(&caller.name);
+        Ok(caller)
     }
 
     /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
@@ -104,10 +119,26 @@ impl GrpcApi {
 
     fn authorize_one(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         request: &engine::Request,
+        api: DecisionApi,
     ) -> proto::AuthorizeResponse {
         let decided = self.state.authorizer(snapshot).decide(request);
+        self.state
+            .metrics()
+            .decision(api, decided.response.decision);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         tracing::debug!(
             user = %request.user.name,
             verb = request.action.verb(),
@@ -117,25 +148,52 @@ impl GrpcApi {
             revision = snapshot.revision,
             "authorize"
         );
+        // A batch's span would only keep its last item's decision: not recorded per item.
+        if api == DecisionApi::Authorize {
+            record_decision(decided.response.decision, decided.cached, snapshot.revision);
+        }
         convert::authorize_response(&decided, snapshot.revision)
     }
 
     fn resource_review(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         action: &engine::Action,
     ) -> proto::ResourceAccessReviewResponse {
         let subjects = snapshot.engine.who_can(action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(rpc, caller, action, &subjects, snapshot.revision);
+        }
         convert::resource_review_response(subjects, action.namespace(), snapshot.revision)
     }
 
     fn review(
         &self,
+        rpc: &str,
+        caller: &UserInfo,
         snapshot: &Snapshot,
         user: UserInfo,
         action: engine::Action,
+        api: DecisionApi,
     ) -> proto::SubjectAccessReviewResponse {
         let request = engine::Request { user, action };
         let decided = self.state.authorizer(snapshot).decide(&request);
+        self.state
+            .metrics()
+            .decision(api, decided.response.decision);
+        record_decision(decided.response.decision, decided.cached, snapshot.revision);
+        if let Some(audit) = &self.audit {
+            audit.review(
+                rpc,
+                caller,
+                &request.user,
+                &request.action,
+                &decided.response,
+                snapshot.revision,
+            );
+        }
         convert::review_response(
             &decided.response,
             request.action.namespace(),
@@ -163,7 +221,13 @@ impl Authorizer for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(self.authorize_one(&snapshot, &request)))
+        Ok(Response::new(self.authorize_one(
+            "Authorize",
+            &caller,
+            &snapshot,
+            &request,
+            DecisionApi::Authorize,
+        )))
     }
 
     async fn batch_authorize(
@@ -203,7 +267,15 @@ impl Authorizer for GrpcApi {
             .await?;
         let responses = requests
             .iter()
-            .map(|request| self.authorize_one(&snapshot, request))
+            .map(|request| {
+                self.authorize_one(
+                    "BatchAuthorize",
+                    &caller,
+                    &snapshot,
+                    request,
+                    DecisionApi::BatchAuthorize,
+                )
+            })
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
@@ -225,6 +297,15 @@ impl Authorizer for GrpcApi {
             )
             .await?;
         let subjects = snapshot.engine.who_can(&action);
+        if let Some(audit) = &self.audit {
+            audit.who_can(
+                "GetAllowedSubjects",
+                &caller,
+                &action,
+                &subjects,
+                snapshot.revision,
+            );
+        }
         Ok(Response::new(convert::allowed_subjects_response(
             subjects,
             snapshot.revision,
@@ -251,7 +332,14 @@ impl AccessReview for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            "SubjectAccessReview",
+            &caller,
+            &snapshot,
+            user,
+            action,
+            DecisionApi::SubjectAccessReview,
+        )))
     }
 
     async fn personal_subject_access_review(
@@ -270,7 +358,14 @@ impl AccessReview for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(self.review(&snapshot, caller, action)))
+        Ok(Response::new(self.review(
+            "PersonalSubjectAccessReview",
+            &caller,
+            &snapshot,
+            caller.clone(),
+            action,
+            DecisionApi::PersonalSubjectAccessReview,
+        )))
     }
 
     async fn local_subject_access_review(
@@ -290,7 +385,14 @@ impl AccessReview for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(self.review(&snapshot, user, action)))
+        Ok(Response::new(self.review(
+            "LocalSubjectAccessReview",
+            &caller,
+            &snapshot,
+            user,
+            action,
+            DecisionApi::LocalSubjectAccessReview,
+        )))
     }
 
     async fn resource_access_review(
@@ -309,7 +411,12 @@ impl AccessReview for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "ResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 
     async fn local_resource_access_review(
@@ -328,7 +435,12 @@ impl AccessReview for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(Self::resource_review(&snapshot, &action)))
+        Ok(Response::new(self.resource_review(
+            "LocalResourceAccessReview",
+            &caller,
+            &snapshot,
+            &action,
+        )))
     }
 }
 

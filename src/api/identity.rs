@@ -35,7 +35,9 @@ pub const AUTHENTICATED_GROUP: &str = "system:authenticated";
 pub struct Peer<'a> {
     pub metadata: &'a MetadataMap,
     pub remote_addr: Option<SocketAddr>,
-    pub verified_client: Option<UserInfo>,
+    /// The connection the request arrived on (listener, verified client certificate);
+    /// `None` only for a request that did not come through `transport` (in-process calls).
+    pub connection: Option<&'a ConnectionInfo>,
 }
 
 impl<'a> Peer<'a> {
@@ -43,11 +45,7 @@ impl<'a> Peer<'a> {
         Self {
             metadata: request.metadata(),
             remote_addr: request.remote_addr(),
-            verified_client: request
-                .extensions()
-                .get::<ConnectionInfo>()
-                .and_then(|connection| connection.client_identity.as_ref())
-                .map(certificate_user),
+            connection: request.extensions().get::<ConnectionInfo>(),
         }
     }
 }
@@ -359,8 +357,11 @@ impl AuthChain {
 
 impl Authenticator for AuthChain {
     fn authenticate(&self, peer: &Peer<'_>) -> Result<UserInfo> {
-        if let Some(client) = &peer.verified_client {
-            return Ok(Self::authenticated(client.clone()));
+        if let Some(client) = peer
+            .connection
+            .and_then(|connection| connection.client_identity.as_ref())
+        {
+            return Ok(Self::authenticated(certificate_user(client)));
         }
         if let Some(header) = peer.metadata.get("authorization") {
             let token = bearer_token(header.to_str().ok())?;

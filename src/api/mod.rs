@@ -1,18 +1,24 @@
 //! Wire adapters: they convert and validate, never decide.
 //!
 //! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
+//! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
+//! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`state`];
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
 //! * [`limits`]: every input limit;
+//! * [`shed`]: load shedding and the request timeout, as a tower layer;
 //! * [`text`]: person-readable answers for the offline CLI.
 
 pub mod admin;
 pub mod convert;
+pub mod envoy;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod identity;
 pub mod limits;
+pub mod shed;
 pub mod state;
 pub mod text;

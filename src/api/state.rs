@@ -17,6 +17,7 @@ use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
 use crate::store::Publisher;
+use crate::telemetry::metrics::{Metrics, ScrapeFigures};
 
 /// One compiled policy state and the revision it is published as.
 pub struct Snapshot {
@@ -37,6 +38,7 @@ pub struct ServingState {
     privileges: DecisionCache,
     engine_config: EngineConfig,
     revisions: watch::Sender<u64>,
+    metrics: Arc<Metrics>,
 }
 
 impl ServingState {
@@ -50,6 +52,30 @@ impl ServingState {
             cache: DecisionCache::new(cache),
             engine_config,
             revisions: watch::channel(0).0,
+            metrics: Arc::new(Metrics::new()),
+        }
+    }
+
+    /// The server's Prometheus instruments.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    /// The figures `/metrics` reads at scrape time from the state itself. `reload_errors` is
+    /// the store's, filled by the caller.
+    pub fn scrape_figures(&self) -> ScrapeFigures {
+        let cache = &self.cache;
+        let stats = &cache.stats;
+        ScrapeFigures {
+            revision: self.snapshot().map_or(0, |s| s.revision),
+            reload_errors: 0,
+            cache_entries: cache.len() as u64,
+            cache_capacity: cache.capacity() as u64,
+            cache_hits: stats.hits.get(),
+            cache_misses: stats.misses.get(),
+            cache_evictions: stats.evictions.get(),
+            cache_invalidations: cache.invalidations(),
+            cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
         }
     }
 

@@ -47,10 +47,16 @@ impl DirectoryBackend {
     }
 }
 
-/// A file name for a new object, from characters that are safe everywhere.
+const MAX_FILE_NAME_PART: usize = 100;
+
+/// A file name for a new object, from characters that are safe everywhere. Each part is cut
+/// to [`MAX_FILE_NAME_PART`] characters: object names have no length limit, file names do
+/// (255 bytes on most file systems), and a long name must not make a write fail. Objects
+/// whose cut names collide share a file, as objects of one file always may.
 fn file_name_for(object: &ObjectRef) -> String {
     let clean = |s: &str| -> String {
         s.chars()
+            .take(MAX_FILE_NAME_PART)
             .map(|c| {
                 if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
                     c.to_ascii_lowercase()

@@ -272,6 +272,8 @@ pub struct Store {
     revision_tx: tokio_watch::Sender<u64>,
     events_tx: broadcast::Sender<ChangeEvent>,
     last_error: StdMutex<Option<String>>,
+    /// Reloads rejected since startup, for `/metrics`.
+    reload_errors: std::sync::atomic::AtomicU64,
 }
 
 impl Store {
@@ -302,6 +304,7 @@ impl Store {
             revision_tx,
             events_tx,
             last_error: StdMutex::new(None),
+            reload_errors: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -317,6 +320,12 @@ impl Store {
     /// The last reload error, if the policy on disk is currently rejected.
     pub fn last_error(&self) -> Option<String> {
         self.last_error.lock().ok().and_then(|e| e.clone())
+    }
+
+    /// How many reloads were rejected since startup.
+    pub fn reload_errors(&self) -> u64 {
+        self.reload_errors
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     fn set_last_error(&self, error: Option<String>) {
@@ -386,6 +395,8 @@ impl Store {
             Err(errors) => {
                 tracing::error!(errors = %errors, "policy reload rejected; the last good policy stays in force");
                 self.set_last_error(Some(errors.to_string()));
+                self.reload_errors
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                 return Err(errors);
             }
         };

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, UnixListener};
 use tonic::transport::server::TcpConnectInfo;
@@ -142,18 +142,41 @@ fn remove_stale_socket(path: &Path) -> io::Result<()> {
     }
 }
 
+/// What one connection may hold (README "Limits").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// HTTP/2 streams (concurrent requests) one connection may open.
+    pub http2_max_concurrent_streams: u32,
+    /// The largest header list (headers and gRPC metadata) one request may send.
+    pub http2_max_header_list_size: u32,
+    /// How often an idle HTTP/2 connection is pinged, and how long the answer may take.
+    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_timeout: Duration,
+    /// Close each connection gracefully after this long (clients reconnect).
+    pub max_connection_age: Option<Duration>,
+}
+
+/// How long in-flight requests may finish on a connection closed for its age.
+const CONNECTION_AGE_GRACE: Duration = Duration::from_secs(10);
+
 /// Serves `router` on every listener until `shutdown` completes, then stops accepting and
 /// waits for the open connections' in-flight requests to finish. Socket files are removed
 /// on return.
 pub async fn serve(
     listeners: Vec<Listener>,
     router: axum::Router,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
     let mut accept_loops = tokio::task::JoinSet::new();
     for listener in listeners {
-        accept_loops.spawn(accept_loop(listener, router.clone(), stopped.clone()));
+        accept_loops.spawn(accept_loop(
+            listener,
+            router.clone(),
+            limits,
+            stopped.clone(),
+        ));
     }
     shutdown.await;
     let _ = stop.send(true);
@@ -165,9 +188,21 @@ pub async fn serve(
 async fn accept_loop(
     listener: Listener,
     router: axum::Router,
+    limits: ConnectionLimits,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
-    let builder = auto::Builder::new(TokioExecutor::new());
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    // With a timer, hyper enforces its HTTP/1.1 header read timeout (30 s), so a client that
+    // opens a connection and never finishes its headers does not hold it forever.
+    builder.http1().timer(TokioTimer::new());
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(limits.http2_max_concurrent_streams)
+        .max_header_list_size(limits.http2_max_header_list_size)
+        // Pings find clients that vanished without closing; such a connection is closed.
+        .keep_alive_interval(Some(limits.http2_keepalive_interval))
+        .keep_alive_timeout(limits.http2_keepalive_timeout);
     let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
@@ -185,6 +220,7 @@ async fn accept_loop(
                     info,
                     listener.tls.clone(),
                     router.clone(),
+                    limits.max_connection_age,
                     stopped.clone(),
                 ));
             }
@@ -211,6 +247,7 @@ async fn serve_connection(
     info: ConnectionInfo,
     tls: Option<Arc<tls::TlsServer>>,
     router: axum::Router,
+    max_age: Option<Duration>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let (io, info) = match handshake(io, info, tls.as_deref()).await {
@@ -234,11 +271,25 @@ async fn serve_connection(
     });
     let connection = builder.serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection);
+    let aged = async {
+        match max_age {
+            Some(age) => tokio::time::sleep(age).await,
+            None => std::future::pending().await,
+        }
+    };
     let result = tokio::select! {
         result = connection.as_mut() => result,
         () = stop_requested(&mut stopped) => {
             connection.as_mut().graceful_shutdown();
             connection.as_mut().await
+        }
+        () = aged => {
+            connection.as_mut().graceful_shutdown();
+            match tokio::time::timeout(CONNECTION_AGE_GRACE, connection.as_mut()).await {
+                Ok(result) => result,
+                // Past its grace: dropping the connection closes it.
+                Err(_) => Ok(()),
+            }
         }
     };
     if let Err(error) = result {

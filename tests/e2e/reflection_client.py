@@ -55,7 +55,14 @@ def main(address):
 
     reflection = ProtoReflectionDescriptorDatabase(channel)
     services = set(reflection.get_services())
-    for name in ("authz.v1.Authorizer", "authz.v1.AccessReview", "grpc.health.v1.Health"):
+    for name in (
+        "authz.v1.Authorizer",
+        "authz.v1.AccessReview",
+        "authz.v1.PolicyAdmin",
+        "grpc.health.v1.Health",
+        "grpc.reflection.v1alpha.ServerReflection",
+        "envoy.service.auth.v3.Authorization",
+    ):
         check(name in services, f"reflection lists {name}: {sorted(services)}")
 
     pool = descriptor_pool.DescriptorPool(reflection)
@@ -103,6 +110,35 @@ def main(address):
     subjects = who_can(request, timeout=10)
     check("devs" in subjects.groups, f"devs may get secrets: {subjects}")
     check(list(subjects.denied_groups) == ["interns"], f"interns are denied: {subjects}")
+
+    # Envoy's ext_authz Check, with descriptors (envoy, xds, validate, google.rpc imports) from
+    # reflection too. The server runs with the template
+    # /api/v1/namespaces/{namespace}/{resource}/{name} (tests/e2e_reflection.rs).
+    envoy = Reflected(channel, pool, "envoy.service.auth.v3.Authorization")
+    CheckRequest, envoy_check = envoy.method("Check")
+
+    def ext_authz(method, path, headers):
+        request = CheckRequest()
+        http = request.attributes.request.http
+        http.method, http.path = method, path
+        for key, value in headers.items():
+            http.headers[key] = value
+        return envoy_check(request, timeout=10)
+
+    ok = ext_authz("GET", "/api/v1/namespaces/dev/pods/web", {"x-remote-user": "alice"})
+    check(ok.status.code == 0 and ok.HasField("ok_response"), f"alice may get pods: {ok}")
+    watch = ext_authz("GET", "/api/v1/namespaces/dev/pods/web?watch=true", {"x-remote-user": "alice"})
+    check(watch.status.code == 0, f"a named GET is get, whatever ?watch says: {watch}")
+    denied = ext_authz("DELETE", "/api/v1/namespaces/dev/pods/web", {"x-remote-user": "alice"})
+    check(denied.status.code == 7, f"PERMISSION_DENIED: {denied}")
+    check(denied.denied_response.status.code == 403, f"HTTP 403: {denied}")
+    reasons = [h.header.value for h in denied.denied_response.headers if h.header.key == "x-authzd-reason"]
+    check(
+        len(reasons) == 1 and 'cannot delete resource "pods"' in reasons[0],
+        f"the reason names the verb the DELETE maps to: {reasons}",
+    )
+    nobody = ext_authz("GET", "/api/v1/namespaces/dev/pods/web", {})
+    check(nobody.status.code == 16 and nobody.denied_response.status.code == 401, f"no subject: {nobody}")
 
     print(f"e2e reflection client: {CHECKS} checks passed")
 

@@ -273,6 +273,11 @@ impl Server {
         false
     }
 
+    /// The server's process id (to read its memory use from `/proc`).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().unwrap().clone()
     }

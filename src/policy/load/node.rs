@@ -17,6 +17,9 @@ use serde::de::{self, DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visit
 /// Nesting limit for YAML (serde_json has its own limit of 128).
 const MAX_DEPTH: usize = 128;
 
+/// Parser events that aliases may replay in one YAML stream (see [`parse_yaml`]).
+pub(crate) const MAX_ALIAS_REPLAYED_EVENTS: usize = 20_000;
+
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Node {
     /// 1-based line where the node starts; never 0 once parsing finished.
@@ -111,6 +114,15 @@ pub(crate) fn parse_yaml(text: &str) -> Result<Vec<Node>, SyntaxError> {
             ..serde_saphyr::Budget::default()
         }),
         duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+        // Alias bombs ("billion laughs"): serde-saphyr replays an alias's events each time it
+        // is used, up to a million by default (seconds of work and hundreds of MB for one
+        // small file). Policy manifests use aliases rarely and shallowly; this bound refuses a
+        // bomb after a few milliseconds while leaving room for honest reuse of a rule list.
+        alias_limits: serde_saphyr::options::AliasLimits {
+            max_total_replayed_events: MAX_ALIAS_REPLAYED_EVENTS,
+            max_replay_stack_depth: 8,
+            ..serde_saphyr::options::AliasLimits::default()
+        },
         // YAML 1.2: only `true`/`false` are booleans, so `yes` stays a string.
         strict_booleans: true,
         with_snippet: false,
@@ -624,6 +636,36 @@ pub(crate) fn string_map(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// "Billion laughs": ten levels of ten aliases, 10^10 nodes if expanded.
+    fn alias_bomb() -> String {
+        let mut text = String::from("a0: &a0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for i in 1..10 {
+            let refs = vec![format!("*a{}", i - 1); 10].join(", ");
+            text.push_str(&format!("a{i}: &a{i} [{refs}]\n"));
+        }
+        text
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_at_our_replay_bound() {
+        let error = parse_yaml(&alias_bomb()).unwrap_err();
+        // Refused at this parser's bound, not at serde-saphyr's default of a million
+        // replayed events (which costs about a second and 200 MB first).
+        assert!(
+            error
+                .message
+                .contains(&format!("> {MAX_ALIAS_REPLAYED_EVENTS}")),
+            "{error:?}"
+        );
+    }
+
+    #[test]
+    fn honest_aliases_still_work() {
+        let text = "common: &verbs [get, list, watch]\nrules:\n- verbs: *verbs\n- verbs: *verbs\n";
+        let docs = parse_yaml(text).unwrap();
+        assert_eq!(docs.len(), 1);
+    }
 
     #[test]
     fn yaml_nodes_carry_their_lines() {

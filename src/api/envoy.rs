@@ -1,0 +1,802 @@
+//! `envoy.service.auth.v3.Authorization` (Envoy's ext_authz filter, gRPC v3): an adapter only.
+//!
+//! Each `Check`: identify the caller (Envoy), turn the HTTP request Envoy describes into an engine
+//! request (subject from the mesh's authentication headers or the peer principal; action from
+//! the path and method), ask the same cached decision path the `Authorizer` service uses, and
+//! convert the answer into an Envoy `CheckResponse`. The engine decides; nothing here does.
+//!
+//! Answers, as Envoy reads them (`CheckResponse.status` decides; `http_response` shapes it):
+//! * allowed: status `OK`, `OkHttpResponse` (optionally `x-authzd-allowed-by` added upstream);
+//! * denied or no opinion: `PERMISSION_DENIED`, HTTP 403, reason in `x-authzd-reason` and body;
+//! * no subject: `UNAUTHENTICATED`, HTTP 401 (the mesh did not authenticate the request, which
+//!   is what 401 means; 403 would claim the policy was asked about someone);
+//! * a request authzd cannot read (no HTTP attributes, oversized headers): `INVALID_ARGUMENT`,
+//!   HTTP 400, with the same reason header.
+//!
+//! Before the first policy compiles, `Check` fails with `UNAVAILABLE` like every other RPC, so
+//! Envoy applies its own `failure_mode_allow` / `status_on_error` (deny by default).
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
+
+use envoy_types::ext_authz::v3::pb::{
+    Authorization, AuthorizationServer, CheckRequest, CheckResponse, HeaderAppendAction,
+    HttpStatusCode,
+};
+use envoy_types::ext_authz::v3::{
+    CheckResponseExt, DeniedHttpResponseBuilder, OkHttpResponseBuilder,
+};
+use envoy_types::pb::envoy::service::auth::v3::attribute_context::HttpRequest;
+use tonic::{Request, Response, Status};
+
+use crate::api::convert::{self, WireSubject};
+use crate::api::error::Result;
+use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
+use crate::api::state::ServingState;
+use crate::engine::{self, Authorize as _, UserInfo};
+use crate::proto;
+use crate::telemetry::metrics::DecisionApi;
+use crate::telemetry::request::{record_caller, record_decision};
+
+/// The response header carrying the reason of a refusal (and the body repeats it).
+pub const REASON_HEADER: &str = "x-authzd-reason";
+/// The header added to an allowed request, naming the rule that allowed it (when enabled).
+pub const ALLOWED_BY_HEADER: &str = "x-authzd-allowed-by";
+
+/// Where the subject of a checked request comes from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SubjectSource {
+    /// Request headers set by the mesh's authentication, named as Kubernetes' request-header
+    /// authentication names them (`X-Remote-User`, `X-Remote-Group`, `X-Remote-Extra-*`).
+    /// Names are lower-case, as Envoy reports them.
+    Headers {
+        user: String,
+        group: String,
+        extra_prefix: Option<String>,
+    },
+    /// The authenticated peer Envoy reports (`attributes.source.principal`, e.g. the SPIFFE ID
+    /// or certificate subject of an mTLS client), as the user name, with no groups.
+    PeerPrincipal,
+}
+
+/// How `Check` reads a request. Validated at startup by [`EnvoyConfig::new`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EnvoyConfig {
+    pub subject: SubjectSource,
+    /// Tried in order; the first that matches makes the request a resource request. A path no
+    /// template matches is a non-resource request.
+    pub templates: Vec<PathTemplate>,
+    /// Add [`ALLOWED_BY_HEADER`] to allowed requests (overwriting any the client sent).
+    pub allowed_by_header: bool,
+}
+
+impl Default for EnvoyConfig {
+    fn default() -> Self {
+        Self {
+            subject: SubjectSource::Headers {
+                user: "x-remote-user".into(),
+                group: "x-remote-group".into(),
+                extra_prefix: None,
+            },
+            templates: Vec::new(),
+            allowed_by_header: false,
+        }
+    }
+}
+
+/// `--envoy-subject-from`.
+pub const SUBJECT_FROM_HEADERS: &str = "headers";
+pub const SUBJECT_FROM_PEER_PRINCIPAL: &str = "peer-principal";
+
+impl EnvoyConfig {
+    /// Validates the flags: header names must be HTTP tokens (stored lower-case); the subject
+    /// source is `headers` or `peer-principal`.
+    pub fn new(
+        subject_from: &str,
+        user_header: &str,
+        group_header: &str,
+        extra_prefix: Option<&str>,
+        templates: Vec<PathTemplate>,
+        allowed_by_header: bool,
+    ) -> Result<Self, String> {
+        let subject = match subject_from {
+            SUBJECT_FROM_HEADERS => SubjectSource::Headers {
+                user: header_name("--envoy-user-header", user_header)?,
+                group: header_name("--envoy-group-header", group_header)?,
+                extra_prefix: extra_prefix
+                    .map(|p| header_name("--envoy-extra-header-prefix", p))
+                    .transpose()?,
+            },
+            SUBJECT_FROM_PEER_PRINCIPAL => SubjectSource::PeerPrincipal,
+            other => {
+                return Err(format!(
+                    "--envoy-subject-from: `{other}` is not one of `{SUBJECT_FROM_HEADERS}`, \
+                     `{SUBJECT_FROM_PEER_PRINCIPAL}`"
+                ))
+            }
+        };
+        Ok(Self {
+            subject,
+            templates,
+            allowed_by_header,
+        })
+    }
+}
+
+/// A header name as Envoy reports it (lower case), or why it cannot be one.
+fn header_name(flag: &str, name: &str) -> Result<String, String> {
+    let is_token_char = |c: char| c.is_ascii_alphanumeric() || "!#$%&'*+-.^_`|~".contains(c);
+    if name.is_empty() || !name.chars().all(is_token_char) {
+        return Err(format!("{flag}: `{name}` is not an HTTP header name"));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// One segment of a [`PathTemplate`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Placeholder {
+    Namespace,
+    Group,
+    Version,
+    Resource,
+    Subresource,
+    Name,
+}
+
+impl Placeholder {
+    const ALL: [(&'static str, Placeholder); 6] = [
+        ("namespace", Placeholder::Namespace),
+        ("group", Placeholder::Group),
+        ("version", Placeholder::Version),
+        ("resource", Placeholder::Resource),
+        ("subresource", Placeholder::Subresource),
+        ("name", Placeholder::Name),
+    ];
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Segment {
+    Literal(String),
+    Capture(Placeholder),
+}
+
+/// A path shape that makes a request a resource request, e.g.
+/// `/api/v1/namespaces/{namespace}/{resource}/{name}` or
+/// `/apis/{group}/{version}/namespaces/{namespace}/{resource}`. Every segment is either literal
+/// or one whole placeholder (`{namespace}`, `{group}`, `{version}`, `{resource}`,
+/// `{subresource}`, `{name}`, each at most once; `{resource}` required). A path matches when it
+/// has exactly as many segments (leading and trailing `/` ignored, as kube-apiserver does),
+/// the literals are equal and every placeholder captures a non-empty segment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PathTemplate {
+    text: String,
+    segments: Vec<Segment>,
+}
+
+impl fmt::Display for PathTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl PathTemplate {
+    /// Parses `--envoy-path-template`.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let fail = |why: String| Err(format!("path template `{text}`: {why}"));
+        if !text.starts_with('/') {
+            return fail("must start with `/`".into());
+        }
+        let mut segments = Vec::new();
+        for part in split_path(text) {
+            if part.is_empty() {
+                return fail("has an empty segment (`//`)".into());
+            }
+            let segment = match part.strip_prefix('{').and_then(|p| p.strip_suffix('}')) {
+                Some(name) => match Placeholder::ALL.iter().find(|(n, _)| *n == name) {
+                    Some((_, placeholder)) => {
+                        if segments.contains(&Segment::Capture(*placeholder)) {
+                            return fail(format!("`{{{name}}}` appears twice"));
+                        }
+                        Segment::Capture(*placeholder)
+                    }
+                    None => {
+                        return fail(format!(
+                            "unknown placeholder `{{{name}}}` (use namespace, group, version, \
+                             resource, subresource, name)"
+                        ))
+                    }
+                },
+                None if part.contains(['{', '}']) => {
+                    return fail(format!(
+                        "segment `{part}` mixes text and a placeholder; a placeholder must be a \
+                         whole segment"
+                    ))
+                }
+                None => Segment::Literal(part.to_string()),
+            };
+            segments.push(segment);
+        }
+        if !segments.contains(&Segment::Capture(Placeholder::Resource)) {
+            return fail("needs a `{resource}` segment".into());
+        }
+        Ok(Self {
+            text: text.to_string(),
+            segments,
+        })
+    }
+
+    /// The resource attributes (all but the verb) `path` (no query) names, if it matches.
+    fn capture(&self, path: &str) -> Option<engine::ResourceAttributes> {
+        let parts: Vec<&str> = split_path(path).collect();
+        if parts.len() != self.segments.len() {
+            return None;
+        }
+        let mut attributes = engine::ResourceAttributes::default();
+        for (segment, part) in self.segments.iter().zip(parts) {
+            match segment {
+                Segment::Literal(literal) if literal == part => {}
+                Segment::Literal(_) => return None,
+                Segment::Capture(_) if part.is_empty() => return None,
+                Segment::Capture(placeholder) => {
+                    let field = match placeholder {
+                        Placeholder::Namespace => &mut attributes.namespace,
+                        Placeholder::Group => &mut attributes.group,
+                        Placeholder::Version => &mut attributes.version,
+                        Placeholder::Resource => &mut attributes.resource,
+                        Placeholder::Subresource => &mut attributes.subresource,
+                        Placeholder::Name => &mut attributes.name,
+                    };
+                    *field = part.to_string();
+                }
+            }
+        }
+        Some(attributes)
+    }
+}
+
+/// Path segments with leading and trailing `/` ignored (kube-apiserver's `splitPath`).
+fn split_path(path: &str) -> impl Iterator<Item = &str> {
+    let trimmed = path.trim_matches('/');
+    trimmed.split('/').filter(move |_| !trimmed.is_empty())
+}
+
+/// The verb kube-apiserver's `RequestInfoFactory` derives for a resource request: POST
+/// `create`, GET/HEAD `get` (`list` without a name, `watch` when `?watch` is true), PUT
+/// `update`, PATCH `patch`, DELETE `delete` (`deletecollection` without a name). Upstream gives
+/// other methods an empty verb, which only a `*` rule matches; here they keep their lower-case
+/// method name instead, since an empty verb is invalid input to the engine.
+pub fn resource_verb(method: &str, has_name: bool, query: &str) -> String {
+    let verb = match method.to_ascii_uppercase().as_str() {
+        "POST" => "create",
+        "GET" | "HEAD" if has_name => "get",
+        "GET" | "HEAD" if watch_requested(query) => "watch",
+        "GET" | "HEAD" => "list",
+        "PUT" => "update",
+        "PATCH" => "patch",
+        "DELETE" if has_name => "delete",
+        "DELETE" => "deletecollection",
+        _ => return method.to_ascii_lowercase(),
+    };
+    verb.to_string()
+}
+
+/// Whether the query's first `watch` parameter is true: Go's `strconv.ParseBool` when it
+/// parses, else anything but `false`/`0` (upstream's fallback when list options do not decode).
+fn watch_requested(query: &str) -> bool {
+    let first = query
+        .split('&')
+        .find_map(|pair| match pair.split_once('=') {
+            Some(("watch", value)) => Some(value),
+            None if pair == "watch" => Some(""),
+            _ => None,
+        });
+    match first {
+        None => false,
+        Some("1" | "t" | "T" | "true" | "TRUE" | "True") => true,
+        Some("0" | "f" | "F" | "false" | "FALSE" | "False") => false,
+        Some(other) => !matches!(other.to_ascii_lowercase().as_str(), "false" | "0"),
+    }
+}
+
+/// Why a checked request is answered without asking the engine.
+enum Refusal {
+    /// No subject: HTTP 401, `UNAUTHENTICATED`.
+    Unauthenticated(String),
+    /// Unreadable request: HTTP 400, `INVALID_ARGUMENT`.
+    Invalid(String),
+}
+
+/// The service. Cheap to clone.
+#[derive(Clone)]
+pub struct EnvoyApi {
+    state: Arc<ServingState>,
+    authenticator: Arc<dyn Authenticator>,
+    config: Arc<EnvoyConfig>,
+}
+
+impl EnvoyApi {
+    pub fn new(
+        state: Arc<ServingState>,
+        authenticator: Arc<dyn Authenticator>,
+        config: EnvoyConfig,
+    ) -> Self {
+        Self {
+            state,
+            authenticator,
+            config: Arc::new(config),
+        }
+    }
+
+    /// The tonic service, with the request size limit applied.
+    pub fn service(self, max_request_bytes: usize) -> AuthorizationServer<Self> {
+        AuthorizationServer::new(self).max_decoding_message_size(max_request_bytes)
+    }
+
+    /// Who is calling `Check` (Envoy itself, not the HTTP client it asks about), and whether they
+    /// may: the single place the caller is identified. Envoy needs the privilege `Authorize`
+    /// needs (SPEC §3: the cluster-wide review privilege), checked by the shared [`Gate`]
+    /// against the policy in force.
+    fn admit_caller<T>(&self, request: &Request<T>) -> Result<UserInfo> {
+        let caller = self.authenticator.authenticate(&Peer::of(request))?;
+        record_caller(&caller.name);
+        let snapshot = self
+            .state
+            .snapshot()
+            .ok_or(crate::api::error::ApiError::NotReady)?;
+        Gate {
+            state: &self.state,
+            snapshot: &snapshot,
+        }
+        .admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
+        Ok(caller)
+    }
+
+    /// The engine request the checked HTTP request stands for.
+    fn engine_request(&self, check: &CheckRequest) -> Result<engine::Request, Refusal> {
+        let attributes = check.attributes.as_ref();
+        let http = attributes
+            .and_then(|a| a.request.as_ref())
+            .and_then(|r| r.http.as_ref())
+            .ok_or_else(|| {
+                Refusal::Invalid("the check carries no HTTP request attributes".into())
+            })?;
+        let user = match &self.config.subject {
+            SubjectSource::Headers {
+                user,
+                group,
+                extra_prefix,
+            } => subject_from_headers(http, user, group, extra_prefix.as_deref())?,
+            SubjectSource::PeerPrincipal => {
+                let principal = attributes
+                    .and_then(|a| a.source.as_ref())
+                    .map(|s| s.principal.clone())
+                    .unwrap_or_default();
+                if principal.is_empty() {
+                    return Err(Refusal::Unauthenticated(
+                        "no authenticated peer principal: the request did not come over an \
+                         authenticated (mTLS) connection"
+                            .into(),
+                    ));
+                }
+                validated_subject(principal, Vec::new(), HashMap::new())?
+            }
+        };
+        let action = self.action(http)?;
+        Ok(engine::Request { user, action })
+    }
+
+    /// Path (without query) and method as a resource request when a template matches, else as a
+    /// non-resource request; validated as the authz.v1 API validates actions.
+    fn action(&self, http: &HttpRequest) -> Result<engine::Action, Refusal> {
+        if http.method.is_empty() {
+            return Err(Refusal::Invalid("the check names no HTTP method".into()));
+        }
+        let target = http.path.split('#').next().unwrap_or_default();
+        let (path, query) = target.split_once('?').unwrap_or((target, ""));
+        if path.is_empty() {
+            return Err(Refusal::Invalid("the check names no HTTP path".into()));
+        }
+        let kind = match self.config.templates.iter().find_map(|t| t.capture(path)) {
+            Some(mut attributes) => {
+                attributes.verb = resource_verb(&http.method, !attributes.name.is_empty(), query);
+                proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
+                    namespace: attributes.namespace,
+                    verb: attributes.verb,
+                    group: attributes.group,
+                    version: attributes.version,
+                    resource: attributes.resource,
+                    subresource: attributes.subresource,
+                    name: attributes.name,
+                })
+            }
+            None => proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
+                path: path.to_string(),
+                verb: http.method.to_ascii_lowercase(),
+            }),
+        };
+        convert::action(Some(proto::Action { kind: Some(kind) }))
+            .map_err(|error| Refusal::Invalid(error.to_string()))
+    }
+
+    fn check_one(&self, check: &CheckRequest) -> Result<CheckResponse> {
+        let request = match self.engine_request(check) {
+            Ok(request) => request,
+            Err(Refusal::Unauthenticated(reason)) => {
+                return Ok(refused(
+                    Status::unauthenticated(reason.clone()),
+                    HttpStatusCode::Unauthorized,
+                    &reason,
+                ))
+            }
+            Err(Refusal::Invalid(reason)) => {
+                return Ok(refused(
+                    Status::invalid_argument(reason.clone()),
+                    HttpStatusCode::BadRequest,
+                    &reason,
+                ))
+            }
+        };
+        let snapshot = self
+            .state
+            .snapshot()
+            .ok_or(crate::api::error::ApiError::NotReady)?;
+        let decided = self.state.authorizer(&snapshot).decide(&request);
+        let response = &decided.response;
+        self.state
+            .metrics()
+            .decision(DecisionApi::EnvoyCheck, response.decision);
+        record_decision(response.decision, decided.cached, snapshot.revision);
+        tracing::debug!(
+            user = %request.user.name,
+            verb = request.action.verb(),
+            namespace = request.action.namespace(),
+            decision = %response.decision,
+            cached = decided.cached,
+            revision = snapshot.revision,
+            "envoy check"
+        );
+        if response.allowed() {
+            let mut ok = OkHttpResponseBuilder::new();
+            if self.config.allowed_by_header {
+                if let Some(rule) = response.allowed_by.first() {
+                    ok.add_header(
+                        ALLOWED_BY_HEADER,
+                        header_safe(&rule.to_string()),
+                        Some(HeaderAppendAction::OverwriteIfExistsOrAdd),
+                        false,
+                    );
+                }
+            } else {
+                // The upstream must never take a client-sent copy for authzd's word.
+                ok.remove_header(ALLOWED_BY_HEADER);
+            }
+            let mut answer = CheckResponse::with_status(Status::ok(""));
+            answer.set_http_response(ok);
+            return Ok(answer);
+        }
+        let reason = forbidden_reason(&request, &response.reason);
+        Ok(refused(
+            Status::permission_denied(reason.clone()),
+            HttpStatusCode::Forbidden,
+            &reason,
+        ))
+    }
+}
+
+/// A refusal Envoy sends to the client: `status` for Envoy, `code` and the reason (header and
+/// body) for the client.
+fn refused(status: Status, code: HttpStatusCode, reason: &str) -> CheckResponse {
+    let mut denied = DeniedHttpResponseBuilder::new();
+    denied
+        .set_http_status(code)
+        .add_header(
+            REASON_HEADER,
+            header_safe(reason),
+            Some(HeaderAppendAction::OverwriteIfExistsOrAdd),
+            false,
+        )
+        .add_header(
+            "content-type",
+            "text/plain; charset=utf-8",
+            Some(HeaderAppendAction::OverwriteIfExistsOrAdd),
+            false,
+        )
+        .set_body(format!("{reason}\n"));
+    let mut answer = CheckResponse::with_status(status);
+    answer.set_http_response(denied);
+    answer
+}
+
+/// `user "bob" cannot get path "/admin"` / `... cannot list resource "pods" in namespace
+/// "default"`, then the engine's reason when it gave one (the kube-apiserver Forbidden shape).
+fn forbidden_reason(request: &engine::Request, engine_reason: &str) -> String {
+    let who = if request.user.name.is_empty() {
+        format!("groups {:?}", request.user.groups)
+    } else {
+        format!("user {:?}", request.user.name)
+    };
+    let what = match &request.action {
+        engine::Action::NonResource(n) => format!("{} path {:?}", n.verb, n.path),
+        engine::Action::Resource(r) => {
+            let mut what = format!("{} resource {:?}", r.verb, r.resource);
+            if !r.subresource.is_empty() {
+                what.push_str(&format!(" subresource {:?}", r.subresource));
+            }
+            what.push_str(&format!(" in API group {:?}", r.group));
+            if !r.namespace.is_empty() {
+                what.push_str(&format!(" in namespace {:?}", r.namespace));
+            }
+            what
+        }
+    };
+    if engine_reason.is_empty() {
+        format!("{who} cannot {what}")
+    } else {
+        format!("{who} cannot {what}: {engine_reason}")
+    }
+}
+
+/// A header value can carry neither control characters nor non-ASCII safely.
+fn header_safe(value: &str) -> String {
+    value
+        .chars()
+        .map(|c| {
+            if c.is_ascii() && !c.is_ascii_control() {
+                c
+            } else {
+                ' '
+            }
+        })
+        .collect()
+}
+
+/// Every value of header `name`: one per occurrence from the raw header list when Envoy sends
+/// it (`encode_raw_headers`), else the one, possibly comma-joined, value of the header map.
+fn header_values<'a>(http: &'a HttpRequest, name: &str) -> Vec<std::borrow::Cow<'a, str>> {
+    match http.header_map.as_ref().filter(|m| !m.headers.is_empty()) {
+        Some(raw) => raw
+            .headers
+            .iter()
+            .filter(|h| h.key.eq_ignore_ascii_case(name))
+            .map(|h| {
+                if h.raw_value.is_empty() {
+                    std::borrow::Cow::Borrowed(h.value.as_str())
+                } else {
+                    String::from_utf8_lossy(&h.raw_value)
+                }
+            })
+            .collect(),
+        None => http
+            .headers
+            .get(name)
+            .map(|v| std::borrow::Cow::Borrowed(v.as_str()))
+            .into_iter()
+            .collect(),
+    }
+}
+
+/// Comma-separated values across all occurrences, trimmed, empty ones dropped.
+fn list_values(values: &[std::borrow::Cow<'_, str>]) -> Vec<String> {
+    values
+        .iter()
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|v| !v.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+fn subject_from_headers(
+    http: &HttpRequest,
+    user_header: &str,
+    group_header: &str,
+    extra_prefix: Option<&str>,
+) -> Result<UserInfo, Refusal> {
+    let users = header_values(http, user_header);
+    if users.len() > 1 {
+        return Err(Refusal::Invalid(format!(
+            "header `{user_header}` appears {} times; a request has one user",
+            users.len()
+        )));
+    }
+    let name = users
+        .first()
+        .map(|u| u.trim().to_string())
+        .unwrap_or_default();
+    let groups = list_values(&header_values(http, group_header));
+    let mut extra: HashMap<String, proto::ExtraValues> = HashMap::new();
+    if let Some(prefix) = extra_prefix {
+        let keys: Vec<&str> = match http.header_map.as_ref().filter(|m| !m.headers.is_empty()) {
+            Some(raw) => raw.headers.iter().map(|h| h.key.as_str()).collect(),
+            None => http.headers.keys().map(String::as_str).collect(),
+        };
+        for key in keys {
+            let lower = key.to_ascii_lowercase();
+            let Some(extra_key) = lower.strip_prefix(prefix).filter(|k| !k.is_empty()) else {
+                continue;
+            };
+            let values = list_values(&header_values(http, key));
+            extra
+                .entry(extra_key.to_string())
+                .or_default()
+                .values
+                .extend(values);
+        }
+        for values in extra.values_mut() {
+            values.values.dedup();
+        }
+    }
+    if name.is_empty() && groups.is_empty() {
+        return Err(Refusal::Unauthenticated(format!(
+            "no authenticated subject: the request carries neither `{user_header}` nor \
+             `{group_header}`"
+        )));
+    }
+    validated_subject(name, groups, extra)
+}
+
+/// The same limits as the authz.v1 API (lengths, counts).
+fn validated_subject(
+    name: String,
+    groups: Vec<String>,
+    extra: HashMap<String, proto::ExtraValues>,
+) -> Result<UserInfo, Refusal> {
+    convert::subject(
+        "subject.",
+        "name",
+        WireSubject {
+            name,
+            uid: String::new(),
+            groups,
+            extra,
+        },
+    )
+    .map_err(|error| Refusal::Invalid(error.to_string()))
+}
+
+#[tonic::async_trait]
+impl Authorization for EnvoyApi {
+    async fn check(
+        &self,
+        request: Request<CheckRequest>,
+    ) -> Result<Response<CheckResponse>, Status> {
+        self.admit_caller(&request)?;
+        Ok(Response::new(self.check_one(request.get_ref())?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn verb_mapping_matches_kube_apiserver() {
+        let table = [
+            ("GET", true, "", "get"),
+            ("HEAD", true, "", "get"),
+            ("GET", false, "", "list"),
+            ("GET", false, "watch=true", "watch"),
+            ("GET", false, "limit=5&watch=1", "watch"),
+            ("GET", false, "watch=false", "list"),
+            ("GET", false, "watch=0", "list"),
+            ("GET", false, "watch=yes", "watch"),
+            ("GET", true, "watch=true", "get"),
+            ("POST", false, "", "create"),
+            ("POST", true, "", "create"),
+            ("PUT", true, "", "update"),
+            ("PATCH", true, "", "patch"),
+            ("DELETE", true, "", "delete"),
+            ("DELETE", false, "", "deletecollection"),
+            ("get", true, "", "get"),
+            ("OPTIONS", false, "", "options"),
+        ];
+        for (method, has_name, query, want) in table {
+            assert_eq!(
+                resource_verb(method, has_name, query),
+                want,
+                "{method} name={has_name} ?{query}"
+            );
+        }
+    }
+
+    #[test]
+    fn templates_capture_resource_attributes() {
+        let core = PathTemplate::parse("/api/v1/namespaces/{namespace}/{resource}/{name}").unwrap();
+        let got = core.capture("/api/v1/namespaces/dev/pods/web-1/").unwrap();
+        assert_eq!(
+            (
+                got.namespace.as_str(),
+                got.resource.as_str(),
+                got.name.as_str()
+            ),
+            ("dev", "pods", "web-1")
+        );
+        assert_eq!(got.group, "");
+        assert!(core.capture("/api/v1/namespaces/dev/pods").is_none());
+        assert!(core.capture("/api/v2/namespaces/dev/pods/web-1").is_none());
+
+        let grouped = PathTemplate::parse(
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}",
+        )
+        .unwrap();
+        let got = grouped
+            .capture("/apis/apps/v1/namespaces/prod/deployments/api/scale")
+            .unwrap();
+        assert_eq!(
+            (
+                got.group.as_str(),
+                got.version.as_str(),
+                got.namespace.as_str(),
+                got.resource.as_str(),
+                got.name.as_str(),
+                got.subresource.as_str()
+            ),
+            ("apps", "v1", "prod", "deployments", "api", "scale")
+        );
+    }
+
+    #[test]
+    fn bad_templates_are_rejected_with_a_reason() {
+        for (text, why) in [
+            ("api/{resource}", "start with `/`"),
+            ("/api/{resource}/{resource}", "appears twice"),
+            ("/api/{kind}", "unknown placeholder"),
+            ("/api/x{name}/{resource}", "whole segment"),
+            ("/api//{resource}", "empty segment"),
+            ("/api/v1/{name}", "needs a `{resource}`"),
+        ] {
+            let error = PathTemplate::parse(text).unwrap_err();
+            assert!(error.contains(why), "{text}: {error}");
+        }
+    }
+
+    #[test]
+    fn header_names_are_validated_and_lower_cased() {
+        let config = EnvoyConfig::new(
+            "headers",
+            "X-Auth-User",
+            "X-Auth-Groups",
+            None,
+            vec![],
+            false,
+        )
+        .unwrap();
+        assert_eq!(
+            config.subject,
+            SubjectSource::Headers {
+                user: "x-auth-user".into(),
+                group: "x-auth-groups".into(),
+                extra_prefix: None
+            }
+        );
+        assert!(EnvoyConfig::new("headers", "bad header", "g", None, vec![], false).is_err());
+        assert!(EnvoyConfig::new("cookies", "u", "g", None, vec![], false).is_err());
+    }
+
+    #[test]
+    fn header_values_repeat_or_comma_separate() {
+        use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+        let mut http = HttpRequest::default();
+        http.headers
+            .insert("x-remote-group".into(), "dev, ops,,qa".into());
+        assert_eq!(
+            list_values(&header_values(&http, "x-remote-group")),
+            ["dev", "ops", "qa"]
+        );
+        http.header_map = Some(HeaderMap {
+            headers: ["dev,ops", "qa"]
+                .iter()
+                .map(|v| HeaderValue {
+                    key: "x-remote-group".into(),
+                    raw_value: v.as_bytes().to_vec(),
+                    ..Default::default()
+                })
+                .collect(),
+        });
+        assert_eq!(
+            list_values(&header_values(&http, "x-remote-group")),
+            ["dev", "ops", "qa"]
+        );
+    }
+}

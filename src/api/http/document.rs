@@ -1,0 +1,267 @@
+//! Request bodies: read bounded, parsed as JSON or YAML whatever the Content-Type says
+//! (kubectl sends none), then read field by field with the JSON path of every bad field.
+
+use std::collections::HashMap;
+
+use axum::body::Body;
+use http::StatusCode;
+use http_body_util::BodyExt as _;
+use serde_json::{Map, Value};
+
+use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::proto;
+
+/// How deep a request document may nest. Real review objects are 4 levels deep; anything
+/// near this is an attack or a bug, refused before it can cost stack or time.
+pub const MAX_DOCUMENT_DEPTH: usize = 32;
+
+/// Why a body could not be used; becomes a Kubernetes `Status` response.
+#[derive(Debug)]
+pub enum BodyError {
+    /// Over [`MAX_REQUEST_BYTES`] (413).
+    TooLarge,
+    /// Unreadable, not JSON/YAML, or a field of the wrong shape (400): `field: problem`.
+    Invalid(String),
+}
+
+impl BodyError {
+    pub fn field(field: &str, problem: &str) -> Self {
+        BodyError::Invalid(format!("{field}: {problem}"))
+    }
+
+    pub fn status(&self) -> (StatusCode, &'static str, String) {
+        match self {
+            BodyError::TooLarge => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "RequestEntityTooLarge",
+                format!("request body is larger than the limit of {MAX_REQUEST_BYTES} bytes"),
+            ),
+            BodyError::Invalid(message) => (StatusCode::BAD_REQUEST, "BadRequest", message.clone()),
+        }
+    }
+}
+
+/// Reads the whole body, refusing more than [`MAX_REQUEST_BYTES`] whether or not it declared
+/// a Content-Length (chunked bodies are counted as they arrive).
+pub async fn read_body(headers: &http::HeaderMap, body: Body) -> Result<Vec<u8>, BodyError> {
+    let declared = headers
+        .get(http::header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > MAX_REQUEST_BYTES as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    match http_body_util::Limited::new(body, MAX_REQUEST_BYTES)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes().to_vec()),
+        Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
+        Err(error) => Err(BodyError::Invalid(format!(
+            "cannot read the request body: {error}"
+        ))),
+    }
+}
+
+/// Parses one JSON or YAML document. JSON is tried first when the body looks like JSON (its
+/// errors are clearer); everything else is YAML, of which JSON is a subset.
+pub fn parse_document(bytes: &[u8]) -> Result<Value, BodyError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|_| BodyError::Invalid("request body is not UTF-8 text".to_string()))?;
+    let trimmed = text.trim_start();
+    if trimmed.is_empty() {
+        return Err(BodyError::Invalid("request body is empty".to_string()));
+    }
+    let value = if trimmed.starts_with('{') {
+        // serde_json stops at 128 levels by itself; the depth check below is stricter.
+        serde_json::from_str::<Value>(text).map_err(|error| {
+            BodyError::Invalid(format!("request body is not valid JSON: {error}"))
+        })?
+    } else {
+        let options = serde_saphyr::Options {
+            budget: Some(serde_saphyr::Budget {
+                max_documents: 1,
+                max_depth: MAX_DOCUMENT_DEPTH,
+                ..serde_saphyr::Budget::default()
+            }),
+            duplicate_keys: serde_saphyr::DuplicateKeyPolicy::Error,
+            strict_booleans: true,
+            with_snippet: false,
+            ..serde_saphyr::Options::default()
+        };
+        serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|error| {
+            BodyError::Invalid(format!(
+                "request body is not valid JSON or YAML: {}",
+                error.without_snippet()
+            ))
+        })?
+    };
+    if depth(&value) > MAX_DOCUMENT_DEPTH {
+        return Err(BodyError::Invalid(format!(
+            "request body nests deeper than {MAX_DOCUMENT_DEPTH} levels"
+        )));
+    }
+    Ok(value)
+}
+
+/// Nesting depth, iteratively (a recursive walk is what the limit protects against).
+fn depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut pending = vec![(value, 1usize)];
+    while let Some((value, level)) = pending.pop() {
+        deepest = deepest.max(level);
+        match value {
+            Value::Array(items) => pending.extend(items.iter().map(|v| (v, level + 1))),
+            Value::Object(map) => pending.extend(map.values().map(|v| (v, level + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// An object in the document and its JSON path, for error messages.
+#[derive(Clone)]
+pub struct Object<'a> {
+    pub map: &'a Map<String, Value>,
+    pub path: String,
+}
+
+impl<'a> Object<'a> {
+    /// The document root, which must be an object.
+    pub fn root(value: &'a Value) -> Result<Self, BodyError> {
+        match value {
+            Value::Object(map) => Ok(Object {
+                map,
+                path: String::new(),
+            }),
+            _ => Err(BodyError::Invalid(
+                "request body must be an object".to_string(),
+            )),
+        }
+    }
+
+    pub fn field_path(&self, key: &str) -> String {
+        if self.path.is_empty() {
+            key.to_string()
+        } else {
+            format!("{}.{key}", self.path)
+        }
+    }
+
+    fn get(&self, key: &str) -> Option<&'a Value> {
+        self.map.get(key).filter(|value| !value.is_null())
+    }
+
+    /// A nested object; `None` when absent or null.
+    pub fn object(&self, key: &str) -> Result<Option<Object<'a>>, BodyError> {
+        let path = self.field_path(key);
+        match self.get(key) {
+            None => Ok(None),
+            Some(Value::Object(map)) => Ok(Some(Object { map, path })),
+            Some(_) => Err(BodyError::field(&path, "must be an object")),
+        }
+    }
+
+    /// A string; empty when absent or null.
+    pub fn string(&self, key: &str) -> Result<String, BodyError> {
+        match self.get(key) {
+            None => Ok(String::new()),
+            Some(Value::String(s)) => Ok(s.clone()),
+            Some(_) => Err(BodyError::field(&self.field_path(key), "must be a string")),
+        }
+    }
+
+    /// A boolean; false when absent or null.
+    pub fn bool(&self, key: &str) -> Result<bool, BodyError> {
+        match self.get(key) {
+            None => Ok(false),
+            Some(Value::Bool(b)) => Ok(*b),
+            Some(_) => Err(BodyError::field(&self.field_path(key), "must be a boolean")),
+        }
+    }
+
+    /// A list of strings; empty when absent or null.
+    pub fn strings(&self, key: &str) -> Result<Vec<String>, BodyError> {
+        string_list(self.get(key), &self.field_path(key))
+    }
+
+    /// Kubernetes `extra`: a map of string to list of strings.
+    pub fn extra(&self, key: &str) -> Result<HashMap<String, proto::ExtraValues>, BodyError> {
+        let path = self.field_path(key);
+        match self.get(key) {
+            None => Ok(HashMap::new()),
+            Some(Value::Object(map)) => map
+                .iter()
+                .map(|(name, values)| {
+                    let values = string_list(Some(values), &format!("{path}[{name:?}]"))?;
+                    Ok((name.clone(), proto::ExtraValues { values }))
+                })
+                .collect(),
+            Some(_) => Err(BodyError::field(
+                &path,
+                "must be a map of string to list of strings",
+            )),
+        }
+    }
+}
+
+fn string_list(value: Option<&Value>, path: &str) -> Result<Vec<String>, BodyError> {
+    match value {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .enumerate()
+            .map(|(i, item)| match item {
+                Value::String(s) => Ok(s.clone()),
+                _ => Err(BodyError::field(
+                    &format!("{path}[{i}]"),
+                    "must be a string",
+                )),
+            })
+            .collect(),
+        Some(_) => Err(BodyError::field(path, "must be a list of strings")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_yaml_give_the_same_document() {
+        let json = parse_document(br#"{"spec": {"user": "alice", "groups": ["a"]}}"#).unwrap();
+        let yaml = parse_document(b"spec:\n  user: alice\n  groups: [a]\n").unwrap();
+        assert_eq!(json, yaml);
+    }
+
+    #[test]
+    fn deep_documents_are_refused_not_recursed() {
+        let deep_json = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        let wrapped = format!("{{\"a\": {deep_json}}}");
+        assert!(matches!(
+            parse_document(wrapped.as_bytes()),
+            Err(BodyError::Invalid(_))
+        ));
+        let deep_yaml = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(matches!(
+            parse_document(deep_yaml.as_bytes()),
+            Err(BodyError::Invalid(_))
+        ));
+        let just_over = format!("{{\"a\": {}{}}}", "[".repeat(40), "]".repeat(40));
+        let BodyError::Invalid(message) = parse_document(just_over.as_bytes()).unwrap_err() else {
+            panic!("not invalid")
+        };
+        assert!(message.contains("deeper than"), "{message}");
+    }
+
+    #[test]
+    fn wrong_shapes_name_the_field() {
+        let value = parse_document(br#"{"spec": {"groups": ["a", 7]}}"#).unwrap();
+        let root = Object::root(&value).unwrap();
+        let spec = root.object("spec").unwrap().unwrap();
+        let BodyError::Invalid(message) = spec.strings("groups").unwrap_err() else {
+            panic!("not invalid")
+        };
+        assert_eq!(message, "spec.groups[1]: must be a string");
+    }
+}

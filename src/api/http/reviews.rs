@@ -1,0 +1,651 @@
+//! The review endpoints: body → proto request → the gRPC handler → body.
+
+use axum::extract::{Request, State};
+use axum::response::Response;
+use http::StatusCode;
+use serde_json::{json, Map, Value};
+use tonic::metadata::MetadataMap;
+
+use super::document::{parse_document, read_body, BodyError, Object};
+use super::{status, HttpApi, Namespace};
+use crate::proto;
+use crate::proto::access_review_server::AccessReview as _;
+
+/// A handler's outcome: the answer, or a refusal already shaped as a `Status` response.
+type Reply = Result<Response, Response>;
+
+fn refuse(error: BodyError) -> Response {
+    let (code, reason, message) = error.status();
+    status::failure(code, reason, &message)
+}
+
+/// The body, parsed, the request parts it came with (headers, extensions), and the
+/// `minRevision` query parameter (gRPC's `min_revision`; 0 when absent).
+async fn read(request: Request) -> Result<(http::request::Parts, Value, u64), Response> {
+    let (parts, body) = request.into_parts();
+    let min_revision = min_revision(parts.uri.query()).map_err(refuse)?;
+    let bytes = read_body(&parts.headers, body).await.map_err(refuse)?;
+    let value = parse_document(&bytes).map_err(refuse)?;
+    Ok((parts, value, min_revision))
+}
+
+/// `?minRevision=N`: wait until the server has reached revision N, as gRPC's `min_revision`
+/// (Kubernetes review objects have no field for it). Other parameters are ignored.
+fn min_revision(query: Option<&str>) -> Result<u64, BodyError> {
+    let Some(query) = query else { return Ok(0) };
+    let mut found = 0;
+    for pair in query.split('&') {
+        if let Some(value) = pair.strip_prefix("minRevision=") {
+            found = value.parse().map_err(|_| {
+                BodyError::field(
+                    "minRevision",
+                    &format!("`{value}` is not a revision number"),
+                )
+            })?;
+        }
+    }
+    Ok(found)
+}
+
+/// The gRPC request the HTTP request stands for: headers become metadata (bearer tokens
+/// travel as `authorization`), extensions carry the connection's identity.
+fn grpc_request<T>(parts: http::request::Parts, message: T) -> tonic::Request<T> {
+    tonic::Request::from_parts(
+        MetadataMap::from_headers(parts.headers),
+        parts.extensions,
+        message,
+    )
+}
+
+/// A refusal from the gRPC handler, with the proto field names in `INVALID_ARGUMENT`
+/// messages rewritten to the JSON paths of the document the caller sent.
+fn grpc_refusal(status: &tonic::Status, renames: &[(&str, &str)]) -> Response {
+    if status.code() != tonic::Code::InvalidArgument {
+        return status::from_grpc(status);
+    }
+    let message = status.message();
+    let renamed = message
+        .split_once(": ")
+        .and_then(|(field, problem)| {
+            renames
+                .iter()
+                .filter(|(grpc, _)| {
+                    field == *grpc
+                        || field
+                            .strip_prefix(grpc)
+                            .is_some_and(|rest| rest.starts_with(['.', '[']))
+                })
+                .max_by_key(|(grpc, _)| grpc.len())
+                .map(|(grpc, json)| format!("{json}{}: {problem}", &field[grpc.len()..]))
+        })
+        .unwrap_or_else(|| message.to_string());
+    status::failure(StatusCode::BAD_REQUEST, "BadRequest", &renamed)
+}
+
+// --- Kubernetes shapes (authorization.k8s.io) ---------------------------------------------
+
+const K8S_GROUP_V1: &str = "authorization.k8s.io/v1";
+const K8S_GROUP_V1BETA1: &str = "authorization.k8s.io/v1beta1";
+
+/// Proto field paths → `SubjectAccessReview` JSON paths; `groups_field` is `spec.groups`
+/// (v1) or `spec.group` (v1beta1).
+fn kube_renames(groups_field: &'static str) -> [(&'static str, &'static str); 8] {
+    [
+        ("action.resource_attributes", "spec.resourceAttributes"),
+        (
+            "action.non_resource_attributes",
+            "spec.nonResourceAttributes",
+        ),
+        ("action", "spec"),
+        ("user", "spec.user"),
+        ("uid", "spec.uid"),
+        ("groups", groups_field),
+        ("extra", "spec.extra"),
+        ("namespace", "metadata.namespace"),
+    ]
+}
+
+/// `apiVersion` and `kind` as a typed decode checks them: present and what the endpoint takes.
+fn check_type_meta<'v>(
+    root: &Object<'_>,
+    kind: &str,
+    versions: &[&'v str],
+) -> Result<&'v str, BodyError> {
+    let api_version = root.string("apiVersion")?;
+    let Some(version) = versions.iter().find(|v| **v == api_version) else {
+        return Err(BodyError::field(
+            "apiVersion",
+            &format!("must be {} (got `{api_version}`)", versions.join(" or ")),
+        ));
+    };
+    let got = root.string("kind")?;
+    if got != kind {
+        return Err(BodyError::field(
+            "kind",
+            &format!("must be {kind} (got `{got}`)"),
+        ));
+    }
+    Ok(version)
+}
+
+fn required_spec<'a>(root: &Object<'a>) -> Result<Object<'a>, BodyError> {
+    root.object("spec")?
+        .ok_or_else(|| BodyError::field("spec", "is required"))
+}
+
+/// `spec.resourceAttributes` xor `spec.nonResourceAttributes` (upstream's validation).
+/// `fieldSelector` and `labelSelector` are accepted and not evaluated: no authorizer here
+/// reads them (as kube-apiserver's RBAC does not).
+fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
+    use proto::action::Kind;
+    let resource = spec.object("resourceAttributes")?;
+    let non_resource = spec.object("nonResourceAttributes")?;
+    let kind = match (resource, non_resource) {
+        (Some(_), Some(_)) => {
+            return Err(BodyError::field(
+                "spec.nonResourceAttributes",
+                "cannot be specified in combination with resourceAttributes",
+            ))
+        }
+        (None, None) => {
+            return Err(BodyError::field(
+                "spec.resourceAttributes",
+                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+            ))
+        }
+        (Some(r), None) => Kind::ResourceAttributes(proto::ResourceAttributes {
+            namespace: r.string("namespace")?,
+            verb: r.string("verb")?,
+            group: r.string("group")?,
+            version: r.string("version")?,
+            resource: r.string("resource")?,
+            subresource: r.string("subresource")?,
+            name: r.string("name")?,
+        }),
+        (None, Some(n)) => Kind::NonResourceAttributes(proto::NonResourceAttributes {
+            path: n.string("path")?,
+            verb: n.string("verb")?,
+        }),
+    };
+    Ok(proto::Action { kind: Some(kind) })
+}
+
+/// `SubjectAccessReviewStatus`: `allowed` always, the rest only when set (omitempty).
+fn kube_status(review: &proto::SubjectAccessReviewResponse) -> Value {
+    let mut status = Map::new();
+    status.insert("allowed".into(), Value::Bool(review.allowed));
+    if review.denied {
+        status.insert("denied".into(), Value::Bool(true));
+    }
+    if !review.reason.is_empty() {
+        status.insert("reason".into(), Value::String(review.reason.clone()));
+    }
+    if !review.evaluation_error.is_empty() {
+        status.insert(
+            "evaluationError".into(),
+            Value::String(review.evaluation_error.clone()),
+        );
+    }
+    Value::Object(status)
+}
+
+/// The object the caller sent, with `status` filled (as kube-apiserver echoes a review).
+fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
+    if let Value::Object(map) = &mut document {
+        if let Some(namespace) = namespace {
+            let metadata = map.entry("metadata").or_insert_with(|| json!({}));
+            if let Value::Object(metadata) = metadata {
+                metadata.insert("namespace".into(), Value::String(namespace.into()));
+            }
+        }
+        map.insert("status".into(), status);
+    }
+    document
+}
+
+/// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
+/// apiVersion and kind back with `status`, HTTP 200 (kubernetes-semantics.md §5).
+pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
+    answer(webhook_reply(api, request).await)
+}
+
+async fn webhook_reply(api: HttpApi, request: Request) -> Reply {
+    let (parts, document, min_revision) = read(request).await?;
+    let root = Object::root(&document).map_err(refuse)?;
+    let version = check_type_meta(
+        &root,
+        "SubjectAccessReview",
+        &[K8S_GROUP_V1, K8S_GROUP_V1BETA1],
+    )
+    .map_err(refuse)?;
+    let (groups_key, groups_field) = if version == K8S_GROUP_V1 {
+        ("groups", "spec.groups")
+    } else {
+        ("group", "spec.group")
+    };
+    let message = kube_review_request(&root, groups_key, min_revision).map_err(refuse)?;
+    let review = api
+        .grpc
+        .subject_access_review(grpc_request(parts, message))
+        .await
+        .map_err(|status| grpc_refusal(&status, &kube_renames(groups_field)))?;
+    let status = kube_status(review.get_ref());
+    Ok(status::json_response(
+        StatusCode::OK,
+        &echo(document, status, None),
+    ))
+}
+
+fn kube_review_request(
+    root: &Object<'_>,
+    groups_key: &str,
+    min_revision: u64,
+) -> Result<proto::SubjectAccessReviewRequest, BodyError> {
+    let spec = required_spec(root)?;
+    let action = kube_action(&spec)?;
+    Ok(proto::SubjectAccessReviewRequest {
+        action: Some(action),
+        user: spec.string("user")?,
+        groups: spec.strings(groups_key)?,
+        uid: spec.string("uid")?,
+        extra: spec.extra("extra")?,
+        min_revision,
+    })
+}
+
+fn answer(reply: Reply) -> Response {
+    reply.unwrap_or_else(|refusal| refusal)
+}
+
+/// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: 201 with `status` filled.
+pub(super) async fn kube_subject_access_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_type_meta(&root, "SubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
+            let message = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
+            let review = api
+                .grpc
+                .subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
+            let status = kube_status(review.get_ref());
+            Ok(status::json_response(
+                StatusCode::CREATED,
+                &echo(document, status, None),
+            ))
+        }
+        .await,
+    )
+}
+
+/// `POST .../selfsubjectaccessreviews`: the caller's own access (PersonalSubjectAccessReview).
+pub(super) async fn kube_self_subject_access_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_type_meta(&root, "SelfSubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
+            let spec = required_spec(&root).map_err(refuse)?;
+            let message = proto::PersonalSubjectAccessReviewRequest {
+                action: Some(kube_action(&spec).map_err(refuse)?),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .personal_subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
+            let status = kube_status(review.get_ref());
+            Ok(status::json_response(
+                StatusCode::CREATED,
+                &echo(document, status, None),
+            ))
+        }
+        .await,
+    )
+}
+
+/// `POST .../namespaces/{ns}/localsubjectaccessreviews`. As upstream: `metadata.namespace`,
+/// when set, and `spec.resourceAttributes.namespace` must both equal the path's namespace.
+pub(super) async fn kube_local_subject_access_review(
+    State(api): State<HttpApi>,
+    namespace: Namespace,
+    request: Request,
+) -> Response {
+    let namespace = namespace.0;
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_type_meta(&root, "LocalSubjectAccessReview", &[K8S_GROUP_V1])
+                .map_err(refuse)?;
+            if let Some(metadata) = root.object("metadata").map_err(refuse)? {
+                let declared = metadata.string("namespace").map_err(refuse)?;
+                if !declared.is_empty() && declared != namespace {
+                    return Err(refuse(BodyError::field(
+                        "metadata.namespace",
+                        &format!("`{declared}` does not match the namespace of the request `{namespace}`"),
+                    )));
+                }
+            }
+            let spec = required_spec(&root).map_err(refuse)?;
+            if let Some(resource) = spec.object("resourceAttributes").map_err(refuse)? {
+                let attribute = resource.string("namespace").map_err(refuse)?;
+                if attribute != namespace {
+                    return Err(refuse(BodyError::field(
+                        "spec.resourceAttributes.namespace",
+                        &format!("`{attribute}` must match the namespace of the request `{namespace}`"),
+                    )));
+                }
+            }
+            let request = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
+            let message = proto::LocalSubjectAccessReviewRequest {
+                namespace: namespace.clone(),
+                action: request.action,
+                user: request.user,
+                groups: request.groups,
+                uid: request.uid,
+                extra: request.extra,
+                min_revision: request.min_revision,
+            };
+            let review = api
+                .grpc
+                .local_subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
+            let status = kube_status(review.get_ref());
+            Ok(status::json_response(
+                StatusCode::CREATED,
+                &echo(document, status, Some(&namespace)),
+            ))
+        }
+        .await,
+    )
+}
+
+// --- Seed 000 shapes (authorization.kubernetes.io/v1) ---------------------------------------
+
+const SEED_VERSION: &str = "authorization.kubernetes.io/v1";
+
+/// Proto field paths → seed 000's `authorizationAttributes` names.
+const SEED_RENAMES: [(&str, &str); 10] = [
+    ("action.resource_attributes", "authorizationAttributes"),
+    (
+        "action.resource_attributes.group",
+        "authorizationAttributes.resourceGroup",
+    ),
+    (
+        "action.resource_attributes.version",
+        "authorizationAttributes.resourceVersion",
+    ),
+    (
+        "action.resource_attributes.name",
+        "authorizationAttributes.resourceName",
+    ),
+    ("action.non_resource_attributes", "authorizationAttributes"),
+    ("action", "authorizationAttributes"),
+    ("user", "user"),
+    ("groups", "groups"),
+    ("namespace", "namespace"),
+    ("uid", "uid"),
+];
+
+/// `apiVersion` and `kind` are optional on the seed's paths (its examples always send them);
+/// when present they must name this endpoint's type.
+fn check_seed_type_meta(root: &Object<'_>, kind: &str) -> Result<(), BodyError> {
+    let api_version = root.string("apiVersion")?;
+    if !api_version.is_empty() && api_version != SEED_VERSION {
+        return Err(BodyError::field(
+            "apiVersion",
+            &format!("must be {SEED_VERSION} (got `{api_version}`)"),
+        ));
+    }
+    let got = root.string("kind")?;
+    if !got.is_empty() && got != kind {
+        return Err(BodyError::field(
+            "kind",
+            &format!("must be {kind} (got `{got}`)"),
+        ));
+    }
+    Ok(())
+}
+
+/// The seed's `AuthorizationAttributes` (`resourceGroup`, `resourceVersion`, `resourceName`;
+/// a non-resource request as OpenShift later spelled it: `isNonResourceURL` and `path`).
+fn seed_action(root: &Object<'_>) -> Result<proto::Action, BodyError> {
+    use proto::action::Kind;
+    let Some(attributes) = root.object("authorizationAttributes")? else {
+        return Err(BodyError::field("authorizationAttributes", "is required"));
+    };
+    let kind = if attributes.bool("isNonResourceURL")? {
+        Kind::NonResourceAttributes(proto::NonResourceAttributes {
+            path: attributes.string("path")?,
+            verb: attributes.string("verb")?,
+        })
+    } else {
+        Kind::ResourceAttributes(proto::ResourceAttributes {
+            namespace: attributes.string("namespace")?,
+            verb: attributes.string("verb")?,
+            group: attributes.string("resourceGroup")?,
+            version: attributes.string("resourceVersion")?,
+            resource: attributes.string("resource")?,
+            subresource: attributes.string("subresource")?,
+            name: attributes.string("resourceName")?,
+        })
+    };
+    Ok(proto::Action { kind: Some(kind) })
+}
+
+/// `{kind}Response` with `allowed` and `reason` (and `namespace` where the seed's type has
+/// one); `denied` and `evaluationError` are added when set, as on the gRPC answer.
+fn seed_review_response(
+    kind: &str,
+    review: &proto::SubjectAccessReviewResponse,
+    with_namespace: bool,
+) -> Value {
+    let mut response = Map::new();
+    response.insert("kind".into(), Value::String(format!("{kind}Response")));
+    response.insert("apiVersion".into(), Value::String(SEED_VERSION.into()));
+    if with_namespace {
+        response.insert("namespace".into(), Value::String(review.namespace.clone()));
+    }
+    if let Value::Object(status) = kube_status(review) {
+        response.extend(status);
+    }
+    Value::Object(response)
+}
+
+fn seed_resource_response(kind: &str, review: &proto::ResourceAccessReviewResponse) -> Value {
+    let mut response = json!({
+        "kind": format!("{kind}Response"),
+        "apiVersion": SEED_VERSION,
+        "namespace": review.namespace,
+        "users": review.users,
+        "groups": review.groups,
+    });
+    if let Value::Object(map) = &mut response {
+        if !review.denied_users.is_empty() {
+            map.insert("deniedUsers".into(), json!(review.denied_users));
+        }
+        if !review.denied_groups.is_empty() {
+            map.insert("deniedGroups".into(), json!(review.denied_groups));
+        }
+        if !review.evaluation_error.is_empty() {
+            map.insert("evaluationError".into(), json!(review.evaluation_error));
+        }
+    }
+    response
+}
+
+fn created(value: &Value) -> Response {
+    status::json_response(StatusCode::CREATED, value)
+}
+
+fn seed_refusal(status: tonic::Status) -> Response {
+    grpc_refusal(&status, &SEED_RENAMES)
+}
+
+pub(super) async fn seed_subject_access_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    const KIND: &str = "SubjectAccessReview";
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_seed_type_meta(&root, KIND).map_err(refuse)?;
+            let message = proto::SubjectAccessReviewRequest {
+                action: Some(seed_action(&root).map_err(refuse)?),
+                user: root.string("user").map_err(refuse)?,
+                groups: root.strings("groups").map_err(refuse)?,
+                uid: String::new(),
+                extra: Default::default(),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(seed_refusal)?;
+            Ok(created(&seed_review_response(
+                KIND,
+                review.get_ref(),
+                false,
+            )))
+        }
+        .await,
+    )
+}
+
+pub(super) async fn seed_personal_subject_access_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    const KIND: &str = "PersonalSubjectAccessReview";
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_seed_type_meta(&root, KIND).map_err(refuse)?;
+            let message = proto::PersonalSubjectAccessReviewRequest {
+                action: Some(seed_action(&root).map_err(refuse)?),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .personal_subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(seed_refusal)?;
+            Ok(created(&seed_review_response(KIND, review.get_ref(), true)))
+        }
+        .await,
+    )
+}
+
+/// The path's namespace is the review's; a `namespace` in the body, when set, must agree.
+fn seed_namespace(root: &Object<'_>, namespace: &str) -> Result<(), BodyError> {
+    let declared = root.string("namespace")?;
+    if !declared.is_empty() && declared != namespace {
+        return Err(BodyError::field(
+            "namespace",
+            &format!("`{declared}` does not match the namespace of the request `{namespace}`"),
+        ));
+    }
+    Ok(())
+}
+
+pub(super) async fn seed_local_subject_access_review(
+    State(api): State<HttpApi>,
+    namespace: Namespace,
+    request: Request,
+) -> Response {
+    const KIND: &str = "LocalSubjectAccessReview";
+    let namespace = namespace.0;
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_seed_type_meta(&root, KIND).map_err(refuse)?;
+            seed_namespace(&root, &namespace).map_err(refuse)?;
+            let message = proto::LocalSubjectAccessReviewRequest {
+                namespace,
+                action: Some(seed_action(&root).map_err(refuse)?),
+                user: root.string("user").map_err(refuse)?,
+                groups: root.strings("groups").map_err(refuse)?,
+                uid: String::new(),
+                extra: Default::default(),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .local_subject_access_review(grpc_request(parts, message))
+                .await
+                .map_err(seed_refusal)?;
+            Ok(created(&seed_review_response(KIND, review.get_ref(), true)))
+        }
+        .await,
+    )
+}
+
+pub(super) async fn seed_resource_access_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    const KIND: &str = "ResourceAccessReview";
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_seed_type_meta(&root, KIND).map_err(refuse)?;
+            let message = proto::ResourceAccessReviewRequest {
+                action: Some(seed_action(&root).map_err(refuse)?),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .resource_access_review(grpc_request(parts, message))
+                .await
+                .map_err(seed_refusal)?;
+            Ok(created(&seed_resource_response(KIND, review.get_ref())))
+        }
+        .await,
+    )
+}
+
+pub(super) async fn seed_local_resource_access_review(
+    State(api): State<HttpApi>,
+    namespace: Namespace,
+    request: Request,
+) -> Response {
+    const KIND: &str = "LocalResourceAccessReview";
+    let namespace = namespace.0;
+    answer(
+        async {
+            let (parts, document, min_revision) = read(request).await?;
+            let root = Object::root(&document).map_err(refuse)?;
+            check_seed_type_meta(&root, KIND).map_err(refuse)?;
+            seed_namespace(&root, &namespace).map_err(refuse)?;
+            let message = proto::LocalResourceAccessReviewRequest {
+                namespace,
+                action: Some(seed_action(&root).map_err(refuse)?),
+                min_revision,
+            };
+            let review = api
+                .grpc
+                .local_resource_access_review(grpc_request(parts, message))
+                .await
+                .map_err(seed_refusal)?;
+            Ok(created(&seed_resource_response(KIND, review.get_ref())))
+        }
+        .await,
+    )
+}

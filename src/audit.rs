@@ -1,0 +1,376 @@
+//! The audit log (opt-in, `serve --audit-log PATH`): one JSON line per review call and per
+//! policy write, appended to a file.
+//!
+//! Requests never wait for the disk: a handler builds its entry and hands it to a dedicated
+//! writer thread through a bounded queue. When the queue is full (the disk is slower than
+//! the request rate) the entry is dropped and counted instead; the count is reported by
+//! `PolicyAdmin.Status` (`audit_dropped`) and in a warning line each time it grows, so a gap
+//! in the log is never silent.
+//!
+//! Each line has `time` (RFC 3339, UTC), `rpc`, `caller` (user and groups), `request`, and
+//! either `decision` (reviews), `subjects` (who-can), `applied`/`deleted` (writes) or `error`
+//! (a refused write), plus `revision`.
+
+use std::fs::{File, OpenOptions};
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use serde_json::{json, Map, Value};
+
+use crate::engine::{Action, AllowedSubjects, Response, UserInfo};
+
+/// Why the audit log could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot open the audit log `{path}`: {source}")]
+pub struct AuditError {
+    path: PathBuf,
+    source: std::io::Error,
+}
+
+/// The sending half, shared by every handler. Dropping the last clone lets the writer drain
+/// the queue and stop.
+#[derive(Debug)]
+pub struct AuditLog {
+    queue: SyncSender<Value>,
+    dropped: AtomicU64,
+    /// The drop count last reported in a warning, so that warnings come once per new burst.
+    reported: AtomicU64,
+}
+
+/// The writer thread; [`AuditWriter::finish`] waits until everything queued is written.
+pub struct AuditWriter {
+    thread: Option<JoinHandle<()>>,
+}
+
+impl AuditWriter {
+    /// Waits for the writer to drain its queue (after every [`AuditLog`] is dropped).
+    pub fn finish(mut self) {
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl AuditLog {
+    /// Opens (appending, creating if missing) `path` and starts the writer thread with room
+    /// for `capacity` waiting entries.
+    pub fn open(path: &Path, capacity: usize) -> Result<(Arc<AuditLog>, AuditWriter), AuditError> {
+        let file = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| AuditError {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        let (queue, entries) = std::sync::mpsc::sync_channel(capacity.max(1));
+        let display = path.display().to_string();
+        let thread = std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || write_entries(&entries, file, &display))
+            .map_err(|source| AuditError {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        Ok((
+            Arc::new(AuditLog {
+                queue,
+                dropped: AtomicU64::new(0),
+                reported: AtomicU64::new(0),
+            }),
+            AuditWriter {
+                thread: Some(thread),
+            },
+        ))
+    }
+
+    /// Entries dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Queues one entry, stamped with the time; never blocks.
+    pub fn record(&self, mut entry: Map<String, Value>) {
+        entry.insert("time".into(), Value::String(rfc3339_now()));
+        match self.queue.try_send(Value::Object(entry)) {
+            Ok(()) => {}
+            Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
+                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+                // One warning per power of two keeps a sustained overload from flooding the
+                // log with warnings about the audit log.
+                if dropped.is_power_of_two()
+                    && self.reported.fetch_max(dropped, Ordering::Relaxed) < dropped
+                {
+                    tracing::warn!(dropped, "audit queue full: entries dropped");
+                }
+            }
+        }
+    }
+
+    /// A review call that reached a decision.
+    pub fn review(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
+        subject: &UserInfo,
+        action: &Action,
+        response: &Response,
+        revision: u64,
+    ) {
+        let mut entry = base(rpc, caller, revision);
+        entry.insert(
+            "request".into(),
+            json!({ "user": user(subject), "action": action_json(action) }),
+        );
+        entry.insert(
+            "decision".into(),
+            json!({ "decision": response.decision.as_str(), "reason": response.reason }),
+        );
+        self.record(entry);
+    }
+
+    /// A who-can call (ResourceAccessReview, GetAllowedSubjects): the answer as counts.
+    pub fn who_can(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
+        action: &Action,
+        subjects: &AllowedSubjects,
+        revision: u64,
+    ) {
+        let mut entry = base(rpc, caller, revision);
+        entry.insert("request".into(), json!({ "action": action_json(action) }));
+        entry.insert(
+            "subjects".into(),
+            json!({
+                "users": subjects.users.len(),
+                "groups": subjects.groups.len(),
+                "denied_users": subjects.denied_users.len(),
+                "denied_groups": subjects.denied_groups.len(),
+            }),
+        );
+        self.record(entry);
+    }
+
+    /// A policy write: `request` describes it, `outcome` is `Ok((revision, result))` with
+    /// what was applied or deleted, or the refusal's message.
+    pub fn write(
+        &self,
+        rpc: &str,
+        caller: &UserInfo,
+        request: Value,
+        outcome: Result<(u64, Value), String>,
+    ) {
+        let (revision, result) = match outcome {
+            Ok((revision, result)) => (revision, ("result", result)),
+            Err(message) => (0, ("error", Value::String(message))),
+        };
+        let mut entry = base(rpc, caller, revision);
+        entry.insert("request".into(), request);
+        entry.insert(result.0.into(), result.1);
+        self.record(entry);
+    }
+}
+
+fn base(rpc: &str, caller: &UserInfo, revision: u64) -> Map<String, Value> {
+    let mut entry = Map::new();
+    entry.insert("rpc".into(), Value::String(rpc.to_string()));
+    entry.insert(
+        "caller".into(),
+        json!({ "user": caller.name, "groups": caller.groups }),
+    );
+    entry.insert("revision".into(), Value::from(revision));
+    entry
+}
+
+fn user(user: &UserInfo) -> Value {
+    json!({
+        "name": user.name,
+        "uid": user.uid,
+        "groups": user.groups,
+        "extra": user.extra,
+    })
+}
+
+fn action_json(action: &Action) -> Value {
+    match action {
+        Action::Resource(r) => json!({
+            "namespace": r.namespace,
+            "verb": r.verb,
+            "group": r.group,
+            "version": r.version,
+            "resource": r.resource,
+            "subresource": r.subresource,
+            "name": r.name,
+        }),
+        Action::NonResource(n) => json!({ "path": n.path, "verb": n.verb }),
+    }
+}
+
+/// The writer loop: one line per entry, flushed whenever the queue runs empty (so a reader
+/// sees entries promptly, and a burst costs one flush). Write errors are logged once per
+/// kind and the entry counted as lost in that log line; the loop carries on.
+fn write_entries(entries: &Receiver<Value>, file: File, path: &str) {
+    let mut out = BufWriter::new(file);
+    let mut failed = false;
+    while let Ok(entry) = entries.recv() {
+        let mut pending = Some(entry);
+        while let Some(entry) = pending.take() {
+            let written = serde_json::to_writer(&mut out, &entry)
+                .map_err(std::io::Error::from)
+                .and_then(|()| out.write_all(b"\n"));
+            report(written, &mut failed, path);
+            pending = entries.try_recv().ok();
+        }
+        report(out.flush(), &mut failed, path);
+    }
+    report(out.flush(), &mut failed, path);
+}
+
+fn report(result: std::io::Result<()>, failed: &mut bool, path: &str) {
+    match result {
+        Ok(()) => *failed = false,
+        Err(error) if !*failed => {
+            *failed = true;
+            tracing::error!(%error, path, "cannot write the audit log");
+        }
+        Err(_) => {}
+    }
+}
+
+/// Now as `2026-11-23T03:22:35.123Z`.
+fn rfc3339_now() -> String {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    let secs = since.as_secs();
+    let (days, rem) = (secs / 86_400, secs % 86_400);
+    let (year, month, day) = civil_from_days(days);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
+/// (Howard Hinnant's `civil_from_days`, for non-negative day counts).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Decision, ResourceAttributes};
+
+    fn caller() -> UserInfo {
+        UserInfo {
+            name: "admin".into(),
+            groups: vec!["ops".into()],
+            ..UserInfo::default()
+        }
+    }
+
+    fn read_lines(path: &Path) -> Vec<Value> {
+        std::fs::read_to_string(path)
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn civil_dates() {
+        assert_eq!(civil_from_days(0), (1970, 1, 1));
+        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
+        assert_eq!(civil_from_days(20_415), (2025, 11, 23));
+    }
+
+    #[test]
+    fn a_review_is_written_with_its_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("audit.jsonl");
+        let (log, writer) = AuditLog::open(&path, 16).unwrap();
+        let action = Action::Resource(ResourceAttributes {
+            namespace: "dev".into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..ResourceAttributes::default()
+        });
+        let subject = UserInfo {
+            name: "alice".into(),
+            ..UserInfo::default()
+        };
+        let response = Response {
+            decision: Decision::Allow,
+            reason: "because".into(),
+            allowed_by: Vec::new(),
+            denied_by: Vec::new(),
+            errors: Vec::new(),
+        };
+        log.review("Authorize", &caller(), &subject, &action, &response, 7);
+        drop(log);
+        writer.finish();
+        let lines = read_lines(&path);
+        assert_eq!(lines.len(), 1);
+        let line = &lines[0];
+        assert_eq!(line["rpc"], "Authorize");
+        assert_eq!(line["caller"]["user"], "admin");
+        assert_eq!(line["caller"]["groups"][0], "ops");
+        assert_eq!(line["request"]["user"]["name"], "alice");
+        assert_eq!(line["request"]["action"]["resource"], "pods");
+        assert_eq!(line["decision"]["decision"], "ALLOW");
+        assert_eq!(line["revision"], 7);
+        assert!(line["time"].as_str().unwrap().ends_with('Z'));
+    }
+
+    #[test]
+    fn a_full_queue_drops_and_counts_without_blocking() {
+        // A queue of one whose writer takes nothing (a disk that stopped): a sender whose
+        // receiver nobody reads.
+        let (queue, entries) = std::sync::mpsc::sync_channel(1);
+        let log = Arc::new(AuditLog {
+            queue,
+            dropped: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
+        });
+        // Recording on another thread: were it to block, `done` would never arrive.
+        let (done, finished) = std::sync::mpsc::channel();
+        let recorder = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for _ in 0..1000 {
+                recorder.write("Apply", &caller(), json!({}), Err("refused".into()));
+            }
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_ok(),
+            "recording blocked on a full queue"
+        );
+        assert_eq!(
+            log.dropped(),
+            999,
+            "one queued, the rest dropped and counted"
+        );
+        assert_eq!(entries.try_iter().count(), 1);
+    }
+}

@@ -1,0 +1,583 @@
+//! Prometheus metrics.
+//!
+//! Every instrument the request path touches is registered once, at startup, into fixed
+//! tables indexed by small enums, so recording a decision or a request is an array index and an
+//! atomic add: no key hashing, no label formatting, no allocation. Figures the server already
+//! keeps (cache counters, the revision, reload errors) are not duplicated: [`Metrics::render`]
+//! copies them into the exposition at scrape time.
+//!
+//! The recorder is owned, not installed globally, so several servers in one process (tests)
+//! keep separate figures.
+
+use std::time::Duration;
+
+use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
+
+use crate::engine::Decision;
+
+/// Latency buckets in seconds: a cached decision takes microseconds, a `min_revision` wait or a
+/// large who-can answer can take seconds.
+const LATENCY_BUCKETS: [f64; 16] = [
+    0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002_5, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+    1.0, 2.5, 5.0,
+];
+
+static METADATA: Metadata<'static> = Metadata::new("authzd", Level::INFO, Some(module_path!()));
+
+/// The APIs that answer with a decision, for `authzd_decisions_total{api}`. The HTTP paths
+/// that translate to one of these count as it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DecisionApi {
+    Authorize,
+    BatchAuthorize,
+    SubjectAccessReview,
+    PersonalSubjectAccessReview,
+    LocalSubjectAccessReview,
+    EnvoyCheck,
+}
+
+impl DecisionApi {
+    const ALL: [DecisionApi; 6] = [
+        DecisionApi::Authorize,
+        DecisionApi::BatchAuthorize,
+        DecisionApi::SubjectAccessReview,
+        DecisionApi::PersonalSubjectAccessReview,
+        DecisionApi::LocalSubjectAccessReview,
+        DecisionApi::EnvoyCheck,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            DecisionApi::Authorize => "authorize",
+            DecisionApi::BatchAuthorize => "batch_authorize",
+            DecisionApi::SubjectAccessReview => "subject_access_review",
+            DecisionApi::PersonalSubjectAccessReview => "personal_subject_access_review",
+            DecisionApi::LocalSubjectAccessReview => "local_subject_access_review",
+            DecisionApi::EnvoyCheck => "envoy_check",
+        }
+    }
+}
+
+const DECISIONS: [Decision; 3] = [Decision::Allow, Decision::Deny, Decision::NoOpinion];
+
+fn decision_label(decision: Decision) -> &'static str {
+    match decision {
+        Decision::Allow => "allow",
+        Decision::Deny => "deny",
+        Decision::NoOpinion => "no_opinion",
+    }
+}
+
+fn decision_index(decision: Decision) -> usize {
+    match decision {
+        Decision::Allow => 0,
+        Decision::Deny => 1,
+        Decision::NoOpinion => 2,
+    }
+}
+
+/// Every route a request can take, for the per-route latency histogram and request counter.
+/// A fixed set: a hostile client sending random paths adds to `other`, never a new series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    Authorize,
+    BatchAuthorize,
+    SubjectAccessReview,
+    PersonalSubjectAccessReview,
+    LocalSubjectAccessReview,
+    ResourceAccessReview,
+    LocalResourceAccessReview,
+    GetAllowedSubjects,
+    PolicyAdmin,
+    EnvoyCheck,
+    Health,
+    Reflection,
+    Webhook,
+    HttpReview,
+    HttpProbe,
+    Metrics,
+    Other,
+}
+
+impl Route {
+    const ALL: [Route; 17] = [
+        Route::Authorize,
+        Route::BatchAuthorize,
+        Route::SubjectAccessReview,
+        Route::PersonalSubjectAccessReview,
+        Route::LocalSubjectAccessReview,
+        Route::ResourceAccessReview,
+        Route::LocalResourceAccessReview,
+        Route::GetAllowedSubjects,
+        Route::PolicyAdmin,
+        Route::EnvoyCheck,
+        Route::Health,
+        Route::Reflection,
+        Route::Webhook,
+        Route::HttpReview,
+        Route::HttpProbe,
+        Route::Metrics,
+        Route::Other,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Route::Authorize => "authorize",
+            Route::BatchAuthorize => "batch_authorize",
+            Route::SubjectAccessReview => "subject_access_review",
+            Route::PersonalSubjectAccessReview => "personal_subject_access_review",
+            Route::LocalSubjectAccessReview => "local_subject_access_review",
+            Route::ResourceAccessReview => "resource_access_review",
+            Route::LocalResourceAccessReview => "local_resource_access_review",
+            Route::GetAllowedSubjects => "get_allowed_subjects",
+            Route::PolicyAdmin => "policy_admin",
+            Route::EnvoyCheck => "envoy_check",
+            Route::Health => "health",
+            Route::Reflection => "reflection",
+            Route::Webhook => "webhook",
+            Route::HttpReview => "http_review",
+            Route::HttpProbe => "http_probe",
+            Route::Metrics => "metrics",
+            Route::Other => "other",
+        }
+    }
+
+    /// The route of a request path. `webhook_path` is the configured `--webhook-path`.
+    pub fn of_path(path: &str, webhook_path: &str) -> Route {
+        if let Some(method) = path.strip_prefix("/authz.v1.Authorizer/") {
+            return match method {
+                "Authorize" => Route::Authorize,
+                "BatchAuthorize" => Route::BatchAuthorize,
+                "GetAllowedSubjects" => Route::GetAllowedSubjects,
+                _ => Route::Other,
+            };
+        }
+        if let Some(method) = path.strip_prefix("/authz.v1.AccessReview/") {
+            return match method {
+                "SubjectAccessReview" => Route::SubjectAccessReview,
+                "PersonalSubjectAccessReview" => Route::PersonalSubjectAccessReview,
+                "LocalSubjectAccessReview" => Route::LocalSubjectAccessReview,
+                "ResourceAccessReview" => Route::ResourceAccessReview,
+                "LocalResourceAccessReview" => Route::LocalResourceAccessReview,
+                _ => Route::Other,
+            };
+        }
+        if path.starts_with("/authz.v1.PolicyAdmin/") {
+            return Route::PolicyAdmin;
+        }
+        if path == "/envoy.service.auth.v3.Authorization/Check" {
+            return Route::EnvoyCheck;
+        }
+        if path.starts_with("/grpc.health.v1.Health/") {
+            return Route::Health;
+        }
+        if path.starts_with("/grpc.reflection.") {
+            return Route::Reflection;
+        }
+        if path == webhook_path {
+            return Route::Webhook;
+        }
+        if path.starts_with("/apis/authorization.") {
+            return Route::HttpReview;
+        }
+        match path {
+            "/healthz" | "/readyz" | "/livez" => Route::HttpProbe,
+            "/metrics" => Route::Metrics,
+            _ => Route::Other,
+        }
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Figures read at scrape time from where the server already keeps them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ScrapeFigures {
+    pub revision: u64,
+    pub reload_errors: u64,
+    pub cache_entries: u64,
+    pub cache_capacity: u64,
+    pub cache_hits: u64,
+    pub cache_misses: u64,
+    pub cache_evictions: u64,
+    pub cache_invalidations: u64,
+    pub cache_stale_inserts_refused: u64,
+}
+
+struct ScrapeInstruments {
+    revision: Gauge,
+    reload_errors: Counter,
+    cache_entries: Gauge,
+    cache_capacity: Gauge,
+    cache_hits: Counter,
+    cache_misses: Counter,
+    cache_evictions: Counter,
+    cache_invalidations: Counter,
+    cache_stale_inserts_refused: Counter,
+}
+
+/// The server's instruments and the recorder that renders them.
+pub struct Metrics {
+    handle: PrometheusHandle,
+    /// `[api][decision]`.
+    decisions: Vec<[Counter; 3]>,
+    request_seconds: Vec<Histogram>,
+    requests: Vec<Counter>,
+    in_flight: Gauge,
+    scrape: ScrapeInstruments,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        // `set_buckets` only fails on an empty list; the constant is not empty.
+        let builder = PrometheusBuilder::new()
+            .set_buckets(&LATENCY_BUCKETS)
+            .unwrap_or_else(|_| PrometheusBuilder::new());
+        let recorder = builder.build_recorder();
+        let handle = recorder.handle();
+        describe(&recorder);
+
+        let counter = |name: &'static str, labels: Vec<Label>| {
+            recorder.register_counter(&Key::from_parts(name, labels), &METADATA)
+        };
+        let gauge = |name: &'static str| recorder.register_gauge(&Key::from_name(name), &METADATA);
+
+        let decisions = DecisionApi::ALL
+            .iter()
+            .map(|api| {
+                DECISIONS.map(|decision| {
+                    counter(
+                        "authzd_decisions_total",
+                        vec![
+                            Label::new("api", api.label()),
+                            Label::new("decision", decision_label(decision)),
+                        ],
+                    )
+                })
+            })
+            .collect();
+        let request_seconds = Route::ALL
+            .iter()
+            .map(|route| {
+                recorder.register_histogram(
+                    &Key::from_parts(
+                        "authzd_request_duration_seconds",
+                        vec![Label::new("route", route.label())],
+                    ),
+                    &METADATA,
+                )
+            })
+            .collect();
+        let requests = Route::ALL
+            .iter()
+            .map(|route| {
+                counter(
+                    "authzd_requests_total",
+                    vec![Label::new("route", route.label())],
+                )
+            })
+            .collect();
+        let scrape = ScrapeInstruments {
+            revision: gauge("authzd_policy_revision"),
+            reload_errors: counter("authzd_policy_reload_errors_total", vec![]),
+            cache_entries: gauge("authzd_cache_entries"),
+            cache_capacity: gauge("authzd_cache_capacity"),
+            cache_hits: counter("authzd_cache_hits_total", vec![]),
+            cache_misses: counter("authzd_cache_misses_total", vec![]),
+            cache_evictions: counter("authzd_cache_evictions_total", vec![]),
+            cache_invalidations: counter("authzd_cache_invalidations_total", vec![]),
+            cache_stale_inserts_refused: counter(
+                "authzd_cache_stale_inserts_refused_total",
+                vec![],
+            ),
+        };
+        let in_flight = gauge("authzd_requests_in_flight");
+        Self {
+            decisions,
+            request_seconds,
+            requests,
+            in_flight,
+            scrape,
+            handle,
+        }
+    }
+
+    /// Counts one decision answered by `api`.
+    pub fn decision(&self, api: DecisionApi, decision: Decision) {
+        if let Some(row) = self.decisions.get(api as usize) {
+            row[decision_index(decision)].increment(1);
+        }
+    }
+
+    /// A request entered the server; pair with [`Metrics::request_finished`].
+    pub fn request_started(&self) {
+        self.in_flight.increment(1.0);
+    }
+
+    pub fn request_finished(&self, route: Route, elapsed: Duration) {
+        self.in_flight.decrement(1.0);
+        if let Some(histogram) = self.request_seconds.get(route.index()) {
+            histogram.record(elapsed.as_secs_f64());
+        }
+        if let Some(counter) = self.requests.get(route.index()) {
+            counter.increment(1);
+        }
+    }
+
+    /// Drains histogram samples into their buckets. Run periodically so that memory stays
+    /// bounded between scrapes (see [`Metrics::spawn_upkeep`]).
+    pub fn upkeep(&self) {
+        self.handle.run_upkeep();
+    }
+
+    /// Runs [`Metrics::upkeep`] every `every` on the current tokio runtime, until the runtime
+    /// stops or the returned task is aborted.
+    pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
+        let handle = self.handle.clone();
+        tokio::spawn(async move {
+            let mut ticks = tokio::time::interval(every);
+            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticks.tick().await;
+                handle.run_upkeep();
+            }
+        })
+    }
+
+    /// The Prometheus text exposition, with the scrape-time figures filled in.
+    pub fn render(&self, figures: &ScrapeFigures) -> String {
+        let s = &self.scrape;
+        s.revision.set(figures.revision as f64);
+        s.reload_errors.absolute(figures.reload_errors);
+        s.cache_entries.set(figures.cache_entries as f64);
+        s.cache_capacity.set(figures.cache_capacity as f64);
+        s.cache_hits.absolute(figures.cache_hits);
+        s.cache_misses.absolute(figures.cache_misses);
+        s.cache_evictions.absolute(figures.cache_evictions);
+        s.cache_invalidations.absolute(figures.cache_invalidations);
+        s.cache_stale_inserts_refused
+            .absolute(figures.cache_stale_inserts_refused);
+        self.handle.render()
+    }
+}
+
+fn describe(recorder: &PrometheusRecorder) {
+    let counter = |name: &'static str, text: &'static str| {
+        recorder.describe_counter(KeyName::from_const_str(name), None, text.into());
+    };
+    let gauge = |name: &'static str, text: &'static str| {
+        recorder.describe_gauge(KeyName::from_const_str(name), None, text.into());
+    };
+    counter(
+        "authzd_decisions_total",
+        "Decisions answered, by API and result (allow, deny, no_opinion).",
+    );
+    counter("authzd_requests_total", "Requests finished, by route.");
+    recorder.describe_histogram(
+        KeyName::from_const_str("authzd_request_duration_seconds"),
+        Some(Unit::Seconds),
+        "Time from request received to response produced, by route.".into(),
+    );
+    gauge(
+        "authzd_requests_in_flight",
+        "Requests being handled right now.",
+    );
+    gauge(
+        "authzd_policy_revision",
+        "The policy revision in force (0 before the first load).",
+    );
+    counter(
+        "authzd_policy_reload_errors_total",
+        "Policy reloads rejected (the last good policy kept serving).",
+    );
+    gauge("authzd_cache_entries", "Decisions in the cache.");
+    gauge("authzd_cache_capacity", "The cache's configured capacity.");
+    counter(
+        "authzd_cache_hits_total",
+        "Decisions answered from the cache.",
+    );
+    counter(
+        "authzd_cache_misses_total",
+        "Cacheable decisions computed by the engine.",
+    );
+    counter(
+        "authzd_cache_evictions_total",
+        "Entries evicted to keep the cache within its capacity.",
+    );
+    counter(
+        "authzd_cache_invalidations_total",
+        "Entries removed because a policy change could affect them.",
+    );
+    counter(
+        "authzd_cache_stale_inserts_refused_total",
+        "Decisions not cached because the policy changed while they were computed.",
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The value of the series `name{labels}` in an exposition, labels written as Prometheus
+    /// prints them.
+    fn sample(text: &str, series: &str) -> Option<f64> {
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| {
+                let (name, value) = line.rsplit_once(' ')?;
+                (name == series).then(|| value.parse().ok())?
+            })
+    }
+
+    #[test]
+    fn decisions_are_counted_by_api_and_result() {
+        let metrics = Metrics::new();
+        metrics.decision(DecisionApi::Authorize, Decision::Allow);
+        metrics.decision(DecisionApi::Authorize, Decision::Allow);
+        metrics.decision(DecisionApi::EnvoyCheck, Decision::Deny);
+        let text = metrics.render(&ScrapeFigures::default());
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_decisions_total{api="authorize",decision="allow"}"#
+            ),
+            Some(2.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_decisions_total{api="envoy_check",decision="deny"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_decisions_total{api="authorize",decision="deny"}"#
+            ),
+            Some(0.0)
+        );
+    }
+
+    #[test]
+    fn scrape_figures_are_copied_into_the_exposition() {
+        let metrics = Metrics::new();
+        let figures = ScrapeFigures {
+            revision: 7,
+            reload_errors: 2,
+            cache_entries: 40,
+            cache_capacity: 100,
+            cache_hits: 30,
+            cache_misses: 12,
+            cache_evictions: 3,
+            cache_invalidations: 5,
+            cache_stale_inserts_refused: 1,
+        };
+        let text = metrics.render(&figures);
+        for (series, value) in [
+            ("authzd_policy_revision", 7.0),
+            ("authzd_policy_reload_errors_total", 2.0),
+            ("authzd_cache_entries", 40.0),
+            ("authzd_cache_capacity", 100.0),
+            ("authzd_cache_hits_total", 30.0),
+            ("authzd_cache_misses_total", 12.0),
+            ("authzd_cache_evictions_total", 3.0),
+            ("authzd_cache_invalidations_total", 5.0),
+            ("authzd_cache_stale_inserts_refused_total", 1.0),
+        ] {
+            assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn requests_are_timed_by_route_and_in_flight_returns_to_zero() {
+        let metrics = Metrics::new();
+        metrics.request_started();
+        metrics.request_started();
+        let text = metrics.render(&ScrapeFigures::default());
+        assert_eq!(sample(&text, "authzd_requests_in_flight"), Some(2.0));
+        metrics.request_finished(Route::Authorize, Duration::from_micros(80));
+        metrics.request_finished(Route::Webhook, Duration::from_millis(30));
+        let text = metrics.render(&ScrapeFigures::default());
+        assert_eq!(sample(&text, "authzd_requests_in_flight"), Some(0.0));
+        assert_eq!(
+            sample(&text, r#"authzd_requests_total{route="authorize"}"#),
+            Some(1.0)
+        );
+        // 80 µs falls in the 100 µs bucket and every larger one, not in the 50 µs bucket.
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_request_duration_seconds_bucket{route="authorize",le="0.00005"}"#
+            ),
+            Some(0.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_request_duration_seconds_bucket{route="authorize",le="0.0001"}"#
+            ),
+            Some(1.0)
+        );
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_request_duration_seconds_count{route="webhook"}"#
+            ),
+            Some(1.0)
+        );
+    }
+
+    #[test]
+    fn routes_are_a_fixed_set_whatever_the_path() {
+        let webhook = "/authorize";
+        assert_eq!(
+            Route::of_path("/authz.v1.Authorizer/Authorize", webhook),
+            Route::Authorize
+        );
+        assert_eq!(
+            Route::of_path("/authz.v1.AccessReview/LocalResourceAccessReview", webhook),
+            Route::LocalResourceAccessReview
+        );
+        assert_eq!(
+            Route::of_path("/envoy.service.auth.v3.Authorization/Check", webhook),
+            Route::EnvoyCheck
+        );
+        assert_eq!(Route::of_path("/authorize", webhook), Route::Webhook);
+        assert_eq!(Route::of_path("/authorize", "/hook"), Route::Other);
+        assert_eq!(
+            Route::of_path(
+                "/apis/authorization.k8s.io/v1/namespaces/a/localsubjectaccessreviews",
+                webhook
+            ),
+            Route::HttpReview
+        );
+        assert_eq!(Route::of_path("/readyz", webhook), Route::HttpProbe);
+        assert_eq!(
+            Route::of_path("/authz.v1.Authorizer/Nope", webhook),
+            Route::Other
+        );
+        assert_eq!(Route::of_path("/random/../path", webhook), Route::Other);
+        for (i, route) in Route::ALL.iter().enumerate() {
+            assert_eq!(route.index(), i, "Route::ALL is in declaration order");
+        }
+        for (i, api) in DecisionApi::ALL.iter().enumerate() {
+            assert_eq!(*api as usize, i, "DecisionApi::ALL is in declaration order");
+        }
+    }
+}
