@@ -1015,3 +1015,121 @@ fn unix_sockets_count_as_local_and_one_remote_listener_is_enough_to_refuse() {
         "{stderr}"
     );
 }
+
+/// `POST path` over HTTP/1.1 with an optional bearer token: (status code, body).
+fn http_post(server: &Server, path: &str, token: Option<&str>, body: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(server.addr).unwrap();
+    let authorization = token.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: authzd\r\n{authorization}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP response: {response:?}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, b)| b.to_string());
+    (status, body)
+}
+
+/// The HTTP paths and Envoy's Check go through the same gate as the gRPC reviews.
+#[tokio::test]
+async fn http_paths_and_envoy_check_enforce_the_same_privileges() {
+    let fixture = Fixture::start().await;
+    let server = &fixture.server;
+    let sar = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SubjectAccessReview",
+        "spec":{"user":"alice","groups":["readers"],"resourceAttributes":{"verb":"get","resource":"pods","namespace":"x"}}}"#;
+    let path = "/apis/authorization.k8s.io/v1/subjectaccessreviews";
+
+    let (status, body) = http_post(server, path, None, sar);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http_post(server, path, Some("wrong-token"), sar);
+    assert_eq!(status, 401, "{body}");
+    let (status, body) = http_post(server, path, Some("alice-token"), sar);
+    assert_eq!(status, 403, "{body}");
+    assert!(body.contains("subjectaccessreviews"), "{body}");
+    let (status, body) = http_post(server, path, Some("rita-token"), sar);
+    assert_eq!(status, 201, "{body}");
+    assert!(body.contains(r#""allowed":true"#), "{body}");
+    // The webhook is a cluster-wide review too.
+    let (status, _) = http_post(server, "/authorize", Some("alice-token"), sar);
+    assert_eq!(status, 403);
+    let (status, body) = http_post(server, "/authorize", Some("rita-token"), sar);
+    assert_eq!(status, 200, "{body}");
+
+    // alice may always ask about herself.
+    let self_review = r#"{"apiVersion":"authorization.k8s.io/v1","kind":"SelfSubjectAccessReview",
+        "spec":{"resourceAttributes":{"verb":"get","resource":"pods","namespace":"x"}}}"#;
+    let (status, body) = http_post(
+        server,
+        "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+        Some("alice-token"),
+        self_review,
+    );
+    assert_eq!(status, 201, "{body}");
+    assert!(body.contains(r#""allowed":true"#), "{body}");
+
+    // nadia's local reviews: in team-a yes, elsewhere no.
+    let local = |ns: &str| {
+        format!(
+            r#"{{"apiVersion":"authorization.k8s.io/v1","kind":"LocalSubjectAccessReview",
+            "metadata":{{"namespace":"{ns}"}},
+            "spec":{{"user":"bob","resourceAttributes":{{"verb":"get","resource":"pods","namespace":"{ns}"}}}}}}"#
+        )
+    };
+    let local_path = |ns: &str| {
+        format!("/apis/authorization.k8s.io/v1/namespaces/{ns}/localsubjectaccessreviews")
+    };
+    let (status, body) = http_post(
+        server,
+        &local_path("team-a"),
+        Some("nadia-token"),
+        &local("team-a"),
+    );
+    assert_eq!(status, 201, "{body}");
+    let (status, body) = http_post(
+        server,
+        &local_path("team-b"),
+        Some("nadia-token"),
+        &local("team-b"),
+    );
+    assert_eq!(status, 403, "{body}");
+
+    // Envoy's Check needs what Authorize needs.
+    use envoy_types::pb::envoy::service::auth::v3::attribute_context::{
+        HttpRequest, Request as HttpAttributes,
+    };
+    use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
+    use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest};
+    let check = || CheckRequest {
+        attributes: Some(AttributeContext {
+            request: Some(HttpAttributes {
+                http: Some(HttpRequest {
+                    method: "GET".into(),
+                    path: "/hello".into(),
+                    headers: [("x-remote-user".to_string(), "alice".to_string())].into(),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }),
+    };
+    let mut envoy = AuthorizationClient::new(fixture.channel.clone());
+    let refused = envoy.check(as_user("alice-token", check())).await;
+    assert_refused(refused, Code::PermissionDenied, "subjectaccessreviews");
+    let refused = envoy.check(Request::new(check())).await;
+    assert_eq!(refused.unwrap_err().code(), Code::Unauthenticated);
+    let answered = envoy.check(as_user("rita-token", check())).await.unwrap();
+    // rita may ask; the answer is that alice may not GET /hello (a denial Envoy turns into 403).
+    let status = answered.into_inner().status.expect("a status");
+    assert_eq!(status.code, Code::PermissionDenied as i32);
+}
