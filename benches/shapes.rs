@@ -17,13 +17,22 @@ use criterion::{criterion_group, criterion_main, Criterion};
 /// Background bindings, and the width of the stressed part of each shape.
 const BINDINGS: usize = 100_000;
 const WIDE: usize = 1_000;
+/// `cargo test --all-targets` runs each bench once as a smoke test, in a debug build: a small
+/// background keeps that quick while still checking every answer.
+const SMOKE_BINDINGS: usize = 2_000;
 
 fn shapes(c: &mut Criterion) {
     let mut group = c.benchmark_group("shapes");
     group.measurement_time(Duration::from_secs(2));
     group.warm_up_time(Duration::from_millis(300));
     let config = EngineConfig::default();
-    for case in synth::shape_cases(BINDINGS, WIDE, 42) {
+    // `cargo bench` passes `--bench`; a smoke run under `cargo test` does not.
+    let bindings = if std::env::args().any(|a| a == "--bench") {
+        BINDINGS
+    } else {
+        SMOKE_BINDINGS
+    };
+    for case in synth::shape_cases(bindings, WIDE, 42) {
         let engine = Engine::new(&case.policy, config.clone());
         let answer = engine.authorize(&case.request);
         assert_eq!(answer.decision, case.expected, "{}: {answer:?}", case.name);
@@ -34,7 +43,7 @@ fn shapes(c: &mut Criterion) {
             "{} (reference)",
             case.name
         );
-        let id = format!("{}/{BINDINGS}-bindings/{WIDE}-wide", case.name);
+        let id = format!("{}/{bindings}-bindings/{WIDE}-wide", case.name);
         group.bench_function(id, |b| {
             b.iter(|| engine.authorize(black_box(&case.request)))
         });
