@@ -23,7 +23,7 @@ const SMOKE_BINDINGS: usize = 2_000;
 
 fn shapes(c: &mut Criterion) {
     let mut group = c.benchmark_group("shapes");
-    group.measurement_time(Duration::from_secs(2));
+    group.measurement_time(Duration::from_secs(1));
     group.warm_up_time(Duration::from_millis(300));
     let config = EngineConfig::default();
     // `cargo bench` passes `--bench`; a smoke run under `cargo test` does not.

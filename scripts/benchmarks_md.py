@@ -305,7 +305,7 @@ def main():
     if runs:
         w("## Load: authzd vs a no-op tonic server, same load, same run\n")
         w("`target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 "
-          "--duration 10s --warmup 2s` plus the flags below. The no-op server implements the same "
+          "--duration 8s --warmup 1s` plus the flags below. The no-op server implements the same "
           "service and answers an empty response: the physical limit of gRPC on this machine.\n")
         w("| run | flags | no-op req/s | authzd req/s | authzd decisions/s | throughput ratio | no-op p99 | authzd p99 | p99 ratio | errors |")
         w("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
