@@ -347,7 +347,9 @@ def main():
 
     w("## Reproduce\n")
     w("```sh\nscripts/bench.sh            # regenerates this file\n"
-      "cargo bench --bench authorize   # or one group\n```")
+      "cargo bench --bench authorize   # or one group: cache, update, shapes\n"
+      "(cd bench-peers && CARGO_TARGET_DIR=../target cargo build --release)\n"
+      "target/release/authzd-bench-peers --sizes 1000,10000,100000,1000000   # peers, JSON lines\n```")
     print("\n".join(out))
 
 
