@@ -256,3 +256,232 @@ pub fn who_can_action() -> Action {
         ..Default::default()
     })
 }
+
+/// One policy shape that stresses one part of the decision path, with a request and the answer
+/// it must get. Shared by `benches/shapes.rs` (which checks the answer before timing) and
+/// `tests/shapes.rs` (which holds the engine and the reference evaluator to it).
+pub struct ShapeCase {
+    pub name: &'static str,
+    pub policy: PolicySet,
+    pub request: Request,
+    pub expected: crate::engine::Decision,
+}
+
+/// A subject-less RoleBinding of `role` in `ns`; callers add the subjects.
+fn role_binding(ns: &str, name: &str, kind: RoleKind, role: &str) -> Binding {
+    Binding {
+        kind: BindingKind::RoleBinding,
+        namespace: ns.to_string(),
+        name: name.to_string(),
+        subjects: Vec::new(),
+        role_ref: RoleRef {
+            kind,
+            name: role.to_string(),
+        },
+        source: Source::new("synthetic", 0),
+    }
+}
+
+fn request_for(
+    user: &str,
+    groups: Vec<String>,
+    verb: &str,
+    group: &str,
+    resource: &str,
+) -> Request {
+    Request {
+        user: UserInfo {
+            name: user.to_string(),
+            groups,
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: namespace(0),
+            verb: verb.to_string(),
+            group: group.to_string(),
+            version: "v1".to_string(),
+            resource: resource.to_string(),
+            subresource: String::new(),
+            name: String::new(),
+        }),
+    }
+}
+
+/// The shape cases over a background of `bindings` random bindings (see [`policy`]); `wide`
+/// sets how many subjects, groups, rules, aggregated roles or ABAC lines the stressed part has.
+/// Deterministic: the same arguments always give the same cases.
+pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
+    use crate::engine::Decision;
+    use crate::policy::model::{AbacRule, LabelSelector};
+
+    let shape = Shape::with_bindings(bindings);
+    let base = policy(&shape, seed);
+    let wide = wide.max(1);
+    let mut cases = Vec::new();
+
+    // Wide bindings: one binding with `wide` subjects; the asking user is the last one.
+    let mut set = base.clone();
+    let mut binding = role_binding(&namespace(0), "wide", RoleKind::Role, "ns-reader");
+    binding.subjects = (0..wide)
+        .map(|i| subject("User", format!("wide-user-{i}")))
+        .collect();
+    set.bindings.push(binding);
+    set.canonicalize();
+    let last = format!("wide-user-{}", wide - 1);
+    cases.push(ShapeCase {
+        name: "wide-binding",
+        policy: set,
+        request: request_for(&last, Vec::new(), "get", "", "pods"),
+        expected: Decision::Allow,
+    });
+
+    // Many namespaces: one binding per namespace.
+    let many = Shape {
+        namespaces: bindings.max(1),
+        ..shape
+    };
+    cases.push(ShapeCase {
+        name: "many-namespaces",
+        policy: policy(&many, seed),
+        request: allowed_request(&many),
+        expected: Decision::Allow,
+    });
+
+    // A user in `wide` groups; only the last one is bound (see `policy`).
+    let grouped = Shape {
+        groups_per_user: wide,
+        ..shape
+    };
+    cases.push(ShapeCase {
+        name: "many-groups",
+        policy: policy(&grouped, seed),
+        request: allowed_request(&grouped),
+        expected: Decision::Allow,
+    });
+
+    // Aggregation: `agg-admin` gathers `wide` labelled ClusterRoles; the request needs the
+    // last one's rule.
+    let mut set = base.clone();
+    for i in 0..wide {
+        let mut role = cluster_role(
+            &format!("agg-part-{i}"),
+            vec![rule(&["get"], &[""], &[&format!("res-{i}")], false)],
+        );
+        role.labels
+            .insert("aggregate-to-admin".to_string(), "true".to_string());
+        set.roles.push(role);
+    }
+    let mut admin = cluster_role("agg-admin", Vec::new());
+    admin.aggregation_rule = Some(vec![LabelSelector {
+        match_labels: BTreeMap::from([("aggregate-to-admin".to_string(), "true".to_string())]),
+        ..Default::default()
+    }]);
+    set.roles.push(admin);
+    let mut binding = role_binding(&namespace(0), "agg", RoleKind::ClusterRole, "agg-admin");
+    binding.subjects = vec![subject("User", "agg-user".to_string())];
+    set.bindings.push(binding);
+    set.canonicalize();
+    cases.push(ShapeCase {
+        name: "aggregated-clusterrole",
+        policy: set,
+        request: request_for(
+            "agg-user",
+            Vec::new(),
+            "get",
+            "",
+            &format!("res-{}", wide - 1),
+        ),
+        expected: Decision::Allow,
+    });
+
+    // Deny-heavy: a role of `wide` deny rules, then an allow; the request meets the last deny.
+    let mut set = base.clone();
+    let mut rules: Vec<PolicyRule> = (0..wide)
+        .map(|i| rule(&["*"], &[""], &[&format!("forbidden-{i}")], true))
+        .collect();
+    rules.push(rule(&["*"], &[""], &["*"], false));
+    set.roles.push(cluster_role("deny-heavy", rules));
+    let mut binding = role_binding(
+        &namespace(0),
+        "deny-heavy",
+        RoleKind::ClusterRole,
+        "deny-heavy",
+    );
+    binding.subjects = vec![subject("User", "deny-user".to_string())];
+    set.bindings.push(binding);
+    set.canonicalize();
+    cases.push(ShapeCase {
+        name: "deny-heavy",
+        policy: set,
+        request: request_for(
+            "deny-user",
+            Vec::new(),
+            "get",
+            "",
+            &format!("forbidden-{}", wide - 1),
+        ),
+        expected: Decision::Deny,
+    });
+
+    // Negation-heavy: `*` except `wide` resources; the request is for one not excepted.
+    let mut set = base.clone();
+    let mut resources = vec!["*".to_string()];
+    resources.extend((0..wide).map(|i| format!("-hidden-{i}")));
+    let negated = PolicyRule {
+        verbs: vec!["get".to_string()],
+        api_groups: vec![String::new()],
+        resources,
+        ..Default::default()
+    };
+    set.roles
+        .push(cluster_role("negation-heavy", vec![negated]));
+    let mut binding = role_binding(
+        &namespace(0),
+        "negation-heavy",
+        RoleKind::ClusterRole,
+        "negation-heavy",
+    );
+    binding.subjects = vec![subject("User", "negation-user".to_string())];
+    set.bindings.push(binding);
+    set.canonicalize();
+    cases.push(ShapeCase {
+        name: "negation-heavy",
+        policy: set,
+        request: request_for("negation-user", Vec::new(), "get", "", "pods"),
+        expected: Decision::Allow,
+    });
+
+    // ABAC-heavy: `wide` lines for other users, the asking user's line last; RBAC has no
+    // opinion on this user, so the chain falls through to ABAC.
+    let mut set = base.clone();
+    set.abac = (0..=wide)
+        .map(|i| AbacRule {
+            user: if i == wide {
+                "abac-user".to_string()
+            } else {
+                format!("abac-other-{i}")
+            },
+            readonly: true,
+            api_group: "*".to_string(),
+            namespace: namespace(0),
+            resource: "pods".to_string(),
+            source: Source::new("synthetic.abac", u32::try_from(i + 1).unwrap_or(u32::MAX)),
+            ..Default::default()
+        })
+        .collect();
+    cases.push(ShapeCase {
+        name: "abac-heavy",
+        policy: set,
+        request: request_for("abac-user", Vec::new(), "get", "", "pods"),
+        expected: Decision::Allow,
+    });
+
+    // Worst case: a user in 10 groups, and nothing matches anywhere.
+    cases.push(ShapeCase {
+        name: "nothing-matches",
+        policy: base,
+        request: unmatched_request(&shape),
+        expected: Decision::NoOpinion,
+    });
+    cases
+}
