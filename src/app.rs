@@ -416,6 +416,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         http2_keepalive_interval: limits.http2_keepalive_interval,
         http2_keepalive_timeout: limits.http2_keepalive_timeout,
         max_connection_age: limits.max_connection_age,
+        max_connections: limits.max_connections,
     };
     let server = tokio::spawn(transport::serve(
         listeners,

@@ -438,6 +438,11 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_watches: usize,
 
+    /// Open connections, across all listeners; one more is closed as soon as it is accepted,
+    /// so idle or slow clients cannot exhaust file descriptors and memory.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_connections: usize,
+
     /// Optional: close every connection after this long (gracefully: in-flight requests get
     /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
@@ -468,6 +473,7 @@ pub struct ServeLimits {
     pub http2_keepalive_timeout: Duration,
     pub max_connection_age: Option<Duration>,
     pub max_watches: usize,
+    pub max_connections: usize,
 }
 
 /// Validated [`AuditArgs`]: present when `--audit-log` is given.
@@ -491,6 +497,7 @@ impl LimitArgs {
             self.max_concurrent_requests as u64,
         )?;
         positive("max-watches", self.max_watches as u64)?;
+        positive("max-connections", self.max_connections as u64)?;
         positive(
             "http2-max-concurrent-streams",
             u64::from(self.http2_max_concurrent_streams),
@@ -507,6 +514,7 @@ impl LimitArgs {
             http2_keepalive_interval: self.http2_keepalive_interval,
             http2_keepalive_timeout: self.http2_keepalive_timeout,
             max_connection_age: self.max_connection_age,
+            max_connections: self.max_connections,
             max_watches: self.max_watches,
         })
     }

@@ -415,3 +415,55 @@ async fn every_audit_entry_is_either_written_or_counted_as_dropped() {
     println!("audit queue of 1, 1000 entries: {written} written, {dropped} dropped");
     assert_eq!(written + dropped, 1000);
 }
+
+/// Whether the server closed `stream` (EOF or reset) within `within`, without us sending
+/// anything.
+async fn closed_by_server(stream: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut byte = [0u8; 1];
+    matches!(
+        tokio::time::timeout(within, stream.read(&mut byte)).await,
+        Ok(Ok(0)) | Ok(Err(_))
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_limit_are_closed_at_once_and_slots_come_back() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &["--max-connections", "2"]).await;
+    // wait_serving's own connection is gone once its channel is dropped; give the server a
+    // moment to notice.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut first = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let mut second = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let mut third = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    assert!(
+        closed_by_server(&mut third, Duration::from_secs(5)).await,
+        "a third connection must be closed at once with --max-connections 2"
+    );
+    // The two within the limit are held open (idle, but not refused).
+    assert!(!closed_by_server(&mut first, Duration::from_millis(300)).await);
+    assert!(!closed_by_server(&mut second, Duration::from_millis(300)).await);
+    drop(first);
+    drop(second);
+    // Their slots come back: a real client is served again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let attempt = async {
+            let mut client = AuthorizerClient::new(server.channel().await);
+            client
+                .authorize(resource_request("alice", &[], "dev", "get", "pods"))
+                .await
+        };
+        match tokio::time::timeout(Duration::from_secs(2), attempt).await {
+            Ok(Ok(answer)) => {
+                assert!(answer.into_inner().allowed);
+                break;
+            }
+            _ if Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("the freed slots were not reused: {other:?}"),
+        }
+    }
+}

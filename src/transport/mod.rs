@@ -154,6 +154,8 @@ pub struct ConnectionLimits {
     pub http2_keepalive_timeout: Duration,
     /// Close each connection gracefully after this long (clients reconnect).
     pub max_connection_age: Option<Duration>,
+    /// Open connections across all listeners; past it, a new connection is closed at once.
+    pub max_connections: usize,
 }
 
 /// How long in-flight requests may finish on a connection closed for its age.
@@ -169,12 +171,14 @@ pub async fn serve(
     shutdown: impl Future<Output = ()> + Send,
 ) {
     let (stop, stopped) = tokio::sync::watch::channel(false);
+    let connection_slots = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     let mut accept_loops = tokio::task::JoinSet::new();
     for listener in listeners {
         accept_loops.spawn(accept_loop(
             listener,
             router.clone(),
             limits,
+            Arc::clone(&connection_slots),
             stopped.clone(),
         ));
     }
@@ -189,6 +193,7 @@ async fn accept_loop(
     listener: Listener,
     router: axum::Router,
     limits: ConnectionLimits,
+    connection_slots: Arc<tokio::sync::Semaphore>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
@@ -214,7 +219,14 @@ async fn accept_loop(
         while connections.try_join_next().is_some() {}
         match accepted {
             Ok((io, info)) => {
-                connections.spawn(serve_connection(
+                let Ok(slot) = Arc::clone(&connection_slots).try_acquire_owned() else {
+                    // At --max-connections: refuse fast (closing is the only answer a
+                    // protocol-less peer understands) rather than queue.
+                    tracing::debug!(listener = %listener.addr, "connection refused: --max-connections reached");
+                    drop(io);
+                    continue;
+                };
+                let connection = serve_connection(
                     builder.clone(),
                     io,
                     info,
@@ -222,7 +234,11 @@ async fn accept_loop(
                     router.clone(),
                     limits.max_connection_age,
                     stopped.clone(),
-                ));
+                );
+                connections.spawn(async move {
+                    connection.await;
+                    drop(slot);
+                });
             }
             Err(error) => {
                 // Out of file descriptors and the like: keep serving the connections we have

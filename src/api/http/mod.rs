@@ -266,6 +266,7 @@ mod tests {
                 http2_keepalive_interval: std::time::Duration::from_secs(30),
                 http2_keepalive_timeout: std::time::Duration::from_secs(10),
                 max_connection_age: None,
+                max_connections: 16,
             },
             async {
                 let _ = stopped.await;
