@@ -119,7 +119,6 @@ impl GrpcApi {
 
     fn authorize_one(
         &self,
-        rpc: &str,
         caller: &UserInfo,
         snapshot: &Snapshot,
         request: &engine::Request,
@@ -131,7 +130,7 @@ impl GrpcApi {
             .decision(api, decided.response.decision);
         if let Some(audit) = &self.audit {
             audit.review(
-                rpc,
+                api.rpc(),
                 caller,
                 &request.user,
                 &request.action,
@@ -171,7 +170,6 @@ impl GrpcApi {
 
     fn review(
         &self,
-        rpc: &str,
         caller: &UserInfo,
         snapshot: &Snapshot,
         user: UserInfo,
@@ -186,7 +184,7 @@ impl GrpcApi {
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.audit {
             audit.review(
-                rpc,
+                api.rpc(),
                 caller,
                 &request.user,
                 &request.action,
@@ -222,7 +220,6 @@ impl Authorizer for GrpcApi {
             )
             .await?;
         Ok(Response::new(self.authorize_one(
-            "Authorize",
             &caller,
             &snapshot,
             &request,
@@ -268,13 +265,7 @@ impl Authorizer for GrpcApi {
         let responses = requests
             .iter()
             .map(|request| {
-                self.authorize_one(
-                    "BatchAuthorize",
-                    &caller,
-                    &snapshot,
-                    request,
-                    DecisionApi::BatchAuthorize,
-                )
+                self.authorize_one(&caller, &snapshot, request, DecisionApi::BatchAuthorize)
             })
             .collect();
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
@@ -333,7 +324,6 @@ impl AccessReview for GrpcApi {
             )
             .await?;
         Ok(Response::new(self.review(
-            "SubjectAccessReview",
             &caller,
             &snapshot,
             user,
@@ -359,7 +349,6 @@ impl AccessReview for GrpcApi {
             )
             .await?;
         Ok(Response::new(self.review(
-            "PersonalSubjectAccessReview",
             &caller,
             &snapshot,
             caller.clone(),
@@ -386,7 +375,6 @@ impl AccessReview for GrpcApi {
             )
             .await?;
         Ok(Response::new(self.review(
-            "LocalSubjectAccessReview",
             &caller,
             &snapshot,
             user,

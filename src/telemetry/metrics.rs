@@ -47,6 +47,18 @@ impl DecisionApi {
         DecisionApi::EnvoyCheck,
     ];
 
+    /// The RPC's name as the audit log and the proto spell it.
+    pub fn rpc(self) -> &'static str {
+        match self {
+            DecisionApi::Authorize => "Authorize",
+            DecisionApi::BatchAuthorize => "BatchAuthorize",
+            DecisionApi::SubjectAccessReview => "SubjectAccessReview",
+            DecisionApi::PersonalSubjectAccessReview => "PersonalSubjectAccessReview",
+            DecisionApi::LocalSubjectAccessReview => "LocalSubjectAccessReview",
+            DecisionApi::EnvoyCheck => "Check",
+        }
+    }
+
     pub fn label(self) -> &'static str {
         match self {
             DecisionApi::Authorize => "authorize",
@@ -61,7 +73,8 @@ impl DecisionApi {
 
 const DECISIONS: [Decision; 3] = [Decision::Allow, Decision::Deny, Decision::NoOpinion];
 
-fn decision_label(decision: Decision) -> &'static str {
+/// `allow`, `deny`, `no_opinion`: the decision as metrics labels and span fields spell it.
+pub fn decision_label(decision: Decision) -> &'static str {
     match decision {
         Decision::Allow => "allow",
         Decision::Deny => "deny",
@@ -339,14 +352,8 @@ impl Metrics {
         }
     }
 
-    /// Drains histogram samples into their buckets. Run periodically so that memory stays
-    /// bounded between scrapes (see [`Metrics::spawn_upkeep`]).
-    pub fn upkeep(&self) {
-        self.handle.run_upkeep();
-    }
-
-    /// Runs [`Metrics::upkeep`] every `every` on the current tokio runtime, until the runtime
-    /// stops or the returned task is aborted.
+    /// Drains histogram samples into their buckets every `every`, so memory stays bounded
+    /// between scrapes; runs on the current tokio runtime until it stops or the task is aborted.
     pub fn spawn_upkeep(&self, every: Duration) -> tokio::task::JoinHandle<()> {
         let handle = self.handle.clone();
         tokio::spawn(async move {

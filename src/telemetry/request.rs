@@ -15,7 +15,7 @@ use tracing::instrument::Instrumented;
 use tracing::{Instrument as _, Span};
 use tracing_opentelemetry::OpenTelemetrySpanExt as _;
 
-use super::metrics::{Metrics, Route};
+use super::metrics::{decision_label, Metrics, Route};
 use crate::engine::Decision;
 
 /// What the layer needs: where to count, how to name the webhook route, and whether spans are
@@ -152,16 +152,8 @@ pub fn record_caller(name: &str) {
 pub fn record_decision(decision: Decision, cached: bool, revision: u64) {
     let span = Span::current();
     if !span.is_disabled() {
-        span.record("decision", decision_name(decision));
+        span.record("decision", decision_label(decision));
         span.record("cached", cached);
         span.record("revision", revision);
-    }
-}
-
-fn decision_name(decision: Decision) -> &'static str {
-    match decision {
-        Decision::Allow => "allow",
-        Decision::Deny => "deny",
-        Decision::NoOpinion => "no_opinion",
     }
 }
