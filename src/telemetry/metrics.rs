@@ -1,8 +1,8 @@
 //! Prometheus metrics.
 //!
 //! Every instrument the request path touches is registered once, at startup, into fixed
-//! tables indexed by small enums, so recording a decision or a request is an array index and an
-//! atomic add: no key hashing, no label formatting, no allocation. Figures the server already
+//! tables indexed by small enums, so recording a decision or a request indexes an array: no key
+//! hashing, no label formatting. Figures the server already
 //! keeps (cache counters, the revision, reload errors) are not duplicated: [`Metrics::render`]
 //! copies them into the exposition at scrape time.
 //!
