@@ -32,10 +32,9 @@ use authzd::proto;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use clap::Parser;
+use grpc_harness::raw::RawCodec;
 use grpc_harness::{resource_request, sample_policy, Server};
 use hdrhistogram::Histogram;
-use prost::bytes::{Buf, BufMut};
-use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
@@ -106,44 +105,6 @@ fn offline_engine(policy: &std::path::Path) -> Engine {
 fn expected_decision(engine: &Engine, request: &proto::AuthorizeRequest) -> i32 {
     let request = convert::authorize_request(request.clone()).unwrap();
     convert::decision(engine.authorize(&request).decision) as i32
-}
-
-/// Sends message bytes as they are (garbage framed as gRPC).
-#[derive(Clone, Copy, Default)]
-struct RawCodec;
-struct RawEncoder;
-struct RawDecoder;
-
-impl Codec for RawCodec {
-    type Encode = Vec<u8>;
-    type Decode = Vec<u8>;
-    type Encoder = RawEncoder;
-    type Decoder = RawDecoder;
-    fn encoder(&mut self) -> RawEncoder {
-        RawEncoder
-    }
-    fn decoder(&mut self) -> RawDecoder {
-        RawDecoder
-    }
-}
-
-impl Encoder for RawEncoder {
-    type Item = Vec<u8>;
-    type Error = Status;
-    fn encode(&mut self, item: Vec<u8>, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
-        dst.put_slice(&item);
-        Ok(())
-    }
-}
-
-impl Decoder for RawDecoder {
-    type Item = Vec<u8>;
-    type Error = Status;
-    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<Vec<u8>>, Status> {
-        let mut out = vec![0; src.remaining()];
-        src.copy_to_slice(&mut out);
-        Ok(Some(out))
-    }
 }
 
 /// What the clients saw, by kind of request and outcome.
