@@ -117,6 +117,33 @@ async fn counters_move_as_the_requests_predict() {
     // The scrape in flight counts itself.
     assert_eq!(get(&after, "authzd_requests_in_flight"), 1.0);
 
+    // A batch counts each of its decisions under its own API, by outcome.
+    let batch = authzd::proto::BatchAuthorizeRequest {
+        requests: vec![
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("ivan", &["interns"], "dev", "get", "secrets"),
+            resource_request("mallory", &[], "dev", "delete", "nodes"),
+        ],
+    };
+    let answers = client.batch_authorize(batch).await.unwrap().into_inner();
+    assert_eq!(answers.responses.len(), 5);
+    let batched = scrape(&server);
+    let batch_moved = |decision: &str| {
+        let series =
+            format!(r#"authzd_decisions_total{{api="batch_authorize",decision="{decision}"}}"#);
+        get(&batched, &series) - after.get(&series).copied().unwrap_or(0.0)
+    };
+    assert_eq!(batch_moved("allow"), 3.0);
+    assert_eq!(batch_moved("deny"), 1.0);
+    assert_eq!(batch_moved("no_opinion"), 1.0);
+    assert_eq!(
+        get(&batched, allow),
+        get(&after, allow),
+        "a batch is not Authorize"
+    );
+
     // A policy change moves the revision and invalidates what it could affect.
     let mut admin = PolicyAdminClient::new(server.channel().await);
     admin

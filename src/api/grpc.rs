@@ -19,7 +19,7 @@ use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
-use crate::telemetry::metrics::DecisionApi;
+use crate::telemetry::metrics::{DecisionApi, DecisionTally};
 use crate::telemetry::request::{record_caller, record_decision};
 
 /// Both services over one serving state. Cheap to clone.
@@ -123,11 +123,10 @@ impl GrpcApi {
         snapshot: &Snapshot,
         request: &engine::Request,
         api: DecisionApi,
+        tally: &mut DecisionTally,
     ) -> proto::AuthorizeResponse {
         let decided = self.state.authorizer(snapshot).decide(request);
-        self.state
-            .metrics()
-            .decision(api, decided.response.decision);
+        tally.add(decided.response.decision);
         if let Some(audit) = &self.audit {
             audit.review(
                 api.rpc(),
@@ -219,12 +218,11 @@ impl Authorizer for GrpcApi {
                 deadline,
             )
             .await?;
-        Ok(Response::new(self.authorize_one(
-            &caller,
-            &snapshot,
-            &request,
-            DecisionApi::Authorize,
-        )))
+        let api = DecisionApi::Authorize;
+        let mut tally = DecisionTally::default();
+        let response = self.authorize_one(&caller, &snapshot, &request, api, &mut tally);
+        self.state.metrics().tally(api, &tally);
+        Ok(Response::new(response))
     }
 
     async fn batch_authorize(
@@ -262,12 +260,13 @@ impl Authorizer for GrpcApi {
                 deadline,
             )
             .await?;
+        let api = DecisionApi::BatchAuthorize;
+        let mut tally = DecisionTally::default();
         let responses = requests
             .iter()
-            .map(|request| {
-                self.authorize_one(&caller, &snapshot, request, DecisionApi::BatchAuthorize)
-            })
+            .map(|request| self.authorize_one(&caller, &snapshot, request, api, &mut tally))
             .collect();
+        self.state.metrics().tally(api, &tally);
         Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
 

@@ -10,10 +10,12 @@
 //!   Every adapter (gRPC, HTTP, Envoy ext_authz) asks the same gate, so the same policy
 //!   decides who may ask.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Arc, Weak};
 
 use subtle::ConstantTimeEq;
 use thiserror::Error;
@@ -577,7 +579,7 @@ pub struct Gate<'a> {
     pub state: &'a ServingState,
     /// The snapshot the request is answered from: the privilege is checked against the same
     /// policy.
-    pub snapshot: &'a Snapshot,
+    pub snapshot: &'a Arc<Snapshot>,
 }
 
 impl Gate<'_> {
@@ -586,6 +588,9 @@ impl Gate<'_> {
         let Some(action) = privilege.action() else {
             return Ok(());
         };
+        if admitted_before(self.snapshot, caller, privilege) {
+            return Ok(());
+        }
         let request = Request {
             user: caller.clone(),
             action,
@@ -595,6 +600,7 @@ impl Gate<'_> {
             .privilege_authorizer(self.snapshot)
             .decide(&request);
         if decided.response.allowed() {
+            remember_admitted(self.snapshot, request.user, privilege);
             Ok(())
         } else {
             tracing::debug!(caller = %caller.name, ?privilege, "privilege refused");
@@ -603,9 +609,157 @@ impl Gate<'_> {
     }
 }
 
+/// A privilege granted to a caller by one snapshot's policy.
+///
+/// Every Authorize is also a privilege check for its caller, almost always the same caller
+/// (a proxy's identity) asking for the same privilege. The answer is a function of the policy
+/// and the request alone, so for the same snapshot it cannot change: each worker thread keeps
+/// the last few grants and answers a repeat by comparing values instead of building, hashing and
+/// looking up a second request. A policy change publishes a new snapshot, so a revoked privilege
+/// is never answered from here (the snapshot no longer matches); the `Weak` keeps the old
+/// snapshot's allocation from being reused for a new one without keeping its index alive.
+/// Refusals are not remembered: they take the full path and are explained.
+struct AdmittedPrivilege {
+    snapshot: Weak<Snapshot>,
+    caller: UserInfo,
+    privilege: Privilege<'static>,
+}
+
+/// Grants remembered per worker thread; a handful covers the callers and RPCs of a busy proxy.
+const ADMITTED_MEMO: usize = 4;
+
+thread_local! {
+    /// The last [`ADMITTED_MEMO`] grants, newest last.
+    static ADMITTED: RefCell<Vec<AdmittedPrivilege>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The privilege with its borrowed parts, if it has none (every cluster-wide privilege):
+/// only those are remembered, so an entry owns nothing borrowed from a request.
+fn static_privilege(privilege: Privilege<'_>) -> Option<Privilege<'static>> {
+    match privilege {
+        Privilege::Resource {
+            verb,
+            group,
+            resource,
+            namespace: "",
+            name: "",
+        } => Some(Privilege::Resource {
+            verb,
+            group,
+            resource,
+            namespace: "",
+            name: "",
+        }),
+        Privilege::Resource { .. } => None,
+        Privilege::NonResource { verb, path } => Some(Privilege::NonResource { verb, path }),
+        Privilege::Authenticated => Some(Privilege::Authenticated),
+    }
+}
+
+fn admitted_before(snapshot: &Arc<Snapshot>, caller: &UserInfo, privilege: Privilege<'_>) -> bool {
+    let Some(privilege) = static_privilege(privilege) else {
+        return false;
+    };
+    ADMITTED.with(|memo| {
+        memo.borrow().iter().any(|entry| {
+            std::ptr::eq(entry.snapshot.as_ptr(), Arc::as_ptr(snapshot))
+                && entry.privilege == privilege
+                && entry.caller == *caller
+        })
+    })
+}
+
+fn remember_admitted(snapshot: &Arc<Snapshot>, caller: UserInfo, privilege: Privilege<'_>) {
+    let Some(privilege) = static_privilege(privilege) else {
+        return;
+    };
+    ADMITTED.with(|memo| {
+        let mut entries = memo.borrow_mut();
+        // Entries of replaced snapshots can never match again.
+        entries.retain(|entry| std::ptr::eq(entry.snapshot.as_ptr(), Arc::as_ptr(snapshot)));
+        if entries.len() >= ADMITTED_MEMO {
+            entries.remove(0);
+        }
+        entries.push(AdmittedPrivilege {
+            snapshot: Arc::downgrade(snapshot),
+            caller,
+            privilege,
+        });
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn snapshot(revision: u64) -> Arc<Snapshot> {
+        let engine = crate::engine::Engine::new(
+            &crate::policy::model::PolicySet::default(),
+            crate::engine::EngineConfig::default(),
+        );
+        Arc::new(Snapshot {
+            engine: Arc::new(engine),
+            revision,
+        })
+    }
+
+    fn user(name: &str, groups: &[&str]) -> UserInfo {
+        UserInfo {
+            name: name.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..UserInfo::default()
+        }
+    }
+
+    #[test]
+    fn a_remembered_grant_answers_only_the_same_snapshot_caller_and_privilege() {
+        let first = snapshot(1);
+        let proxy = user("proxy", &["system:authenticated"]);
+        let sar = Privilege::SUBJECT_ACCESS_REVIEW;
+        assert!(!admitted_before(&first, &proxy, sar));
+        remember_admitted(&first, proxy.clone(), sar);
+        assert!(admitted_before(&first, &proxy, sar));
+        // Another caller, one group more or less, another privilege: not this grant.
+        assert!(!admitted_before(&first, &user("proxy", &[]), sar));
+        assert!(!admitted_before(
+            &first,
+            &user("other", &["system:authenticated"]),
+            sar
+        ));
+        assert!(!admitted_before(
+            &first,
+            &proxy,
+            Privilege::RESOURCE_ACCESS_REVIEW
+        ));
+        // A new snapshot (a policy change, even at the same revision number) starts over.
+        let second = snapshot(1);
+        assert!(!admitted_before(&second, &proxy, sar));
+        drop(first);
+        let third = snapshot(2);
+        assert!(!admitted_before(&third, &proxy, sar));
+        // Namespaced privileges borrow from the request and are never remembered.
+        let local = Privilege::local_subject_access_review("team-a");
+        remember_admitted(&third, proxy.clone(), local);
+        assert!(!admitted_before(&third, &proxy, local));
+    }
+
+    #[test]
+    fn the_memo_keeps_the_newest_grants_of_the_current_snapshot_only() {
+        let old = snapshot(1);
+        let current = snapshot(2);
+        let sar = Privilege::SUBJECT_ACCESS_REVIEW;
+        remember_admitted(&old, user("a", &[]), sar);
+        let callers: Vec<UserInfo> = (0..=ADMITTED_MEMO)
+            .map(|i| user(&format!("u{i}"), &[]))
+            .collect();
+        for caller in &callers {
+            remember_admitted(&current, caller.clone(), sar);
+        }
+        ADMITTED.with(|memo| assert_eq!(memo.borrow().len(), ADMITTED_MEMO));
+        assert!(!admitted_before(&old, &user("a", &[]), sar));
+        assert!(!admitted_before(&current, &callers[0], sar));
+        assert!(admitted_before(&current, &callers[ADMITTED_MEMO], sar));
+    }
 
     fn parse(text: &str) -> std::result::Result<TokenFile, String> {
         TokenFile::parse("tokens.csv", text).map_err(|e| e.to_string())

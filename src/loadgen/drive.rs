@@ -12,6 +12,7 @@ use tonic::client::Grpc;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::{Channel, Endpoint};
 
+use super::answer::{AuthorizeAnswer, BatchAnswer};
 use super::workload::{Answers, Kind, Op, Outgoing, WireCodec, Workload};
 use super::LoadgenError;
 use crate::proto;
@@ -248,7 +249,7 @@ async fn call(
     let status = |s: tonic::Status| format!("{:?}: {}", s.code(), s.message());
     match op {
         Op::Authorize(item) => {
-            let response: proto::AuthorizeResponse = client
+            let response: AuthorizeAnswer = client
                 .unary(
                     request,
                     PathAndQuery::from_static(AUTHORIZE),
@@ -264,7 +265,7 @@ async fn call(
             })
         }
         Op::Batch(items) => {
-            let response: proto::BatchAuthorizeResponse = client
+            let response: BatchAnswer = client
                 .unary(
                     request,
                     PathAndQuery::from_static(BATCH_AUTHORIZE),

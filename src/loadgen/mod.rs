@@ -10,6 +10,7 @@
 //!
 //! See `docs/loadgen.md`.
 
+pub mod answer;
 pub mod drive;
 pub mod noop;
 pub mod report;

@@ -20,6 +20,7 @@ use prost::Message;
 use tonic::codec::{Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::Status;
 
+use super::answer::AuthorizeAnswer;
 use super::{LoadgenError, Mix};
 use crate::engine;
 use crate::proto;
@@ -386,10 +387,10 @@ impl Workload {
     pub fn check_authorize(
         answers: Answers,
         expect: Expect,
-        response: &proto::AuthorizeResponse,
+        response: &AuthorizeAnswer,
     ) -> Result<bool, String> {
         match answers {
-            Answers::Empty if *response == proto::AuthorizeResponse::default() => Ok(false),
+            Answers::Empty if !response.non_empty => Ok(false),
             Answers::Empty => Err("the no-op server answered a non-empty message".into()),
             Answers::Real
                 if response.decision == expect.decision() as i32
@@ -398,12 +399,11 @@ impl Workload {
                 Ok(response.cached)
             }
             Answers::Real => Err(format!(
-                "expected {:?}, got {} (allowed {}, reason {:?})",
+                "expected {:?}, got {} (allowed {})",
                 expect.decision(),
                 proto::Decision::try_from(response.decision)
                     .map_or_else(|_| response.decision.to_string(), |d| format!("{d:?}")),
                 response.allowed,
-                response.reason
             )),
         }
     }

@@ -82,6 +82,16 @@ pub fn decision_label(decision: Decision) -> &'static str {
     }
 }
 
+/// Decisions counted locally, for [`Metrics::tally`].
+#[derive(Debug, Default)]
+pub struct DecisionTally([u64; 3]);
+
+impl DecisionTally {
+    pub fn add(&mut self, decision: Decision) {
+        self.0[decision_index(decision)] += 1;
+    }
+}
+
 fn decision_index(decision: Decision) -> usize {
     match decision {
         Decision::Allow => 0,
@@ -332,8 +342,22 @@ impl Metrics {
 
     /// Counts one decision answered by `api`.
     pub fn decision(&self, api: DecisionApi, decision: Decision) {
+        self.decisions_counted(api, decision, 1);
+    }
+
+    /// Counts the decisions of a batch at once: one shared-counter update per outcome instead
+    /// of one per decision.
+    pub fn tally(&self, api: DecisionApi, tally: &DecisionTally) {
+        for (decision, count) in DECISIONS.iter().zip(tally.0) {
+            if count > 0 {
+                self.decisions_counted(api, *decision, count);
+            }
+        }
+    }
+
+    fn decisions_counted(&self, api: DecisionApi, decision: Decision, count: u64) {
         if let Some(row) = self.decisions.get(api as usize) {
-            row[decision_index(decision)].increment(1);
+            row[decision_index(decision)].increment(count);
         }
     }
 
