@@ -267,7 +267,7 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
         }
         LocalAccess::Refused => None,
     };
-    Ok(AuthChain { tokens, local })
+    Ok(AuthChain::new(tokens, local))
 }
 
 /// The TLS configuration of `--tls-cert-file` / `--tls-private-key-file` / `--client-ca-file`

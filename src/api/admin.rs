@@ -112,7 +112,7 @@ impl AdminApi {
 
     /// Every caller is authenticated; reads then need the matching RBAC verb
     /// ([`Self::admit`]), writes the checks of [`AdminWriteGuard`].
-    fn caller<T>(&self, request: &Request<T>) -> Result<crate::engine::UserInfo> {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<crate::engine::UserInfo>> {
         self.authenticator.authenticate(&Peer::of(request))
     }
 

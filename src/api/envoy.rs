@@ -337,7 +337,7 @@ impl EnvoyApi {
     /// may: the single place the caller is identified. Envoy needs the privilege `Authorize`
     /// needs (SPEC §3: the cluster-wide review privilege), checked by the shared [`Gate`]
     /// against the policy in force.
-    fn admit_caller<T>(&self, request: &Request<T>) -> Result<UserInfo> {
+    fn admit_caller<T>(&self, request: &Request<T>) -> Result<Arc<UserInfo>> {
         let caller = self.authenticator.authenticate(&Peer::of(request))?;
         record_caller(&caller.name);
         let snapshot = self

@@ -66,7 +66,7 @@ impl GrpcApi {
         )
     }
 
-    fn caller<T>(&self, request: &Request<T>) -> Result<UserInfo> {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<UserInfo>> {
         let caller = self.authenticator.authenticate(&Peer::of(request))?;
         record_caller(&caller.name);
         Ok(caller)
@@ -350,7 +350,7 @@ impl AccessReview for GrpcApi {
         Ok(Response::new(self.review(
             &caller,
             &snapshot,
-            caller.clone(),
+            UserInfo::clone(&caller),
             action,
             DecisionApi::PersonalSubjectAccessReview,
         )))

@@ -54,40 +54,42 @@ impl<'a> Peer<'a> {
 
 /// A verified client certificate's caller, as kube-apiserver's x509 authenticator reads it:
 /// CN = user, each O = a group.
-pub fn certificate_user(identity: &ClientIdentity) -> UserInfo {
-    UserInfo {
+pub fn certificate_user(identity: &ClientIdentity) -> Arc<UserInfo> {
+    Arc::new(UserInfo {
         name: identity.common_name.clone(),
         groups: identity.organizations.clone(),
         ..UserInfo::default()
-    }
+    })
 }
 
-/// Turns a transport peer into the caller's identity.
+/// Turns a transport peer into the caller's identity. Shared, because most callers are a few
+/// fixed identities (the local identity, a token's user) asking again and again: handing out
+/// the same `Arc` costs a reference count where a copy would allocate each name.
 pub trait Authenticator: Send + Sync + 'static {
-    fn authenticate(&self, peer: &Peer<'_>) -> Result<UserInfo>;
+    fn authenticate(&self, peer: &Peer<'_>) -> Result<Arc<UserInfo>>;
 }
 
 /// The identity of every caller on a listener that allows it (loopback or Unix socket, no
 /// authentication configured): `--local-user`, `--local-group`, exactly as configured.
 pub struct LocalIdentity {
-    user: UserInfo,
+    user: Arc<UserInfo>,
 }
 
 impl LocalIdentity {
     pub fn new(name: String, groups: Vec<String>) -> Self {
         Self {
-            user: UserInfo {
+            user: Arc::new(UserInfo {
                 name,
                 groups,
                 ..UserInfo::default()
-            },
+            }),
         }
     }
 }
 
 impl Authenticator for LocalIdentity {
-    fn authenticate(&self, _peer: &Peer<'_>) -> Result<UserInfo> {
-        Ok(self.user.clone())
+    fn authenticate(&self, _peer: &Peer<'_>) -> Result<Arc<UserInfo>> {
+        Ok(Arc::clone(&self.user))
     }
 }
 
@@ -120,7 +122,7 @@ pub enum TokenFileError {
 pub struct TokenFile {
     /// Scanned in full on every lookup with a constant-time comparison, so the time taken
     /// says nothing about how much of a presented token matched.
-    entries: Vec<(Vec<u8>, UserInfo)>,
+    entries: Vec<(Vec<u8>, Arc<UserInfo>)>,
 }
 
 impl fmt::Debug for TokenFile {
@@ -147,7 +149,7 @@ impl TokenFile {
             line,
             problem,
         };
-        let mut entries: Vec<(Vec<u8>, UserInfo)> = Vec::new();
+        let mut entries: Vec<(Vec<u8>, Arc<UserInfo>)> = Vec::new();
         let mut first_seen: HashMap<String, usize> = HashMap::new();
         for (index, raw) in text.lines().enumerate() {
             let line = index + 1;
@@ -196,12 +198,12 @@ impl TokenFile {
                 .unwrap_or_default();
             entries.push((
                 token.as_bytes().to_vec(),
-                UserInfo {
+                Arc::new(UserInfo {
                     name: record[1].clone(),
                     uid: record[2].clone(),
                     groups,
                     ..UserInfo::default()
-                },
+                }),
             ));
         }
         Ok(Self { entries })
@@ -217,7 +219,7 @@ impl TokenFile {
 
     /// The user a token belongs to. Every entry is compared (no early exit), each in
     /// constant time.
-    pub fn lookup(&self, token: &str) -> Option<&UserInfo> {
+    pub fn lookup(&self, token: &str) -> Option<&Arc<UserInfo>> {
         let presented = token.as_bytes();
         let mut found = None;
         for (stored, user) in &self.entries {
@@ -344,21 +346,35 @@ pub fn listener_access(
 /// Verified client certificate → bearer token → local identity (where the listener allows
 /// it) → `UNAUTHENTICATED`. A presented credential that does not verify never falls back.
 pub struct AuthChain {
-    pub tokens: Option<TokenFile>,
-    pub local: Option<LocalIdentity>,
+    /// Its users already carry [`AUTHENTICATED_GROUP`], added once here instead of per request.
+    tokens: Option<TokenFile>,
+    local: Option<LocalIdentity>,
 }
 
 impl AuthChain {
-    fn authenticated(mut user: UserInfo) -> UserInfo {
-        if !user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
-            user.groups.push(AUTHENTICATED_GROUP.to_string());
+    pub fn new(tokens: Option<TokenFile>, local: Option<LocalIdentity>) -> Self {
+        let tokens = tokens.map(|mut file| {
+            for (_, user) in &mut file.entries {
+                *user = Self::authenticated(Arc::clone(user));
+            }
+            file
+        });
+        Self { tokens, local }
+    }
+
+    /// `user` with [`AUTHENTICATED_GROUP`] among its groups.
+    fn authenticated(user: Arc<UserInfo>) -> Arc<UserInfo> {
+        if user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+            return user;
         }
-        user
+        let mut user = Arc::unwrap_or_clone(user);
+        user.groups.push(AUTHENTICATED_GROUP.to_string());
+        Arc::new(user)
     }
 }
 
 impl Authenticator for AuthChain {
-    fn authenticate(&self, peer: &Peer<'_>) -> Result<UserInfo> {
+    fn authenticate(&self, peer: &Peer<'_>) -> Result<Arc<UserInfo>> {
         if let Some(client) = peer
             .connection
             .and_then(|connection| connection.client_identity.as_ref())
@@ -374,7 +390,7 @@ impl Authenticator for AuthChain {
                 ));
             };
             return match tokens.lookup(token) {
-                Some(user) => Ok(Self::authenticated(user.clone())),
+                Some(user) => Ok(Arc::clone(user)),
                 None => Err(ApiError::Unauthenticated(
                     "invalid bearer token".to_string(),
                 )),

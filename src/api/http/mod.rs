@@ -211,7 +211,7 @@ mod tests {
         fn authenticate(
             &self,
             peer: &crate::api::identity::Peer<'_>,
-        ) -> crate::api::error::Result<crate::engine::UserInfo> {
+        ) -> crate::api::error::Result<std::sync::Arc<crate::engine::UserInfo>> {
             let token = peer
                 .metadata
                 .get("authorization")
@@ -224,7 +224,7 @@ mod tests {
                 listener.as_deref().unwrap_or("-")
             );
             self.0.lock().unwrap().push(seen);
-            Ok(crate::engine::UserInfo::default())
+            Ok(std::sync::Arc::default())
         }
     }
 
