@@ -15,6 +15,7 @@ use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{
     Action, Decision, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
 };
+use authzd::policy::delta::{ChangedObject, PolicyDelta};
 use authzd::policy::index::RULE_INDEX_THRESHOLD;
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
@@ -49,7 +50,8 @@ proptest! {
         config in config(),
         requests in proptest::collection::vec((user(), action()), 1..=6),
     ) {
-        agrees_with_reference(&policy, &config, &requests)?;
+        let engine = Engine::new(&policy, config.clone());
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
     }
 }
 
@@ -69,7 +71,31 @@ proptest! {
         config in config(),
         requests in proptest::collection::vec((user(), action()), 1..=6),
     ) {
-        agrees_with_reference(&policy, &config, &requests)?;
+        let engine = Engine::new(&policy, config.clone());
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
+    }
+
+    /// The same, with every ClusterRole created after the bindings' partitions were built:
+    /// bindings then resolve their ClusterRole by name at query time, and who-can walks those
+    /// roles through their rule index rather than through the ClusterRoles' who-can index.
+    #[test]
+    fn rule_index_of_roles_resolved_by_name_agrees_with_reference(
+        policy in big_role_policy(),
+        config in config(),
+        requests in proptest::collection::vec((user(), action()), 1..=6),
+    ) {
+        let mut without = policy.clone();
+        without.roles.retain(|r| r.kind != RoleKind::ClusterRole);
+        let created: Vec<ChangedObject> = policy
+            .roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::ClusterRole)
+            .map(ChangedObject::of_role)
+            .collect();
+        let engine = Engine::new(&without, config.clone())
+            .update(&PolicyDelta::for_changes(&policy, &created))
+            .map_err(|e| TestCaseError::fail(format!("update refused: {e}")))?;
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
     }
 }
 
@@ -116,14 +142,15 @@ fn dedup(policy: &mut PolicySet) {
         .retain(|b| seen.insert((b.kind, b.namespace.clone(), b.name.clone())));
 }
 
-/// The engine answers every request exactly as the reference evaluator does (Authorize and
+/// `engine` (built from `policy`, or updated to it) answers every request exactly as the
+/// reference evaluator on `policy` does (Authorize and
 /// who-can), and who-can agrees with Authorize subject by subject.
 fn agrees_with_reference(
+    engine: &Engine,
     policy: &PolicySet,
     config: &EngineConfig,
     requests: &[(UserInfo, Action)],
 ) -> Result<(), TestCaseError> {
-    let engine = Engine::new(policy, config.clone());
     let reference = ReferenceEvaluator::new(policy, config);
     for (user, action) in requests {
         let req = request(user.clone(), action);

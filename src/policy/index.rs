@@ -46,6 +46,16 @@
 //! partition (Roles of other namespaces cannot be reached from the request's scope). From a rule,
 //! each scope maps a role (ClusterRole slot or local Role) to the bindings referencing it.
 //!
+//! # Rules of one big role (Authorize)
+//!
+//! A role with more than [`RULE_INDEX_THRESHOLD`] rules (an aggregated ClusterRole, a long
+//! deny list) carries a [`RuleIndex`]: the same keys ([`filing_keys`]), but per role and
+//! holding rule positions, so `Authorize` does not scan the roles of its candidate bindings.
+//! The lists a request probes ([`RuleProbe`]) are merged in ascending position, so rules are
+//! still met in rule order and the first allowing and denying rules are those a walk finds.
+//! Rules with only negated verbs or resources match nothing (see `policy::rbac`) and are filed
+//! nowhere; a negated entry beside positive ones only narrows what the positives match.
+//!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
 //! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
