@@ -15,6 +15,8 @@ use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{
     Action, Decision, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
 };
+use authzd::policy::delta::{ChangedObject, PolicyDelta};
+use authzd::policy::index::RULE_INDEX_THRESHOLD;
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
@@ -49,47 +51,175 @@ proptest! {
         requests in proptest::collection::vec((user(), action()), 1..=6),
     ) {
         let engine = Engine::new(&policy, config.clone());
-        let reference = ReferenceEvaluator::new(&policy, &config);
-        for (user, action) in &requests {
-            let req = request(user.clone(), action);
-            prop_assert_eq!(engine.authorize(&req), reference.authorize(&req), "authorize {:?}", req);
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
+    }
+}
 
-            let fast = engine.allowed_subjects(action);
-            let slow = reference.allowed_subjects(action);
-            prop_assert_eq!(&fast, &slow, "who-can {:?}", action);
+proptest! {
+    // Big roles cost more per case; a tenth of the cases still covers thousands of indexed
+    // roles per run.
+    #![proptest_config(ProptestConfig { cases: (cases() / 10).max(1), ..ProptestConfig::default() })]
 
-            // Who-can agrees with Authorize, subject by subject.
-            let everyone = fast.users.iter().any(|u| u == "*");
-            for name in USERS.iter().chain(["sa", "default", UNBOUND].iter()) {
-                let alone = UserInfo { name: name.to_string(), ..Default::default() };
-                let decision = engine.authorize(&request(alone, action)).decision;
-                let listed = fast.users.iter().any(|u| u == name);
-                let denied = fast.denied_users.iter().any(|u| u == name);
-                prop_assert_eq!(decision == Decision::Deny, denied, "user {} denied-list", name);
-                if !everyone {
-                    prop_assert_eq!(decision == Decision::Allow, listed, "user {} allowed-list", name);
-                } else if listed {
-                    prop_assert_eq!(decision, Decision::Allow);
-                }
+    /// Roles above the rule-index threshold (alone, mixed with small ones, and aggregated into
+    /// bigger ClusterRoles), with the same mixed rules as above: verbs and resources with
+    /// wildcards, subresources and negation, deny, restrictions, resourceNames,
+    /// nonResourceURLs. A decision through the rule index must name the same first allowing
+    /// and denying rules and report the same errors as the oracle's walk of every rule.
+    #[test]
+    fn rule_index_agrees_with_reference(
+        policy in big_role_policy(),
+        config in config(),
+        requests in proptest::collection::vec((user(), action()), 1..=6),
+    ) {
+        let engine = Engine::new(&policy, config.clone());
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
+    }
+
+    /// The same, with every ClusterRole created after the bindings' partitions were built:
+    /// bindings then resolve their ClusterRole by name at query time, and who-can walks those
+    /// roles through their rule index rather than through the ClusterRoles' who-can index.
+    #[test]
+    fn rule_index_of_roles_resolved_by_name_agrees_with_reference(
+        policy in big_role_policy(),
+        config in config(),
+        requests in proptest::collection::vec((user(), action()), 1..=6),
+    ) {
+        let mut without = policy.clone();
+        without.roles.retain(|r| r.kind != RoleKind::ClusterRole);
+        let created: Vec<ChangedObject> = policy
+            .roles
+            .iter()
+            .filter(|r| r.kind == RoleKind::ClusterRole)
+            .map(ChangedObject::of_role)
+            .collect();
+        let engine = Engine::new(&without, config.clone())
+            .update(&PolicyDelta::for_changes(&policy, &created))
+            .map_err(|e| TestCaseError::fail(format!("update refused: {e}")))?;
+        agrees_with_reference(&engine, &policy, &config, &requests)?;
+    }
+}
+
+/// A role of more rules than [`RULE_INDEX_THRESHOLD`], otherwise as [`role`] makes them.
+fn big_role() -> impl Strategy<Value = Role> {
+    let rules =
+        proptest::collection::vec(rule(), RULE_INDEX_THRESHOLD + 1..=RULE_INDEX_THRESHOLD * 3);
+    (role(), rules).prop_map(|(mut role, rules)| {
+        role.rules = rules;
+        role
+    })
+}
+
+/// Policies with at least one big role; bindings refer to roles by the same few names, so
+/// most requests meet a big role.
+fn big_role_policy() -> impl Strategy<Value = PolicySet> {
+    (
+        proptest::collection::vec(big_role(), 1..=3),
+        proptest::collection::vec(role(), 0..=3),
+        proptest::collection::vec(binding(), 1..=8),
+        proptest::collection::vec(abac_rule(), 0..=2),
+    )
+        .prop_map(|(mut roles, small, bindings, abac)| {
+            roles.extend(small);
+            let mut policy = PolicySet {
+                roles,
+                bindings,
+                abac,
+            };
+            dedup(&mut policy);
+            policy
+        })
+}
+
+/// Keeps the first of objects sharing kind, namespace and name (the big roles come first).
+fn dedup(policy: &mut PolicySet) {
+    let mut seen = std::collections::HashSet::new();
+    policy
+        .roles
+        .retain(|r| seen.insert((r.kind, r.namespace.clone(), r.name.clone())));
+    let mut seen = std::collections::HashSet::new();
+    policy
+        .bindings
+        .retain(|b| seen.insert((b.kind, b.namespace.clone(), b.name.clone())));
+}
+
+/// `engine` (built from `policy`, or updated to it) answers every request exactly as the
+/// reference evaluator on `policy` does (Authorize and
+/// who-can), and who-can agrees with Authorize subject by subject.
+fn agrees_with_reference(
+    engine: &Engine,
+    policy: &PolicySet,
+    config: &EngineConfig,
+    requests: &[(UserInfo, Action)],
+) -> Result<(), TestCaseError> {
+    let reference = ReferenceEvaluator::new(policy, config);
+    for (user, action) in requests {
+        let req = request(user.clone(), action);
+        prop_assert_eq!(
+            engine.authorize(&req),
+            reference.authorize(&req),
+            "authorize {:?}",
+            req
+        );
+
+        let fast = engine.allowed_subjects(action);
+        let slow = reference.allowed_subjects(action);
+        prop_assert_eq!(&fast, &slow, "who-can {:?}", action);
+
+        // Who-can agrees with Authorize, subject by subject.
+        let everyone = fast.users.iter().any(|u| u == "*");
+        for name in USERS.iter().chain(["sa", "default", UNBOUND].iter()) {
+            let alone = UserInfo {
+                name: name.to_string(),
+                ..Default::default()
+            };
+            let decision = engine.authorize(&request(alone, action)).decision;
+            let listed = fast.users.iter().any(|u| u == name);
+            let denied = fast.denied_users.iter().any(|u| u == name);
+            prop_assert_eq!(
+                decision == Decision::Deny,
+                denied,
+                "user {} denied-list",
+                name
+            );
+            if !everyone {
+                prop_assert_eq!(
+                    decision == Decision::Allow,
+                    listed,
+                    "user {} allowed-list",
+                    name
+                );
+            } else if listed {
+                prop_assert_eq!(decision, Decision::Allow);
             }
-            for group in GROUPS {
-                let member = UserInfo {
-                    name: UNBOUND.to_string(),
-                    groups: vec![group.to_string()],
-                    ..Default::default()
-                };
-                let decision = engine.authorize(&request(member, action)).decision;
-                let listed = fast.groups.iter().any(|g| g == group);
-                let denied = fast.denied_groups.iter().any(|g| g == group);
-                prop_assert_eq!(decision == Decision::Deny, denied, "group {} denied-list", group);
-                if !everyone {
-                    prop_assert_eq!(decision == Decision::Allow, listed, "group {} allowed-list", group);
-                } else if listed {
-                    prop_assert_eq!(decision, Decision::Allow);
-                }
+        }
+        for group in GROUPS {
+            let member = UserInfo {
+                name: UNBOUND.to_string(),
+                groups: vec![group.to_string()],
+                ..Default::default()
+            };
+            let decision = engine.authorize(&request(member, action)).decision;
+            let listed = fast.groups.iter().any(|g| g == group);
+            let denied = fast.denied_groups.iter().any(|g| g == group);
+            prop_assert_eq!(
+                decision == Decision::Deny,
+                denied,
+                "group {} denied-list",
+                group
+            );
+            if !everyone {
+                prop_assert_eq!(
+                    decision == Decision::Allow,
+                    listed,
+                    "group {} allowed-list",
+                    group
+                );
+            } else if listed {
+                prop_assert_eq!(decision, Decision::Allow);
             }
         }
     }
+    Ok(())
 }
 
 /// A hand-written regression: the same user reaching one binding through two subjects is

@@ -1,5 +1,6 @@
 //! The serving engine: the authorizer chain over the compiled index.
 
+use std::cell::OnceCell;
 use std::collections::BTreeSet;
 
 use rustc_hash::FxHashMap;
@@ -12,8 +13,8 @@ use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    BindingEntry, Grant, Index, NamespacePartition, ScopeBindings, ScopeGrants, SubjectName,
-    NON_RESOURCE_KEY,
+    BindingEntry, Grant, Index, NamespacePartition, RuleProbe, ScopeBindings, ScopeGrants,
+    SubjectName,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
@@ -69,6 +70,9 @@ impl Engine {
             self.index.namespace(namespace)
         };
         let target = MatchTarget::new(&request.action);
+        // Built on the first role big enough to have a rule index, so requests meeting only
+        // small roles never pay for it.
+        let probe = OnceCell::new();
         let mut errors = Vec::new();
         let mut matches = FirstMatches::default();
         // Canonical binding order: cluster bindings first, then the namespace's, each by
@@ -89,7 +93,7 @@ impl Engine {
                 &self.index.cluster,
                 None,
                 &mut cluster,
-                &target,
+                (&target, &probe),
                 &mut errors,
                 &mut matches,
             );
@@ -99,7 +103,7 @@ impl Engine {
                 &local.scope,
                 Some(local),
                 &mut namespaced,
-                &target,
+                (&target, &probe),
                 &mut errors,
                 &mut matches,
             );
@@ -120,13 +124,15 @@ impl Engine {
         )
     }
 
-    /// Evaluates the roles of one scope's candidate grants in canonical order.
-    fn evaluate<'a>(
+    /// Evaluates the roles of one scope's candidate grants in canonical order; within a role,
+    /// the rules that can match in rule order (all of a small role's, a big role's index
+    /// candidates), so the first allowing and denying rules are those a full walk finds.
+    fn evaluate<'a, 't>(
         &'a self,
         scope: &'a ScopeBindings,
         local: Option<&'a NamespacePartition>,
         candidates: &mut Candidates,
-        target: &MatchTarget<'_>,
+        (target, probe): (&'t MatchTarget<'t>, &'t OnceCell<RuleProbe<'t>>),
         errors: &mut Vec<String>,
         matches: &mut FirstMatches<(&'a BindingEntry, u32, usize)>,
     ) {
@@ -134,11 +140,12 @@ impl Engine {
         candidates.dedup_by_key(|g| g.binding);
         for grant in candidates.iter() {
             let entry = scope.binding(grant.binding);
-            let Some(rules) = self.index.role_rules(local, entry) else {
+            let Some(role) = self.index.role_entry(local, entry) else {
                 errors.push(explain::missing_role_error(&entry.binding));
                 continue;
             };
-            for (index, rule) in rules.iter().enumerate() {
+            let probe = || probe.get_or_init(|| RuleProbe::new(target.action, target.combined()));
+            for (index, rule) in role.candidates(probe) {
                 let (effect, restricted) = rule_effect_on(rule, target);
                 if restricted {
                     errors.push(restriction_error(&entry.role_id, index, rule.deny));
@@ -264,17 +271,8 @@ impl Engine {
     ) {
         let namespace = action.namespace();
         let target = MatchTarget::new(action);
-        let wildcard_sub;
-        let keys: SmallVec<[&str; 3]> = match action {
-            Action::Resource(r) if r.subresource.is_empty() => {
-                SmallVec::from_slice(&[target.combined(), "*"])
-            }
-            Action::Resource(r) => {
-                wildcard_sub = format!("*/{}", r.subresource);
-                SmallVec::from_slice(&[target.combined(), "*", wildcard_sub.as_str()])
-            }
-            Action::NonResource(_) => SmallVec::from_slice(&[NON_RESOURCE_KEY]),
-        };
+        let probe = RuleProbe::new(action, target.combined());
+        let keys = probe.resource_keys();
         let cluster = &*self.index.cluster;
         let local = if namespace.is_empty() {
             None
@@ -337,22 +335,23 @@ impl Engine {
                 ) else {
                     continue;
                 };
-                let Some(rule) = role.rules.get(loc.rule as usize) else {
+                let Some(rule) = role.rules().get(loc.rule as usize) else {
                     continue;
                 };
                 let mut entries = ids.iter().map(|id| local.scope.binding(*id));
                 visit(rule, loc.rule as usize, &mut entries);
             }
         }
-        // Bindings resolved at query time: every rule of their role, if it exists now.
+        // Bindings resolved at query time: the rules of their role that can match (all of a
+        // small role's, a big role's index candidates), if the role exists now.
         let mut missing: Vec<&'a BindingEntry> = Vec::new();
         let scopes = [(Some(cluster), None), (local_scope, local)];
         for (scope, partition) in scopes.iter().filter_map(|(s, p)| s.map(|s| (s, *p))) {
             for id in &scope.deferred {
                 let entry = scope.binding(*id);
-                match self.index.role_rules(partition, entry) {
-                    Some(rules) => {
-                        for (index, rule) in rules.iter().enumerate() {
+                match self.index.role_entry(partition, entry) {
+                    Some(role) => {
+                        for (index, rule) in role.candidates(|| &probe) {
                             visit(rule, index, &mut std::iter::once(entry));
                         }
                     }

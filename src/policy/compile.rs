@@ -15,11 +15,10 @@ use crate::engine::explain;
 use crate::policy::aggregate::aggregated_rules_of;
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    AbacPartition, BindingEntry, ClusterRoles, Grant, Index, NamespacePartition, RoleEntry, RoleId,
-    RoleTarget, RuleLoc, RulesByVerb, ScopeBindings, SubjectName, NON_RESOURCE_KEY,
+    filing_keys, AbacPartition, BindingEntry, ClusterRoles, Grant, Index, NamespacePartition,
+    RoleEntry, RoleId, RoleTarget, RuleLoc, RulesByVerb, ScopeBindings, SubjectName,
 };
 use crate::policy::model::{AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
-use crate::policy::rbac::is_negated;
 
 /// A full build: every partition from scratch, with fresh ClusterRole slots.
 pub fn compile(policy: &PolicySet) -> Index {
@@ -141,13 +140,13 @@ fn build_cluster_roles(mut roles: Vec<&Role>, previous: Option<&ClusterRoles>) -
         // Of two ClusterRoles with one name, the later in canonical order wins, as in a
         // name-keyed map.
         if let Some(entry) = out.roles.get_mut(slot as usize) {
-            *entry = Some(RoleEntry { rules });
+            *entry = Some(RoleEntry::new(rules));
         }
     }
     for (slot, role) in out.roles.iter().enumerate() {
         match role {
             Some(role) => {
-                for (rule_index, rule) in role.rules.iter().enumerate() {
+                for (rule_index, rule) in role.rules().iter().enumerate() {
                     file_rule(&mut out.rules, slot as RoleId, rule_index as u32, rule);
                 }
             }
@@ -170,9 +169,7 @@ fn build_namespace(
         for (rule_index, rule) in role.rules.iter().enumerate() {
             file_rule(&mut partition.rules, id, rule_index as u32, rule);
         }
-        partition.roles.push(RoleEntry {
-            rules: role.rules.clone(),
-        });
+        partition.roles.push(RoleEntry::new(role.rules.clone()));
         // Of two Roles with one name, the later in canonical order wins.
         partition.role_by_name.insert(role.name.as_str().into(), id);
     }
@@ -278,26 +275,11 @@ fn build_abac(rules: Vec<AbacRule>) -> AbacPartition {
 /// Files a rule in a who-can index under every key a matching request can probe.
 fn file_rule(index: &mut RulesByVerb, role: RoleId, rule: u32, policy_rule: &PolicyRule) {
     let loc = RuleLoc { role, rule };
-    let positive = |entries: &[String]| -> Vec<String> {
-        let entries: Vec<&String> = entries.iter().filter(|e| !is_negated(e)).collect();
-        if entries.iter().any(|e| *e == "*") {
-            vec!["*".to_string()]
-        } else {
-            entries.into_iter().cloned().collect()
+    filing_keys(policy_rule, |verb, resource| {
+        let by_resource = index.by_verb.entry(verb.into()).or_default();
+        let locs = by_resource.entry(resource.into()).or_default();
+        if locs.last() != Some(&loc) {
+            locs.push(loc);
         }
-    };
-    let verbs = positive(&policy_rule.verbs);
-    let mut resource_keys = positive(&policy_rule.resources);
-    if !policy_rule.non_resource_urls.is_empty() {
-        resource_keys.push(NON_RESOURCE_KEY.to_string());
-    }
-    for verb in &verbs {
-        let by_resource = index.by_verb.entry(verb.as_str().into()).or_default();
-        for key in &resource_keys {
-            let locs = by_resource.entry(key.as_str().into()).or_default();
-            if locs.last() != Some(&loc) {
-                locs.push(loc);
-            }
-        }
-    }
+    });
 }

@@ -46,6 +46,16 @@
 //! partition (Roles of other namespaces cannot be reached from the request's scope). From a rule,
 //! each scope maps a role (ClusterRole slot or local Role) to the bindings referencing it.
 //!
+//! # Rules of one big role (Authorize)
+//!
+//! A role with more than [`RULE_INDEX_THRESHOLD`] rules (an aggregated ClusterRole, a long
+//! deny list) carries a [`RuleIndex`]: the same keys ([`filing_keys`]), but per role and
+//! holding rule positions, so `Authorize` does not scan the roles of its candidate bindings.
+//! The lists a request probes ([`RuleProbe`]) are merged in ascending position, so rules are
+//! still met in rule order and the first allowing and denying rules are those a walk finds.
+//! Rules with only negated verbs or resources match nothing (see `policy::rbac`) and are filed
+//! nowhere; a negated entry beside positive ones only narrows what the positives match.
+//!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
 //! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
@@ -57,7 +67,9 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use crate::engine::Action;
 use crate::policy::model::{AbacRule, Binding, PolicyRule};
+use crate::policy::rbac::is_negated;
 
 /// A binding's position within its scope (cluster scope, or one namespace).
 pub type BindingId = u32;
@@ -107,10 +119,228 @@ pub enum SubjectName {
     Nothing,
 }
 
-/// A role's effective rules (after aggregation).
+/// A role's effective rules (after aggregation), with a [`RuleIndex`] when it has more than
+/// [`RULE_INDEX_THRESHOLD`] of them.
+///
+/// Kept as small as the plain `Vec` it replaced (a boxed slice plus a nullable box): roles
+/// with few rules, which is nearly all of them, pay no memory for the index.
 #[derive(Debug, Default)]
 pub struct RoleEntry {
-    pub rules: Vec<PolicyRule>,
+    rules: Box<[PolicyRule]>,
+    index: Option<Box<RuleIndex>>,
+}
+
+/// Roles with more rules than this get a [`RuleIndex`]. Below it a plain walk is cheaper: a
+/// rule that fails on its verb costs a few nanoseconds to reject, while a probe costs up to six
+/// hash lookups plus a merge, about what sixteen such rejections cost.
+pub const RULE_INDEX_THRESHOLD: usize = 16;
+
+impl RoleEntry {
+    pub fn new(rules: Vec<PolicyRule>) -> Self {
+        let index = (rules.len() > RULE_INDEX_THRESHOLD).then(|| Box::new(RuleIndex::new(&rules)));
+        Self {
+            rules: rules.into_boxed_slice(),
+            index,
+        }
+    }
+
+    pub fn rules(&self) -> &[PolicyRule] {
+        &self.rules
+    }
+
+    /// The rule index, present only for roles above [`RULE_INDEX_THRESHOLD`].
+    pub fn rule_index(&self) -> Option<&RuleIndex> {
+        self.index.as_deref()
+    }
+
+    /// The rules that can match a request probing `probe`, as `(index, rule)` in rule order:
+    /// every rule for a small role, the index's candidates for a big one. `probe` is only
+    /// called for a big role, so callers can build it lazily. The exact matcher still decides
+    /// each rule; this only skips rules that cannot match.
+    pub fn candidates<'a, 'p>(
+        &'a self,
+        probe: impl FnOnce() -> &'p RuleProbe<'p>,
+    ) -> RuleCandidates<'a> {
+        match &self.index {
+            None => RuleCandidates::All(self.rules.iter().enumerate()),
+            Some(index) => RuleCandidates::Indexed {
+                rules: &self.rules,
+                merged: index.probe(probe()),
+            },
+        }
+    }
+}
+
+/// What one request looks up in a [`RuleIndex`] or [`RulesByVerb`]: the verb keys (the verb
+/// and `*`) and the resource keys (`res` or `res/sub`, `*`, `*/sub`; or the non-resource
+/// marker). Built once per request, and only when a big role or who-can needs it.
+#[derive(Debug)]
+pub struct RuleProbe<'a> {
+    pub verb: &'a str,
+    combined: &'a str,
+    /// `*/sub` for a subresource request, empty otherwise.
+    wildcard_sub: String,
+    non_resource: bool,
+}
+
+impl<'a> RuleProbe<'a> {
+    /// `combined` is `res` or `res/sub` (see `rbac::MatchTarget::combined`).
+    pub fn new(action: &'a Action, combined: &'a str) -> Self {
+        match action {
+            Action::Resource(r) => Self {
+                verb: &r.verb,
+                combined,
+                wildcard_sub: if r.subresource.is_empty() {
+                    String::new()
+                } else {
+                    format!("*/{}", r.subresource)
+                },
+                non_resource: false,
+            },
+            Action::NonResource(n) => Self {
+                verb: &n.verb,
+                combined: "",
+                wildcard_sub: String::new(),
+                non_resource: true,
+            },
+        }
+    }
+
+    /// The resource keys a matching rule can be filed under, as [`filing_keys`] files them.
+    pub fn resource_keys(&self) -> SmallVec<[&str; 3]> {
+        if self.non_resource {
+            SmallVec::from_slice(&[NON_RESOURCE_KEY])
+        } else if self.wildcard_sub.is_empty() {
+            SmallVec::from_slice(&[self.combined, "*"])
+        } else {
+            SmallVec::from_slice(&[self.combined, "*", self.wildcard_sub.as_str()])
+        }
+    }
+
+    /// The verb keys a matching rule can be filed under: the verb, and `*` unless it is `*`.
+    fn verb_keys(&self) -> impl Iterator<Item = &str> {
+        let wildcard = (self.verb != "*").then_some("*");
+        std::iter::once(self.verb).chain(wildcard)
+    }
+}
+
+/// Calls `file(verb key, resource key)` for every key pair a rule must be filed under so that
+/// every request it matches finds it (see [`RuleProbe`]). Completeness, from `policy::rbac`:
+/// a match needs a positive verb entry equal to the verb or `*`, and either a positive
+/// resource entry that is `*`, equal to `res`/`res/sub`, or exactly `*/sub`, or (non-resource
+/// requests) a non-empty `nonResourceURLs`. Negated entries never make a rule match (a list of
+/// only negated entries matches nothing), so they are not filed. A positive `*` makes other
+/// entries of its list redundant keys.
+pub fn filing_keys(rule: &PolicyRule, mut file: impl FnMut(&str, &str)) {
+    fn positive(entries: &[String]) -> impl Iterator<Item = &str> {
+        let wildcard = entries.iter().any(|e| e == "*");
+        let all = entries
+            .iter()
+            .map(String::as_str)
+            .filter(move |e| !wildcard && !is_negated(e));
+        wildcard.then_some("*").into_iter().chain(all)
+    }
+    for verb in positive(&rule.verbs) {
+        for resource in positive(&rule.resources) {
+            file(verb, resource);
+        }
+        if !rule.non_resource_urls.is_empty() {
+            file(verb, NON_RESOURCE_KEY);
+        }
+    }
+}
+
+/// One big role's rules by (verb key, resource key), each list in rule order. Only narrows:
+/// a rule not filed under any key a request probes cannot match it.
+#[derive(Debug, Default)]
+pub struct RuleIndex {
+    by_verb: FxHashMap<Box<str>, FxHashMap<Box<str>, Vec<u32>>>,
+}
+
+impl RuleIndex {
+    fn new(rules: &[PolicyRule]) -> Self {
+        let mut index = Self::default();
+        for (position, rule) in rules.iter().enumerate() {
+            let position = u32::try_from(position).unwrap_or(u32::MAX);
+            filing_keys(rule, |verb, resource| {
+                let by_resource = index.by_verb.entry(verb.into()).or_default();
+                let list = by_resource.entry(resource.into()).or_default();
+                // Entries repeated within a rule file it once.
+                if list.last() != Some(&position) {
+                    list.push(position);
+                }
+            });
+        }
+        for by_resource in index.by_verb.values_mut() {
+            for list in by_resource.values_mut() {
+                list.shrink_to_fit();
+            }
+        }
+        index
+    }
+
+    /// The rules filed under any key `probe` visits, in rule order, each once.
+    pub fn probe(&self, probe: &RuleProbe<'_>) -> MergedRules<'_> {
+        let mut lists = SmallVec::new();
+        for verb in probe.verb_keys() {
+            let Some(by_resource) = self.by_verb.get(verb) else {
+                continue;
+            };
+            for key in probe.resource_keys() {
+                if let Some(list) = by_resource.get(key).filter(|l| !l.is_empty()) {
+                    lists.push(list.as_slice());
+                }
+            }
+        }
+        MergedRules { lists }
+    }
+}
+
+/// The union of up to six sorted rule lists, in ascending order without repeats: rules are
+/// visited in the order a walk of the whole role would meet them, so "first matching rule"
+/// stays what it was.
+#[derive(Debug)]
+pub struct MergedRules<'a> {
+    lists: SmallVec<[&'a [u32]; 6]>,
+}
+
+impl Iterator for MergedRules<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        let lowest = self.lists.iter().filter_map(|l| l.first()).min().copied()?;
+        for list in self.lists.iter_mut() {
+            if list.first() == Some(&lowest) {
+                *list = &list[1..];
+            }
+        }
+        Some(lowest)
+    }
+}
+
+/// [`RoleEntry::candidates`]: every rule, or a big role's index candidates.
+pub enum RuleCandidates<'a> {
+    All(std::iter::Enumerate<std::slice::Iter<'a, PolicyRule>>),
+    Indexed {
+        rules: &'a [PolicyRule],
+        merged: MergedRules<'a>,
+    },
+}
+
+impl<'a> Iterator for RuleCandidates<'a> {
+    type Item = (usize, &'a PolicyRule);
+
+    #[inline]
+    fn next(&mut self) -> Option<Self::Item> {
+        match self {
+            RuleCandidates::All(all) => all.next(),
+            RuleCandidates::Indexed { rules, merged } => {
+                // Positions come from the same rules, so `get` always finds them; a missing
+                // one would only be skipped.
+                merged.find_map(|i| rules.get(i as usize).map(|rule| (i as usize, rule)))
+            }
+        }
+    }
 }
 
 /// "Subject `subject` of binding `binding` (of the scope holding the grant) is this
@@ -343,19 +573,21 @@ pub struct ClusterRoles {
 }
 
 impl ClusterRoles {
-    /// Rules of the ClusterRole in `slot`, `None` for a tombstone.
-    pub fn slot_rules(&self, slot: RoleId) -> Option<&[PolicyRule]> {
-        self.roles
-            .get(slot as usize)
-            .and_then(Option::as_ref)
-            .map(|r| r.rules.as_slice())
+    /// The ClusterRole in `slot`, `None` for a tombstone.
+    pub fn slot(&self, slot: RoleId) -> Option<&RoleEntry> {
+        self.roles.get(slot as usize).and_then(Option::as_ref)
     }
 
-    /// Rules of the ClusterRole called `name`, `None` if it does not exist.
-    pub fn named_rules(&self, name: &str) -> Option<&[PolicyRule]> {
+    /// The ClusterRole called `name`, `None` if it does not exist.
+    pub fn named(&self, name: &str) -> Option<&RoleEntry> {
         self.slot_by_name
             .get(name)
-            .and_then(|slot| self.slot_rules(*slot))
+            .and_then(|slot| self.slot(*slot))
+    }
+
+    /// Rules of the ClusterRole in `slot`, `None` for a tombstone.
+    pub fn slot_rules(&self, slot: RoleId) -> Option<&[PolicyRule]> {
+        self.slot(slot).map(RoleEntry::rules)
     }
 }
 
@@ -422,18 +654,24 @@ impl Index {
         local: Option<&'a NamespacePartition>,
         entry: &BindingEntry,
     ) -> Option<&'a [PolicyRule]> {
+        self.role_entry(local, entry).map(RoleEntry::rules)
+    }
+
+    /// The role a binding references (its rules and rule index), `None` when it does not
+    /// exist. `local` is the namespace partition holding the binding (`None` for cluster scope).
+    pub fn role_entry<'a>(
+        &'a self,
+        local: Option<&'a NamespacePartition>,
+        entry: &BindingEntry,
+    ) -> Option<&'a RoleEntry> {
         match entry.role {
-            RoleTarget::Local(id) => local
-                .and_then(|ns| ns.roles.get(id as usize))
-                .map(|r| r.rules.as_slice()),
-            RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot_rules(slot),
-            RoleTarget::ClusterByName => {
-                self.cluster_roles.named_rules(&entry.binding.role_ref.name)
-            }
+            RoleTarget::Local(id) => local.and_then(|ns| ns.roles.get(id as usize)),
+            RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot(slot),
+            RoleTarget::ClusterByName => self.cluster_roles.named(&entry.binding.role_ref.name),
             RoleTarget::ForeignRole => {
                 let ns = self.namespace(&entry.binding.namespace)?;
                 let id = ns.role_by_name.get(entry.binding.role_ref.name.as_str())?;
-                ns.roles.get(*id as usize).map(|r| r.rules.as_slice())
+                ns.roles.get(*id as usize)
             }
             RoleTarget::Missing => None,
         }
@@ -443,6 +681,114 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::{NonResourceAttributes, ResourceAttributes};
+
+    fn rule(verbs: &[&str], resources: &[&str], urls: &[&str]) -> PolicyRule {
+        let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
+        PolicyRule {
+            verbs: strings(verbs),
+            api_groups: vec![String::new()],
+            resources: strings(resources),
+            non_resource_urls: strings(urls),
+            ..Default::default()
+        }
+    }
+
+    fn resource(verb: &str, resource: &str, subresource: &str) -> Action {
+        Action::Resource(ResourceAttributes {
+            verb: verb.into(),
+            resource: resource.into(),
+            subresource: subresource.into(),
+            ..Default::default()
+        })
+    }
+
+    /// The positions `role.candidates` yields for `action`.
+    fn candidates(role: &RoleEntry, action: &Action) -> Vec<usize> {
+        let combined = match action {
+            Action::Resource(r) if r.subresource.is_empty() => r.resource.clone(),
+            Action::Resource(r) => format!("{}/{}", r.resource, r.subresource),
+            Action::NonResource(_) => String::new(),
+        };
+        let probe = RuleProbe::new(action, &combined);
+        role.candidates(|| &probe).map(|(i, _)| i).collect()
+    }
+
+    #[test]
+    fn role_entries_are_no_bigger_than_a_rule_vec() {
+        // Every Role and ClusterRole has one; the index must not cost small roles memory.
+        assert!(std::mem::size_of::<RoleEntry>() <= std::mem::size_of::<Vec<PolicyRule>>());
+        assert!(std::mem::size_of::<Option<RoleEntry>>() <= std::mem::size_of::<Vec<PolicyRule>>());
+    }
+
+    #[test]
+    fn only_roles_above_the_threshold_are_indexed() {
+        let rules = |n| vec![rule(&["get"], &["pods"], &[]); n];
+        assert!(RoleEntry::new(rules(RULE_INDEX_THRESHOLD))
+            .rule_index()
+            .is_none());
+        assert!(RoleEntry::new(rules(RULE_INDEX_THRESHOLD + 1))
+            .rule_index()
+            .is_some());
+        // A small role yields every rule, whatever the request.
+        let small = RoleEntry::new(vec![rule(&["list"], &["nodes"], &[]); 3]);
+        assert_eq!(candidates(&small, &resource("get", "pods", "")), [0, 1, 2]);
+    }
+
+    /// A deny-heavy role: the index yields only the rules filed under keys the request probes,
+    /// in rule order, each once, and the rules it skips are exactly ones that cannot match.
+    #[test]
+    fn a_big_role_yields_only_rules_that_can_match_in_order() {
+        let mut rules: Vec<PolicyRule> = (0..40)
+            .map(|i| rule(&["*"], &[&format!("res-{i}")], &[]))
+            .collect();
+        rules.push(rule(&["get"], &["pods", "pods/status", "*/status"], &[])); // 40
+        rules.push(rule(&["-get"], &["*"], &[])); // 41: only negated verbs, matches nothing
+        rules.push(rule(&["list", "get"], &["*", "-secrets"], &[])); // 42
+        rules.push(rule(&["get"], &[], &["/healthz"])); // 43
+        rules.push(rule(&["GET"], &["res-7"], &[])); // 44: case differs
+        rules.push(rule(&["*"], &["res-7"], &[])); // 45
+        let role = RoleEntry::new(rules);
+        assert!(role.rule_index().is_some());
+
+        assert_eq!(
+            candidates(&role, &resource("get", "res-7", "")),
+            [7, 42, 45]
+        );
+        assert_eq!(
+            candidates(&role, &resource("GET", "res-7", "")),
+            [7, 44, 45]
+        );
+        assert_eq!(candidates(&role, &resource("get", "pods", "")), [40, 42]);
+        // `pods/status` and `*/status` both file rule 40; it comes once.
+        assert_eq!(
+            candidates(&role, &resource("get", "pods", "status")),
+            [40, 42]
+        );
+        assert_eq!(
+            candidates(&role, &resource("get", "nodes", "status")),
+            [40, 42]
+        );
+        assert_eq!(candidates(&role, &resource("watch", "res-39", "")), [39]);
+        assert_eq!(
+            candidates(&role, &resource("*", "x", "")),
+            Vec::<usize>::new()
+        );
+        let healthz = Action::NonResource(NonResourceAttributes {
+            verb: "get".into(),
+            path: "/healthz".into(),
+        });
+        assert_eq!(candidates(&role, &healthz), [43]);
+    }
+
+    #[test]
+    fn merged_lists_come_out_ascending_without_repeats() {
+        let (a, b, c) = ([1, 4, 9], [2, 4, 10, 11], [0, 9]);
+        let merged = MergedRules {
+            lists: SmallVec::from_slice(&[&a[..], &b[..], &[][..], &c[..]]),
+        };
+        assert_eq!(merged.collect::<Vec<_>>(), [0, 1, 2, 4, 9, 10, 11]);
+    }
 
     #[test]
     fn names_sharing_a_hash_are_told_apart() {
