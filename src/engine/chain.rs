@@ -12,8 +12,8 @@ use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    BindingEntry, Grant, Index, NamespacePartition, ScopeBindings, ScopeGrants, SubjectName,
-    NON_RESOURCE_KEY,
+    BindingEntry, BoundSubject, Grant, Index, NamespacePartition, ScopeBindings, ScopeGrants,
+    SubjectName, NON_RESOURCE_KEY,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
@@ -107,8 +107,9 @@ impl Engine {
         matches.into_verdict(
             errors,
             |word, (entry, subject, _)| {
-                let subject = &entry.binding.subjects[subject as usize];
-                explain::rbac_reason(word, &entry.binding, subject)
+                let subject = entry.subjects.get(subject as usize);
+                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
+                explain::rbac_reason_of(word, &entry.facts(), &subject)
             },
             |(entry, _, index)| crate::engine::RuleRef {
                 authorizer: explain::RBAC,
@@ -135,7 +136,7 @@ impl Engine {
         for grant in candidates.iter() {
             let entry = scope.binding(grant.binding);
             let Some(rules) = self.index.role_rules(local, entry) else {
-                errors.push(explain::missing_role_error(&entry.binding));
+                errors.push(explain::missing_role_error_of(&entry.facts()));
                 continue;
             };
             for (index, rule) in rules.iter().enumerate() {
@@ -298,7 +299,7 @@ impl Engine {
                         continue;
                     }
                     for subject in &entry.subjects {
-                        let matches = match subject {
+                        let matches = match subject.matches() {
                             SubjectName::User(user) => user_matches.entry(user).or_default(),
                             SubjectName::Group(group) => group_matches.entry(group).or_default(),
                             SubjectName::Nothing => continue,
@@ -367,7 +368,7 @@ impl Engine {
             }
         }
         for entry in missing {
-            errors.insert(explain::missing_role_error(&entry.binding));
+            errors.insert(explain::missing_role_error_of(&entry.facts()));
         }
     }
 }

@@ -57,7 +57,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use crate::policy::model::{AbacRule, Binding, PolicyRule};
+use crate::engine::explain::{self, BindingFacts};
+use crate::policy::model::{
+    AbacRule, BindingKind, PolicyRule, RoleKind, Subject, SERVICE_ACCOUNT_PREFIX,
+};
 
 /// A binding's position within its scope (cluster scope, or one namespace).
 pub type BindingId = u32;
@@ -82,28 +85,194 @@ pub enum RoleTarget {
     Missing,
 }
 
-/// A binding's data as decisions need it.
+/// A binding's data as decisions and explanations need it, and nothing more: the index keeps
+/// no copy of the model [`Binding`](crate::policy::model::Binding). Strings repeated across
+/// bindings (namespace, role id, source) are single allocations shared by every binding of one
+/// build that has the same value; the binding's and its role's names are the tails of their
+/// ids.
 #[derive(Debug)]
 pub struct BindingEntry {
-    pub binding: Binding,
-    pub role: RoleTarget,
-    pub cluster: bool,
     /// `ClusterRoleBinding/NAME` / `RoleBinding/NS/NAME`.
     pub binding_id: Arc<str>,
     /// `ClusterRole/NAME` / `Role/NS/NAME`.
     pub role_id: Arc<str>,
+    /// The binding's namespace (`""` for ClusterRoleBindings as loaders write them).
+    pub namespace: Arc<str>,
+    /// `file:line`.
     pub source: Arc<str>,
-    /// Each subject resolved to what it matches, in subject order.
-    pub subjects: Vec<SubjectName>,
+    /// The subjects as written, in order.
+    pub subjects: Box<[BoundSubject]>,
+    pub role: RoleTarget,
+    /// Lengths of the binding's name and its role's name, the tails of `binding_id` and
+    /// `role_id`.
+    name_len: u32,
+    role_name_len: u32,
+    pub kind: BindingKind,
+    pub role_kind: RoleKind,
+    pub cluster: bool,
+}
+
+impl BindingEntry {
+    /// `binding_id` must end with `name` and `role_id` with `role_name` (as
+    /// [`explain::binding_id`](crate::engine::explain::binding_id) and
+    /// [`explain::role_id`](crate::engine::explain::role_id) write them).
+    pub fn new(
+        facts: BindingFacts<'_>,
+        ids: (Arc<str>, Arc<str>, Arc<str>, Arc<str>),
+        subjects: Box<[BoundSubject]>,
+        role: RoleTarget,
+    ) -> Self {
+        let (binding_id, role_id, namespace, source) = ids;
+        Self {
+            name_len: tail_len(&binding_id, facts.name),
+            role_name_len: tail_len(&role_id, facts.role_name),
+            binding_id,
+            role_id,
+            namespace,
+            source,
+            subjects,
+            role,
+            kind: facts.kind,
+            role_kind: facts.role_kind,
+            cluster: facts.kind == BindingKind::ClusterRoleBinding,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        str_tail(&self.binding_id, self.name_len)
+    }
+
+    /// The name in the binding's roleRef.
+    pub fn role_name(&self) -> &str {
+        str_tail(&self.role_id, self.role_name_len)
+    }
+
+    /// What explanations say about this binding.
+    pub fn facts(&self) -> BindingFacts<'_> {
+        BindingFacts {
+            kind: self.kind,
+            namespace: &self.namespace,
+            name: self.name(),
+            role_kind: self.role_kind,
+            role_name: self.role_name(),
+        }
+    }
+}
+
+/// Length of `tail` when `text` ends with it; 0 otherwise (ids are always built ending with
+/// their names, and names never approach 4 GiB, so 0 is never reached in practice).
+fn tail_len(text: &str, tail: &str) -> u32 {
+    if text.ends_with(tail) {
+        u32::try_from(tail.len()).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// The last `len` bytes of `text` (all of it if shorter; `""` if not at a char boundary).
+fn str_tail(text: &str, len: u32) -> &str {
+    let start = text.len().saturating_sub(len as usize);
+    text.get(start..).unwrap_or("")
+}
+
+/// One binding subject as written, in one allocation: its kind (as a tag for the three kinds
+/// that match anything), its name and, for service accounts, the user name it matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundSubject {
+    /// `User`/`Group`: the name. `ServiceAccount` with a namespace (its own or the binding's):
+    /// the user name it matches, `system:serviceaccount:NS:NAME`. `ServiceAccount` without:
+    /// NAME. Any other kind: KIND followed by NAME.
+    text: Box<str>,
+    /// Where NAME starts in `text`.
+    name_at: u32,
+    kind: BoundKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BoundKind {
+    User,
+    Group,
+    ServiceAccount,
+    /// A service account with no namespace of its own in a binding without one: matches nothing.
+    NamespacelessServiceAccount,
+    /// Any other kind (never matches).
+    Other,
+}
+
+impl BoundSubject {
+    /// `subject` of a binding in `binding_namespace`.
+    pub fn new(subject: &Subject, binding_namespace: &str) -> Self {
+        let (kind, text, name_at) = match subject.kind.as_str() {
+            "User" => (BoundKind::User, subject.name.clone(), 0),
+            "Group" => (BoundKind::Group, subject.name.clone(), 0),
+            "ServiceAccount" => match subject.user_name(binding_namespace) {
+                Some(user) => {
+                    let name_at = user.len() - subject.name.len();
+                    (BoundKind::ServiceAccount, user, name_at)
+                }
+                None => (
+                    BoundKind::NamespacelessServiceAccount,
+                    subject.name.clone(),
+                    0,
+                ),
+            },
+            other => (
+                BoundKind::Other,
+                format!("{other}{}", subject.name),
+                other.len(),
+            ),
+        };
+        Self {
+            text: text.into_boxed_str(),
+            name_at: u32::try_from(name_at).unwrap_or(0),
+            kind,
+        }
+    }
+
+    /// What the subject matches: the same as [`Subject::user_name`] and
+    /// [`Subject::group_name`] of the subject as written.
+    pub fn matches(&self) -> SubjectName<'_> {
+        match self.kind {
+            BoundKind::User | BoundKind::ServiceAccount => SubjectName::User(&self.text),
+            BoundKind::Group => SubjectName::Group(&self.text),
+            BoundKind::NamespacelessServiceAccount | BoundKind::Other => SubjectName::Nothing,
+        }
+    }
+
+    /// Upstream `describeSubject`, as [`explain::describe_subject`] words the subject as
+    /// written.
+    pub fn describe(&self) -> String {
+        let name = self.text.get(self.name_at as usize..).unwrap_or("");
+        match self.kind {
+            BoundKind::User => explain::describe_subject_parts("User", name, ""),
+            BoundKind::Group => explain::describe_subject_parts("Group", name, ""),
+            BoundKind::ServiceAccount => {
+                // `system:serviceaccount:NS:NAME`: NS sits between the prefix and `:NAME`.
+                let end = (self.name_at as usize).saturating_sub(1);
+                let namespace = self
+                    .text
+                    .get(SERVICE_ACCOUNT_PREFIX.len()..end)
+                    .unwrap_or("");
+                explain::describe_subject_parts("ServiceAccount", name, namespace)
+            }
+            BoundKind::NamespacelessServiceAccount => {
+                explain::describe_subject_parts("ServiceAccount", name, "")
+            }
+            BoundKind::Other => {
+                let kind = self.text.get(..self.name_at as usize).unwrap_or("");
+                explain::describe_subject_parts(kind, name, "")
+            }
+        }
+    }
 }
 
 /// What a binding subject matches: one user name (users, and service accounts as
 /// `system:serviceaccount:NS:NAME`), one group, or nothing (unknown kinds, service accounts
 /// without a namespace).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SubjectName {
-    User(Box<str>),
-    Group(Box<str>),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubjectName<'a> {
+    User(&'a str),
+    Group(&'a str),
     Nothing,
 }
 
@@ -122,11 +291,37 @@ pub struct Grant {
     pub subject: u32,
 }
 
+/// The grants naming one user or group in one scope: almost always exactly one, kept inline
+/// rather than in a vector of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameGrants {
+    One(Grant),
+    Many(Box<[Grant]>),
+}
+
+impl NameGrants {
+    /// `grants` (in the order given) in the smallest form holding them.
+    pub fn from_vec(grants: Vec<Grant>) -> Self {
+        match grants.as_slice() {
+            [one] => NameGrants::One(*one),
+            _ => NameGrants::Many(grants.into_boxed_slice()),
+        }
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[Grant] {
+        match self {
+            NameGrants::One(grant) => std::slice::from_ref(grant),
+            NameGrants::Many(grants) => grants,
+        }
+    }
+}
+
 /// Bindings of one scope by the subject they name.
 #[derive(Debug, Default)]
 pub struct ScopeGrants {
-    pub users: NameMap<Vec<Grant>>,
-    pub groups: NameMap<Vec<Grant>>,
+    pub users: NameMap<NameGrants>,
+    pub groups: NameMap<NameGrants>,
 }
 
 impl ScopeGrants {
@@ -153,7 +348,7 @@ impl ScopeGrants {
 /// empty are skipped (and nothing is hashed when both are).
 #[inline]
 fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
-    (cluster, local): (&NameMap<Vec<Grant>>, Option<&NameMap<Vec<Grant>>>),
+    (cluster, local): (&NameMap<NameGrants>, Option<&NameMap<NameGrants>>),
     names: impl Iterator<Item = &'a str>,
     into_cluster: &mut smallvec::SmallVec<A>,
     into_local: &mut smallvec::SmallVec<A>,
@@ -165,14 +360,14 @@ fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
         (Some(map), None) => {
             for name in names {
                 if let Some(grants) = map.get(HashedName::new(name)) {
-                    into_cluster.extend_from_slice(grants);
+                    into_cluster.extend_from_slice(grants.as_slice());
                 }
             }
         }
         (None, Some(map)) => {
             for name in names {
                 if let Some(grants) = map.get(HashedName::new(name)) {
-                    into_local.extend_from_slice(grants);
+                    into_local.extend_from_slice(grants.as_slice());
                 }
             }
         }
@@ -180,10 +375,10 @@ fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
             for name in names {
                 let name = HashedName::new(name);
                 if let Some(grants) = cluster.get(name) {
-                    into_cluster.extend_from_slice(grants);
+                    into_cluster.extend_from_slice(grants.as_slice());
                 }
                 if let Some(grants) = local.get(name) {
-                    into_local.extend_from_slice(grants);
+                    into_local.extend_from_slice(grants.as_slice());
                 }
             }
         }
@@ -264,6 +459,24 @@ impl<V> NameMap<V> {
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The same names with each value converted by `convert`, in a map (and slots) of exactly
+    /// the size they need: building by insertion leaves up to half of a map's room unused.
+    pub fn map_values<W>(self, mut convert: impl FnMut(V) -> W) -> NameMap<W> {
+        NameMap {
+            map: self
+                .map
+                .into_iter()
+                .map(|(hash, slot)| {
+                    let slot = slot
+                        .into_iter()
+                        .map(|(name, value)| (name, convert(value)))
+                        .collect();
+                    (hash, slot)
+                })
+                .collect(),
+        }
     }
 }
 
@@ -366,13 +579,13 @@ pub struct ScopeBindings {
     pub bindings: Vec<BindingEntry>,
     pub grants: ScopeGrants,
     /// Local Role id -> bindings referencing it (namespace scope only).
-    pub by_local_role: Vec<Vec<BindingId>>,
+    pub by_local_role: Box<[Box<[BindingId]>]>,
     /// ClusterRole slot -> bindings referencing it.
-    pub by_cluster_slot: FxHashMap<RoleId, Vec<BindingId>>,
+    pub by_cluster_slot: FxHashMap<RoleId, Box<[BindingId]>>,
     /// Bindings resolved at query time ([`RoleTarget::ClusterByName`], [`RoleTarget::ForeignRole`]).
-    pub deferred: Vec<BindingId>,
+    pub deferred: Box<[BindingId]>,
     /// Bindings whose role is missing for good ([`RoleTarget::Missing`]).
-    pub missing: Vec<BindingId>,
+    pub missing: Box<[BindingId]>,
 }
 
 impl ScopeBindings {
@@ -427,12 +640,10 @@ impl Index {
                 .and_then(|ns| ns.roles.get(id as usize))
                 .map(|r| r.rules.as_slice()),
             RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot_rules(slot),
-            RoleTarget::ClusterByName => {
-                self.cluster_roles.named_rules(&entry.binding.role_ref.name)
-            }
+            RoleTarget::ClusterByName => self.cluster_roles.named_rules(entry.role_name()),
             RoleTarget::ForeignRole => {
-                let ns = self.namespace(&entry.binding.namespace)?;
-                let id = ns.role_by_name.get(entry.binding.role_ref.name.as_str())?;
+                let ns = self.namespace(&entry.namespace)?;
+                let id = ns.role_by_name.get(entry.role_name())?;
                 ns.roles.get(*id as usize).map(|r| r.rules.as_slice())
             }
             RoleTarget::Missing => None,
