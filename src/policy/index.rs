@@ -670,5 +670,100 @@ mod tests {
         *map.entry("dave") = 4;
         assert_eq!(map.get(HashedName::new("dave")), Some(&4));
         assert_eq!(map.get(HashedName::new("Dave")), None);
+
+        // Compacting keeps every name, colliding ones included, with its converted value.
+        let map = map.map_values(|n| n * 2);
+        assert_eq!(map.get(same("alice")), Some(&22));
+        assert_eq!(map.get(same("bob")), Some(&4));
+        assert_eq!(map.get(HashedName::new("dave")), Some(&8));
+        assert_eq!(map.get(same("carol")), None);
+    }
+
+    fn subject(kind: &str, name: &str, namespace: &str) -> Subject {
+        Subject {
+            kind: kind.into(),
+            api_group: "rbac.authorization.k8s.io".into(),
+            name: name.into(),
+            namespace: namespace.into(),
+        }
+    }
+
+    /// A compact subject describes itself and matches exactly as the subject as written does,
+    /// for every kind, with and without namespaces, and with names holding the separators the
+    /// compact form splits on.
+    #[test]
+    fn bound_subjects_describe_and_match_as_written() {
+        let subjects = [
+            subject("User", "jane", ""),
+            subject("User", "system:serviceaccount:x:y", "ignored"),
+            subject("Group", "devs", ""),
+            subject("ServiceAccount", "builder", "ci"),
+            subject("ServiceAccount", "builder", ""),
+            subject("ServiceAccount", "a:b/c", "n:s"),
+            subject("Robot", "r2", ""),
+            subject("user", "jane", ""),
+            subject("", "nobody", ""),
+        ];
+        for binding_namespace in ["", "team", "x:y"] {
+            for written in &subjects {
+                let bound = BoundSubject::new(written, binding_namespace);
+                let context = format!("{written:?} in {binding_namespace:?}");
+                assert_eq!(
+                    bound.describe(),
+                    explain::describe_subject(written, binding_namespace),
+                    "{context}"
+                );
+                let expected = match (written.user_name(binding_namespace), written.group_name()) {
+                    (Some(user), _) => Some((true, user)),
+                    (None, Some(group)) => Some((false, group.to_string())),
+                    (None, None) => None,
+                };
+                let got = match bound.matches() {
+                    SubjectName::User(user) => Some((true, user.to_string())),
+                    SubjectName::Group(group) => Some((false, group.to_string())),
+                    SubjectName::Nothing => None,
+                };
+                assert_eq!(got, expected, "{context}");
+            }
+        }
+    }
+
+    /// An entry gives back the names it was built from, for both kinds of binding and role.
+    #[test]
+    fn binding_entries_keep_their_names() {
+        for (kind, namespace) in [
+            (BindingKind::RoleBinding, "team-a"),
+            (BindingKind::ClusterRoleBinding, ""),
+        ] {
+            for role_kind in [RoleKind::Role, RoleKind::ClusterRole] {
+                let binding = crate::policy::model::Binding {
+                    kind,
+                    namespace: namespace.into(),
+                    name: "readers/x".into(),
+                    subjects: vec![subject("User", "jane", "")],
+                    role_ref: crate::policy::model::RoleRef {
+                        kind: role_kind,
+                        name: "pod-reader".into(),
+                    },
+                    source: crate::policy::model::Source::new("p.yaml", 3),
+                };
+                let facts = BindingFacts::of(&binding);
+                let ids = (
+                    Arc::from(explain::binding_id(&binding)),
+                    Arc::from(explain::role_id(&binding)),
+                    Arc::from(namespace),
+                    Arc::from("p.yaml:3"),
+                );
+                let entry = BindingEntry::new(facts, ids, Box::new([]), RoleTarget::Missing);
+                assert_eq!(entry.name(), "readers/x");
+                assert_eq!(entry.role_name(), "pod-reader");
+                assert_eq!(entry.facts().describe(), binding.describe());
+                assert_eq!(
+                    explain::missing_role_error_of(&entry.facts()),
+                    explain::missing_role_error(&binding)
+                );
+                assert_eq!(entry.cluster, kind == BindingKind::ClusterRoleBinding);
+            }
+        }
     }
 }
