@@ -55,7 +55,6 @@ use std::hash::{BuildHasher, BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
-use smallvec::SmallVec;
 
 use crate::engine::explain::{self, BindingFacts};
 use crate::policy::model::{
@@ -414,8 +413,63 @@ pub struct NameMap<V> {
     map: HashMap<u64, NameSlot<V>, BuildHasherDefault<PrehashedHasher>>,
 }
 
-/// The names (almost always one) sharing a hash.
-type NameSlot<V> = SmallVec<[(Box<str>, V); 1]>;
+/// The names sharing a hash: almost always one, held inline (a `SmallVec` of one would add a
+/// capacity word and a tag to every slot of every map).
+#[derive(Debug)]
+enum NameSlot<V> {
+    One((Box<str>, V)),
+    /// Names whose hashes collide.
+    Many(Box<[(Box<str>, V)]>),
+}
+
+impl<V> NameSlot<V> {
+    fn as_slice(&self) -> &[(Box<str>, V)] {
+        match self {
+            NameSlot::One(entry) => std::slice::from_ref(entry),
+            NameSlot::Many(entries) => entries,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(Box<str>, V)] {
+        match self {
+            NameSlot::One(entry) => std::slice::from_mut(entry),
+            NameSlot::Many(entries) => entries,
+        }
+    }
+
+    /// This slot with `entry` added last.
+    fn with(self, entry: (Box<str>, V)) -> Self {
+        match self {
+            NameSlot::Many(entries) if entries.is_empty() => NameSlot::One(entry),
+            NameSlot::One(first) => NameSlot::Many(Box::new([first, entry])),
+            NameSlot::Many(entries) => {
+                let mut entries = entries.into_vec();
+                entries.push(entry);
+                NameSlot::Many(entries.into_boxed_slice())
+            }
+        }
+    }
+
+    fn map<W>(self, mut convert: impl FnMut(V) -> W) -> NameSlot<W> {
+        match self {
+            NameSlot::One((name, value)) => NameSlot::One((name, convert(value))),
+            NameSlot::Many(entries) => NameSlot::Many(
+                entries
+                    .into_vec()
+                    .into_iter()
+                    .map(|(name, value)| (name, convert(value)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl<V> Default for NameSlot<V> {
+    /// No names yet (only while a name is being added).
+    fn default() -> Self {
+        NameSlot::Many(Box::default())
+    }
+}
 
 impl<V> Default for NameMap<V> {
     fn default() -> Self {
@@ -429,7 +483,8 @@ impl<V> NameMap<V> {
     #[inline]
     pub fn get(&self, name: HashedName<'_>) -> Option<&V> {
         let slot = self.map.get(&name.hash)?;
-        slot.iter()
+        slot.as_slice()
+            .iter()
             .find(|(key, _)| **key == *name.name)
             .map(|(_, value)| value)
     }
@@ -447,14 +502,19 @@ impl<V> NameMap<V> {
         V: Default,
     {
         let slot = self.map.entry(name.hash).or_default();
-        match slot.iter().position(|(key, _)| **key == *name.name) {
-            Some(i) => &mut slot[i].1,
+        let found = slot
+            .as_slice()
+            .iter()
+            .position(|(key, _)| **key == *name.name);
+        let position = match found {
+            Some(position) => position,
             None => {
-                slot.push((name.name.into(), V::default()));
-                let last = slot.len() - 1;
-                &mut slot[last].1
+                let entry = (name.name.into(), V::default());
+                *slot = std::mem::take(slot).with(entry);
+                slot.as_slice().len() - 1
             }
-        }
+        };
+        &mut slot.as_mut_slice()[position].1
     }
 
     pub fn is_empty(&self) -> bool {
@@ -468,13 +528,7 @@ impl<V> NameMap<V> {
             map: self
                 .map
                 .into_iter()
-                .map(|(hash, slot)| {
-                    let slot = slot
-                        .into_iter()
-                        .map(|(name, value)| (name, convert(value)))
-                        .collect();
-                    (hash, slot)
-                })
+                .map(|(hash, slot)| (hash, slot.map(&mut convert)))
                 .collect(),
         }
     }
