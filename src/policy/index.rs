@@ -46,6 +46,17 @@
 //! partition (Roles of other namespaces cannot be reached from the request's scope). From a rule,
 //! each scope maps a role (ClusterRole slot or local Role) to the bindings referencing it.
 //!
+//! # Memory
+//!
+//! The index is resident for the life of the process and holds every binding, so a binding
+//! costs only what decisions and explanations read ([`BindingEntry`]): no copy of the model
+//! binding, the binding's and role's names stored once as the tails of the ids a decision
+//! returns, each subject in one allocation ([`BoundSubject`]), role ids, namespaces and
+//! sources shared by all bindings of one build with the same value, a user or group's grants
+//! inline when there is one ([`NameGrants`]), and every per-scope collection built to its
+//! exact size (a namespace holds few bindings, so growth slack would dominate).
+//! `authzd-bench-peers` (in `bench-peers/`) reports the resulting bytes per binding.
+//!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
 //! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
@@ -113,8 +124,8 @@ pub struct BindingEntry {
 
 impl BindingEntry {
     /// `binding_id` must end with `name` and `role_id` with `role_name` (as
-    /// [`explain::binding_id`](crate::engine::explain::binding_id) and
-    /// [`explain::role_id`](crate::engine::explain::role_id) write them).
+    /// [`explain::binding_id`] and
+    /// [`explain::role_id`] write them).
     pub fn new(
         facts: BindingFacts<'_>,
         ids: (Arc<str>, Arc<str>, Arc<str>, Arc<str>),
