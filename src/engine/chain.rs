@@ -13,8 +13,8 @@ use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    BindingEntry, Grant, Index, NamespacePartition, RuleProbe, ScopeBindings, ScopeGrants,
-    SubjectName,
+    BindingEntry, BoundSubject, Grant, Index, NamespacePartition, RuleProbe, ScopeBindings,
+    ScopeGrants, SubjectName,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
@@ -111,8 +111,9 @@ impl Engine {
         matches.into_verdict(
             errors,
             |word, (entry, subject, _)| {
-                let subject = &entry.binding.subjects[subject as usize];
-                explain::rbac_reason(word, &entry.binding, subject)
+                let subject = entry.subjects.get(subject as usize);
+                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
+                explain::rbac_reason_of(word, &entry.facts(), &subject)
             },
             |(entry, _, index)| crate::engine::RuleRef {
                 authorizer: explain::RBAC,
@@ -141,7 +142,7 @@ impl Engine {
         for grant in candidates.iter() {
             let entry = scope.binding(grant.binding);
             let Some(role) = self.index.role_entry(local, entry) else {
-                errors.push(explain::missing_role_error(&entry.binding));
+                errors.push(explain::missing_role_error_of(&entry.facts()));
                 continue;
             };
             let probe = || probe.get_or_init(|| RuleProbe::new(target.action, target.combined()));
@@ -296,7 +297,7 @@ impl Engine {
                         continue;
                     }
                     for subject in &entry.subjects {
-                        let matches = match subject {
+                        let matches = match subject.matches() {
                             SubjectName::User(user) => user_matches.entry(user).or_default(),
                             SubjectName::Group(group) => group_matches.entry(group).or_default(),
                             SubjectName::Nothing => continue,
@@ -366,7 +367,7 @@ impl Engine {
             }
         }
         for entry in missing {
-            errors.insert(explain::missing_role_error(&entry.binding));
+            errors.insert(explain::missing_role_error_of(&entry.facts()));
         }
     }
 }

@@ -30,43 +30,106 @@ pub fn role_id(binding: &Binding) -> String {
     }
 }
 
+/// What explanations say about a binding, borrowed from the model [`Binding`] (reference
+/// evaluator) or from the compiled index (which keeps no model `Binding`), so that both word
+/// their explanations through the same functions.
+#[derive(Clone, Copy, Debug)]
+pub struct BindingFacts<'a> {
+    pub kind: BindingKind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub role_kind: RoleKind,
+    pub role_name: &'a str,
+}
+
+impl<'a> BindingFacts<'a> {
+    pub fn of(binding: &'a Binding) -> Self {
+        Self {
+            kind: binding.kind,
+            namespace: &binding.namespace,
+            name: &binding.name,
+            role_kind: binding.role_ref.kind,
+            role_name: &binding.role_ref.name,
+        }
+    }
+
+    /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`
+    /// (the wording of [`Binding::describe`]).
+    pub fn describe(&self) -> String {
+        match self.kind {
+            BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {:?}", self.name),
+            BindingKind::RoleBinding => {
+                format!(
+                    "RoleBinding {:?}",
+                    format!("{}/{}", self.name, self.namespace)
+                )
+            }
+        }
+    }
+}
+
 /// Upstream `describeSubject`.
 pub fn describe_subject(subject: &Subject, binding_namespace: &str) -> String {
-    if subject.kind == "ServiceAccount" {
-        let ns = if subject.namespace.is_empty() {
-            binding_namespace
-        } else {
-            &subject.namespace
-        };
-        format!("{} {:?}", subject.kind, format!("{}/{}", subject.name, ns))
+    let service_account_namespace = if subject.namespace.is_empty() {
+        binding_namespace
     } else {
-        format!("{} {:?}", subject.kind, subject.name)
+        &subject.namespace
+    };
+    describe_subject_parts(&subject.kind, &subject.name, service_account_namespace)
+}
+
+/// Upstream `describeSubject` from a subject's kind, name and (service accounts only) its
+/// effective namespace, the subject's own or else the binding's.
+pub fn describe_subject_parts(kind: &str, name: &str, service_account_namespace: &str) -> String {
+    if kind == "ServiceAccount" {
+        format!(
+            "{} {:?}",
+            kind,
+            format!("{}/{}", name, service_account_namespace)
+        )
+    } else {
+        format!("{} {:?}", kind, name)
     }
 }
 
 /// Upstream's `RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "r" to User "u"`, and the
 /// same wording with `denied by` for deny rules.
 pub fn rbac_reason(verdict: &str, binding: &Binding, subject: &Subject) -> String {
+    rbac_reason_of(
+        verdict,
+        &BindingFacts::of(binding),
+        &describe_subject(subject, &binding.namespace),
+    )
+}
+
+/// [`rbac_reason`] from a binding's facts and its subject's description
+/// ([`describe_subject`]).
+pub fn rbac_reason_of(verdict: &str, binding: &BindingFacts<'_>, subject: &str) -> String {
     format!(
         "RBAC: {verdict} by {} of {} {:?} to {}",
         binding.describe(),
-        binding.role_ref.kind.as_str(),
-        binding.role_ref.name,
-        describe_subject(subject, &binding.namespace)
+        binding.role_kind.as_str(),
+        binding.role_name,
+        subject
     )
 }
 
 /// The error upstream reports for a binding whose role cannot be resolved.
 pub fn missing_role_error(binding: &Binding) -> String {
-    match binding.role_ref.kind {
+    missing_role_error_of(&BindingFacts::of(binding))
+}
+
+/// [`missing_role_error`] from a binding's facts.
+pub fn missing_role_error_of(binding: &BindingFacts<'_>) -> String {
+    match binding.role_kind {
         RoleKind::ClusterRole => format!(
             "clusterrole.rbac.authorization.k8s.io {:?} not found (referenced by {})",
-            binding.role_ref.name,
+            binding.role_name,
             binding.describe()
         ),
         RoleKind::Role => format!(
             "role.rbac.authorization.k8s.io {:?} not found in namespace {:?} (referenced by {})",
-            binding.role_ref.name,
+            binding.role_name,
             binding.namespace,
             binding.describe()
         ),

@@ -9,16 +9,19 @@
 
 use std::sync::Arc;
 
-use rustc_hash::FxHashMap;
+use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::explain;
+use crate::engine::explain::{self, BindingFacts};
 use crate::policy::aggregate::aggregated_rules_of;
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::index::{
-    filing_keys, AbacPartition, BindingEntry, ClusterRoles, Grant, Index, NamespacePartition,
-    RoleEntry, RoleId, RoleTarget, RuleLoc, RulesByVerb, ScopeBindings, SubjectName,
+    filing_keys, AbacPartition, BindingEntry, BindingId, BoundSubject, ClusterRoles, Grant, Index,
+    NameGrants, NameMap, NamespacePartition, RoleEntry, RoleId, RoleTarget, RuleLoc, RulesByVerb,
+    ScopeBindings, ScopeGrants, SubjectName,
 };
-use crate::policy::model::{AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, Source,
+};
 
 /// A full build: every partition from scratch, with fresh ClusterRole slots.
 pub fn compile(policy: &PolicySet) -> Index {
@@ -47,13 +50,19 @@ pub fn compile(policy: &PolicySet) -> Index {
         }
     }
 
+    let mut shared = SharedStrings::default();
     let cluster_roles = Arc::new(build_cluster_roles(cluster_roles, None));
-    let cluster = Arc::new(build_scope(cluster_bindings, None, &cluster_roles));
+    let cluster = Arc::new(build_scope(
+        cluster_bindings,
+        None,
+        &cluster_roles,
+        &mut shared,
+    ));
     let namespaces = namespaces
         .into_iter()
         .map(|(namespace, (roles, bindings))| {
-            let partition = build_namespace(roles, bindings, &cluster_roles);
-            (Arc::from(namespace), Arc::new(partition))
+            let partition = build_namespace(roles, bindings, &cluster_roles, &mut shared);
+            (shared.share(namespace), Arc::new(partition))
         })
         .collect();
     Index {
@@ -75,8 +84,14 @@ pub fn apply(index: &Index, delta: &PolicyDelta) -> Result<Index, DeltaError> {
         )),
         None => Arc::clone(&index.cluster_roles),
     };
+    let mut shared = SharedStrings::default();
     let cluster = match &delta.cluster_bindings {
-        Some(bindings) => Arc::new(build_scope(bindings.iter().collect(), None, &cluster_roles)),
+        Some(bindings) => Arc::new(build_scope(
+            bindings.iter().collect(),
+            None,
+            &cluster_roles,
+            &mut shared,
+        )),
         None => Arc::clone(&index.cluster),
     };
     let mut namespaces = index.namespaces.clone();
@@ -88,8 +103,9 @@ pub fn apply(index: &Index, delta: &PolicyDelta) -> Result<Index, DeltaError> {
                 ns.roles.iter().collect(),
                 ns.bindings.iter().collect(),
                 &cluster_roles,
+                &mut shared,
             );
-            namespaces.insert(Arc::from(ns.namespace.as_str()), Arc::new(partition));
+            namespaces.insert(shared.share(&ns.namespace), Arc::new(partition));
         }
     }
     let abac = match &delta.abac {
@@ -161,6 +177,7 @@ fn build_namespace(
     mut roles: Vec<&Role>,
     bindings: Vec<&Binding>,
     cluster_roles: &ClusterRoles,
+    shared: &mut SharedStrings,
 ) -> NamespacePartition {
     roles.sort_by(|a, b| a.name.cmp(&b.name));
     let mut partition = NamespacePartition::default();
@@ -173,26 +190,58 @@ fn build_namespace(
         // Of two Roles with one name, the later in canonical order wins.
         partition.role_by_name.insert(role.name.as_str().into(), id);
     }
-    partition.scope = build_scope(bindings, Some(&partition), cluster_roles);
+    partition.scope = build_scope(bindings, Some(&partition), cluster_roles, shared);
     partition
 }
 
+/// Equal strings shared among the bindings of one build: role ids (one per role, not per
+/// binding), namespaces (one per namespace, also the key of its partition) and rendered
+/// sources. Dropped when the build ends; the index holds the only references.
+#[derive(Default)]
+struct SharedStrings {
+    strings: FxHashSet<Arc<str>>,
+    sources: FxHashMap<Source, Arc<str>>,
+}
+
+impl SharedStrings {
+    fn share(&mut self, text: &str) -> Arc<str> {
+        if let Some(shared) = self.strings.get(text) {
+            return Arc::clone(shared);
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.strings.insert(Arc::clone(&shared));
+        shared
+    }
+
+    /// `file:line`.
+    fn source(&mut self, source: &Source) -> Arc<str> {
+        let rendered = self
+            .sources
+            .entry(source.clone())
+            .or_insert_with(|| Arc::from(source.to_string()));
+        Arc::clone(rendered)
+    }
+}
+
 /// The bindings of one scope: the ClusterRoleBindings (`local` is `None`) or the RoleBindings
-/// of the namespace `local` (whose Roles are already built).
+/// of the namespace `local` (whose Roles are already built). Every collection is built to its
+/// exact size: a namespace holds few bindings, and growth slack would dominate.
 fn build_scope(
     mut bindings: Vec<&Binding>,
     local: Option<&NamespacePartition>,
     cluster_roles: &ClusterRoles,
+    shared: &mut SharedStrings,
 ) -> ScopeBindings {
     bindings.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
-    let mut scope = ScopeBindings {
-        bindings: Vec::with_capacity(bindings.len()),
-        by_local_role: local.map_or_else(Vec::new, |ns| vec![Vec::new(); ns.roles.len()]),
-        ..Default::default()
-    };
+    let mut entries = Vec::with_capacity(bindings.len());
+    let mut by_local_role = local.map_or_else(Vec::new, |ns| vec![Vec::new(); ns.roles.len()]);
+    let mut by_cluster_slot: FxHashMap<RoleId, Vec<BindingId>> = FxHashMap::default();
+    let mut deferred = Vec::new();
+    let mut missing = Vec::new();
+    let mut users: NameMap<Vec<Grant>> = NameMap::default();
+    let mut groups: NameMap<Vec<Grant>> = NameMap::default();
     for binding in bindings {
-        let id = scope.bindings.len() as u32;
-        let cluster = binding.kind == BindingKind::ClusterRoleBinding;
+        let id = entries.len() as BindingId;
         let name = binding.role_ref.name.as_str();
         let role = match (binding.role_ref.kind, local) {
             (RoleKind::ClusterRole, _) => match cluster_roles.slot_by_name.get(name) {
@@ -207,15 +256,13 @@ fn build_scope(
         };
         match role {
             RoleTarget::Local(local) => {
-                if let Some(ids) = scope.by_local_role.get_mut(local as usize) {
+                if let Some(ids) = by_local_role.get_mut(local as usize) {
                     ids.push(id);
                 }
             }
-            RoleTarget::ClusterSlot(slot) => {
-                scope.by_cluster_slot.entry(slot).or_default().push(id)
-            }
-            RoleTarget::ClusterByName | RoleTarget::ForeignRole => scope.deferred.push(id),
-            RoleTarget::Missing => scope.missing.push(id),
+            RoleTarget::ClusterSlot(slot) => by_cluster_slot.entry(slot).or_default().push(id),
+            RoleTarget::ClusterByName | RoleTarget::ForeignRole => deferred.push(id),
+            RoleTarget::Missing => missing.push(id),
         }
 
         let mut subjects = Vec::with_capacity(binding.subjects.len());
@@ -224,30 +271,45 @@ fn build_scope(
                 binding: id,
                 subject: subject_index as u32,
             };
-            let name = if let Some(user) = subject.user_name(&binding.namespace) {
-                let user: Box<str> = user.into();
-                scope.grants.users.entry(&user).push(grant);
-                SubjectName::User(user)
-            } else if let Some(group) = subject.group_name() {
-                scope.grants.groups.entry(group).push(grant);
-                SubjectName::Group(group.into())
-            } else {
-                SubjectName::Nothing
-            };
-            subjects.push(name);
+            let subject = BoundSubject::new(subject, &binding.namespace);
+            match subject.matches() {
+                SubjectName::User(user) => users.entry(user).push(grant),
+                SubjectName::Group(group) => groups.entry(group).push(grant),
+                SubjectName::Nothing => {}
+            }
+            subjects.push(subject);
         }
 
-        scope.bindings.push(BindingEntry {
-            binding_id: explain::binding_id(binding).into(),
-            role_id: explain::role_id(binding).into(),
-            source: Arc::from(binding.source.to_string()),
-            binding: binding.clone(),
+        let ids = (
+            Arc::from(explain::binding_id(binding)),
+            shared.share(&explain::role_id(binding)),
+            shared.share(&binding.namespace),
+            shared.source(&binding.source),
+        );
+        entries.push(BindingEntry::new(
+            BindingFacts::of(binding),
+            ids,
+            subjects.into_boxed_slice(),
             role,
-            cluster,
-            subjects,
-        });
+        ));
     }
-    scope
+    ScopeBindings {
+        bindings: entries,
+        grants: ScopeGrants {
+            users: users.map_values(NameGrants::from_vec),
+            groups: groups.map_values(NameGrants::from_vec),
+        },
+        by_local_role: by_local_role
+            .into_iter()
+            .map(Vec::into_boxed_slice)
+            .collect(),
+        by_cluster_slot: by_cluster_slot
+            .into_iter()
+            .map(|(slot, ids)| (slot, ids.into_boxed_slice()))
+            .collect(),
+        deferred: deferred.into_boxed_slice(),
+        missing: missing.into_boxed_slice(),
+    }
 }
 
 fn build_abac(rules: Vec<AbacRule>) -> AbacPartition {

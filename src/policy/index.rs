@@ -56,6 +56,17 @@
 //! Rules with only negated verbs or resources match nothing (see `policy::rbac`) and are filed
 //! nowhere; a negated entry beside positive ones only narrows what the positives match.
 //!
+//! # Memory
+//!
+//! The index is resident for the life of the process and holds every binding, so a binding
+//! costs only what decisions and explanations read ([`BindingEntry`]): no copy of the model
+//! binding, the binding's and role's names stored once as the tails of the ids a decision
+//! returns, each subject in one allocation ([`BoundSubject`]), role ids, namespaces and
+//! sources shared by all bindings of one build with the same value, a user or group's grants
+//! inline when there is one ([`NameGrants`]), and every per-scope collection built to its
+//! exact size (a namespace holds few bindings, so growth slack would dominate).
+//! `authzd-bench-peers` (in `bench-peers/`) reports the resulting bytes per binding.
+//!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
 //! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
@@ -67,8 +78,11 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+use crate::engine::explain::{self, BindingFacts};
 use crate::engine::Action;
-use crate::policy::model::{AbacRule, Binding, PolicyRule};
+use crate::policy::model::{
+    AbacRule, BindingKind, PolicyRule, RoleKind, Subject, SERVICE_ACCOUNT_PREFIX,
+};
 use crate::policy::rbac::is_negated;
 
 /// A binding's position within its scope (cluster scope, or one namespace).
@@ -94,28 +108,194 @@ pub enum RoleTarget {
     Missing,
 }
 
-/// A binding's data as decisions need it.
+/// A binding's data as decisions and explanations need it, and nothing more: the index keeps
+/// no copy of the model [`Binding`](crate::policy::model::Binding). Strings repeated across
+/// bindings (namespace, role id, source) are single allocations shared by every binding of one
+/// build that has the same value; the binding's and its role's names are the tails of their
+/// ids.
 #[derive(Debug)]
 pub struct BindingEntry {
-    pub binding: Binding,
-    pub role: RoleTarget,
-    pub cluster: bool,
     /// `ClusterRoleBinding/NAME` / `RoleBinding/NS/NAME`.
     pub binding_id: Arc<str>,
     /// `ClusterRole/NAME` / `Role/NS/NAME`.
     pub role_id: Arc<str>,
+    /// The binding's namespace (`""` for ClusterRoleBindings as loaders write them).
+    pub namespace: Arc<str>,
+    /// `file:line`.
     pub source: Arc<str>,
-    /// Each subject resolved to what it matches, in subject order.
-    pub subjects: Vec<SubjectName>,
+    /// The subjects as written, in order.
+    pub subjects: Box<[BoundSubject]>,
+    pub role: RoleTarget,
+    /// Lengths of the binding's name and its role's name, the tails of `binding_id` and
+    /// `role_id`.
+    name_len: u32,
+    role_name_len: u32,
+    pub kind: BindingKind,
+    pub role_kind: RoleKind,
+    pub cluster: bool,
+}
+
+impl BindingEntry {
+    /// `binding_id` must end with `name` and `role_id` with `role_name` (as
+    /// [`explain::binding_id`] and
+    /// [`explain::role_id`] write them).
+    pub fn new(
+        facts: BindingFacts<'_>,
+        ids: (Arc<str>, Arc<str>, Arc<str>, Arc<str>),
+        subjects: Box<[BoundSubject]>,
+        role: RoleTarget,
+    ) -> Self {
+        let (binding_id, role_id, namespace, source) = ids;
+        Self {
+            name_len: tail_len(&binding_id, facts.name),
+            role_name_len: tail_len(&role_id, facts.role_name),
+            binding_id,
+            role_id,
+            namespace,
+            source,
+            subjects,
+            role,
+            kind: facts.kind,
+            role_kind: facts.role_kind,
+            cluster: facts.kind == BindingKind::ClusterRoleBinding,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        str_tail(&self.binding_id, self.name_len)
+    }
+
+    /// The name in the binding's roleRef.
+    pub fn role_name(&self) -> &str {
+        str_tail(&self.role_id, self.role_name_len)
+    }
+
+    /// What explanations say about this binding.
+    pub fn facts(&self) -> BindingFacts<'_> {
+        BindingFacts {
+            kind: self.kind,
+            namespace: &self.namespace,
+            name: self.name(),
+            role_kind: self.role_kind,
+            role_name: self.role_name(),
+        }
+    }
+}
+
+/// Length of `tail` when `text` ends with it; 0 otherwise (ids are always built ending with
+/// their names, and names never approach 4 GiB, so 0 is never reached in practice).
+fn tail_len(text: &str, tail: &str) -> u32 {
+    if text.ends_with(tail) {
+        u32::try_from(tail.len()).unwrap_or(0)
+    } else {
+        0
+    }
+}
+
+/// The last `len` bytes of `text` (all of it if shorter; `""` if not at a char boundary).
+fn str_tail(text: &str, len: u32) -> &str {
+    let start = text.len().saturating_sub(len as usize);
+    text.get(start..).unwrap_or("")
+}
+
+/// One binding subject as written, in one allocation: its kind (as a tag for the three kinds
+/// that match anything), its name and, for service accounts, the user name it matches.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BoundSubject {
+    /// `User`/`Group`: the name. `ServiceAccount` with a namespace (its own or the binding's):
+    /// the user name it matches, `system:serviceaccount:NS:NAME`. `ServiceAccount` without:
+    /// NAME. Any other kind: KIND followed by NAME.
+    text: Box<str>,
+    /// Where NAME starts in `text`.
+    name_at: u32,
+    kind: BoundKind,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BoundKind {
+    User,
+    Group,
+    ServiceAccount,
+    /// A service account with no namespace of its own in a binding without one: matches nothing.
+    NamespacelessServiceAccount,
+    /// Any other kind (never matches).
+    Other,
+}
+
+impl BoundSubject {
+    /// `subject` of a binding in `binding_namespace`.
+    pub fn new(subject: &Subject, binding_namespace: &str) -> Self {
+        let (kind, text, name_at) = match subject.kind.as_str() {
+            "User" => (BoundKind::User, subject.name.clone(), 0),
+            "Group" => (BoundKind::Group, subject.name.clone(), 0),
+            "ServiceAccount" => match subject.user_name(binding_namespace) {
+                Some(user) => {
+                    let name_at = user.len() - subject.name.len();
+                    (BoundKind::ServiceAccount, user, name_at)
+                }
+                None => (
+                    BoundKind::NamespacelessServiceAccount,
+                    subject.name.clone(),
+                    0,
+                ),
+            },
+            other => (
+                BoundKind::Other,
+                format!("{other}{}", subject.name),
+                other.len(),
+            ),
+        };
+        Self {
+            text: text.into_boxed_str(),
+            name_at: u32::try_from(name_at).unwrap_or(0),
+            kind,
+        }
+    }
+
+    /// What the subject matches: the same as [`Subject::user_name`] and
+    /// [`Subject::group_name`] of the subject as written.
+    pub fn matches(&self) -> SubjectName<'_> {
+        match self.kind {
+            BoundKind::User | BoundKind::ServiceAccount => SubjectName::User(&self.text),
+            BoundKind::Group => SubjectName::Group(&self.text),
+            BoundKind::NamespacelessServiceAccount | BoundKind::Other => SubjectName::Nothing,
+        }
+    }
+
+    /// Upstream `describeSubject`, as [`explain::describe_subject`] words the subject as
+    /// written.
+    pub fn describe(&self) -> String {
+        let name = self.text.get(self.name_at as usize..).unwrap_or("");
+        match self.kind {
+            BoundKind::User => explain::describe_subject_parts("User", name, ""),
+            BoundKind::Group => explain::describe_subject_parts("Group", name, ""),
+            BoundKind::ServiceAccount => {
+                // `system:serviceaccount:NS:NAME`: NS sits between the prefix and `:NAME`.
+                let end = (self.name_at as usize).saturating_sub(1);
+                let namespace = self
+                    .text
+                    .get(SERVICE_ACCOUNT_PREFIX.len()..end)
+                    .unwrap_or("");
+                explain::describe_subject_parts("ServiceAccount", name, namespace)
+            }
+            BoundKind::NamespacelessServiceAccount => {
+                explain::describe_subject_parts("ServiceAccount", name, "")
+            }
+            BoundKind::Other => {
+                let kind = self.text.get(..self.name_at as usize).unwrap_or("");
+                explain::describe_subject_parts(kind, name, "")
+            }
+        }
+    }
 }
 
 /// What a binding subject matches: one user name (users, and service accounts as
 /// `system:serviceaccount:NS:NAME`), one group, or nothing (unknown kinds, service accounts
 /// without a namespace).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum SubjectName {
-    User(Box<str>),
-    Group(Box<str>),
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SubjectName<'a> {
+    User(&'a str),
+    Group(&'a str),
     Nothing,
 }
 
@@ -352,11 +532,37 @@ pub struct Grant {
     pub subject: u32,
 }
 
+/// The grants naming one user or group in one scope: almost always exactly one, kept inline
+/// rather than in a vector of its own.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameGrants {
+    One(Grant),
+    Many(Box<[Grant]>),
+}
+
+impl NameGrants {
+    /// `grants` (in the order given) in the smallest form holding them.
+    pub fn from_vec(grants: Vec<Grant>) -> Self {
+        match grants.as_slice() {
+            [one] => NameGrants::One(*one),
+            _ => NameGrants::Many(grants.into_boxed_slice()),
+        }
+    }
+
+    #[inline]
+    pub fn as_slice(&self) -> &[Grant] {
+        match self {
+            NameGrants::One(grant) => std::slice::from_ref(grant),
+            NameGrants::Many(grants) => grants,
+        }
+    }
+}
+
 /// Bindings of one scope by the subject they name.
 #[derive(Debug, Default)]
 pub struct ScopeGrants {
-    pub users: NameMap<Vec<Grant>>,
-    pub groups: NameMap<Vec<Grant>>,
+    pub users: NameMap<NameGrants>,
+    pub groups: NameMap<NameGrants>,
 }
 
 impl ScopeGrants {
@@ -383,7 +589,7 @@ impl ScopeGrants {
 /// empty are skipped (and nothing is hashed when both are).
 #[inline]
 fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
-    (cluster, local): (&NameMap<Vec<Grant>>, Option<&NameMap<Vec<Grant>>>),
+    (cluster, local): (&NameMap<NameGrants>, Option<&NameMap<NameGrants>>),
     names: impl Iterator<Item = &'a str>,
     into_cluster: &mut smallvec::SmallVec<A>,
     into_local: &mut smallvec::SmallVec<A>,
@@ -395,14 +601,14 @@ fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
         (Some(map), None) => {
             for name in names {
                 if let Some(grants) = map.get(HashedName::new(name)) {
-                    into_cluster.extend_from_slice(grants);
+                    into_cluster.extend_from_slice(grants.as_slice());
                 }
             }
         }
         (None, Some(map)) => {
             for name in names {
                 if let Some(grants) = map.get(HashedName::new(name)) {
-                    into_local.extend_from_slice(grants);
+                    into_local.extend_from_slice(grants.as_slice());
                 }
             }
         }
@@ -410,10 +616,10 @@ fn lookup_names<'a, A: smallvec::Array<Item = Grant>>(
             for name in names {
                 let name = HashedName::new(name);
                 if let Some(grants) = cluster.get(name) {
-                    into_cluster.extend_from_slice(grants);
+                    into_cluster.extend_from_slice(grants.as_slice());
                 }
                 if let Some(grants) = local.get(name) {
-                    into_local.extend_from_slice(grants);
+                    into_local.extend_from_slice(grants.as_slice());
                 }
             }
         }
@@ -449,8 +655,63 @@ pub struct NameMap<V> {
     map: HashMap<u64, NameSlot<V>, BuildHasherDefault<PrehashedHasher>>,
 }
 
-/// The names (almost always one) sharing a hash.
-type NameSlot<V> = SmallVec<[(Box<str>, V); 1]>;
+/// The names sharing a hash: almost always one, held inline (a `SmallVec` of one would add a
+/// capacity word and a tag to every slot of every map).
+#[derive(Debug)]
+enum NameSlot<V> {
+    One((Box<str>, V)),
+    /// Names whose hashes collide.
+    Many(Box<[(Box<str>, V)]>),
+}
+
+impl<V> NameSlot<V> {
+    fn as_slice(&self) -> &[(Box<str>, V)] {
+        match self {
+            NameSlot::One(entry) => std::slice::from_ref(entry),
+            NameSlot::Many(entries) => entries,
+        }
+    }
+
+    fn as_mut_slice(&mut self) -> &mut [(Box<str>, V)] {
+        match self {
+            NameSlot::One(entry) => std::slice::from_mut(entry),
+            NameSlot::Many(entries) => entries,
+        }
+    }
+
+    /// This slot with `entry` added last.
+    fn with(self, entry: (Box<str>, V)) -> Self {
+        match self {
+            NameSlot::Many(entries) if entries.is_empty() => NameSlot::One(entry),
+            NameSlot::One(first) => NameSlot::Many(Box::new([first, entry])),
+            NameSlot::Many(entries) => {
+                let mut entries = entries.into_vec();
+                entries.push(entry);
+                NameSlot::Many(entries.into_boxed_slice())
+            }
+        }
+    }
+
+    fn map<W>(self, mut convert: impl FnMut(V) -> W) -> NameSlot<W> {
+        match self {
+            NameSlot::One((name, value)) => NameSlot::One((name, convert(value))),
+            NameSlot::Many(entries) => NameSlot::Many(
+                entries
+                    .into_vec()
+                    .into_iter()
+                    .map(|(name, value)| (name, convert(value)))
+                    .collect(),
+            ),
+        }
+    }
+}
+
+impl<V> Default for NameSlot<V> {
+    /// No names yet (only while a name is being added).
+    fn default() -> Self {
+        NameSlot::Many(Box::default())
+    }
+}
 
 impl<V> Default for NameMap<V> {
     fn default() -> Self {
@@ -464,7 +725,8 @@ impl<V> NameMap<V> {
     #[inline]
     pub fn get(&self, name: HashedName<'_>) -> Option<&V> {
         let slot = self.map.get(&name.hash)?;
-        slot.iter()
+        slot.as_slice()
+            .iter()
             .find(|(key, _)| **key == *name.name)
             .map(|(_, value)| value)
     }
@@ -482,18 +744,35 @@ impl<V> NameMap<V> {
         V: Default,
     {
         let slot = self.map.entry(name.hash).or_default();
-        match slot.iter().position(|(key, _)| **key == *name.name) {
-            Some(i) => &mut slot[i].1,
+        let found = slot
+            .as_slice()
+            .iter()
+            .position(|(key, _)| **key == *name.name);
+        let position = match found {
+            Some(position) => position,
             None => {
-                slot.push((name.name.into(), V::default()));
-                let last = slot.len() - 1;
-                &mut slot[last].1
+                let entry = (name.name.into(), V::default());
+                *slot = std::mem::take(slot).with(entry);
+                slot.as_slice().len() - 1
             }
-        }
+        };
+        &mut slot.as_mut_slice()[position].1
     }
 
     pub fn is_empty(&self) -> bool {
         self.map.is_empty()
+    }
+
+    /// The same names with each value converted by `convert`, in a map (and slots) of exactly
+    /// the size they need: building by insertion leaves up to half of a map's room unused.
+    pub fn map_values<W>(self, mut convert: impl FnMut(V) -> W) -> NameMap<W> {
+        NameMap {
+            map: self
+                .map
+                .into_iter()
+                .map(|(hash, slot)| (hash, slot.map(&mut convert)))
+                .collect(),
+        }
     }
 }
 
@@ -598,13 +877,13 @@ pub struct ScopeBindings {
     pub bindings: Vec<BindingEntry>,
     pub grants: ScopeGrants,
     /// Local Role id -> bindings referencing it (namespace scope only).
-    pub by_local_role: Vec<Vec<BindingId>>,
+    pub by_local_role: Box<[Box<[BindingId]>]>,
     /// ClusterRole slot -> bindings referencing it.
-    pub by_cluster_slot: FxHashMap<RoleId, Vec<BindingId>>,
+    pub by_cluster_slot: FxHashMap<RoleId, Box<[BindingId]>>,
     /// Bindings resolved at query time ([`RoleTarget::ClusterByName`], [`RoleTarget::ForeignRole`]).
-    pub deferred: Vec<BindingId>,
+    pub deferred: Box<[BindingId]>,
     /// Bindings whose role is missing for good ([`RoleTarget::Missing`]).
-    pub missing: Vec<BindingId>,
+    pub missing: Box<[BindingId]>,
 }
 
 impl ScopeBindings {
@@ -667,10 +946,10 @@ impl Index {
         match entry.role {
             RoleTarget::Local(id) => local.and_then(|ns| ns.roles.get(id as usize)),
             RoleTarget::ClusterSlot(slot) => self.cluster_roles.slot(slot),
-            RoleTarget::ClusterByName => self.cluster_roles.named(&entry.binding.role_ref.name),
+            RoleTarget::ClusterByName => self.cluster_roles.named(entry.role_name()),
             RoleTarget::ForeignRole => {
-                let ns = self.namespace(&entry.binding.namespace)?;
-                let id = ns.role_by_name.get(entry.binding.role_ref.name.as_str())?;
+                let ns = self.namespace(&entry.namespace)?;
+                let id = ns.role_by_name.get(entry.role_name())?;
                 ns.roles.get(*id as usize)
             }
             RoleTarget::Missing => None,
@@ -805,5 +1084,100 @@ mod tests {
         *map.entry("dave") = 4;
         assert_eq!(map.get(HashedName::new("dave")), Some(&4));
         assert_eq!(map.get(HashedName::new("Dave")), None);
+
+        // Compacting keeps every name, colliding ones included, with its converted value.
+        let map = map.map_values(|n| n * 2);
+        assert_eq!(map.get(same("alice")), Some(&22));
+        assert_eq!(map.get(same("bob")), Some(&4));
+        assert_eq!(map.get(HashedName::new("dave")), Some(&8));
+        assert_eq!(map.get(same("carol")), None);
+    }
+
+    fn subject(kind: &str, name: &str, namespace: &str) -> Subject {
+        Subject {
+            kind: kind.into(),
+            api_group: "rbac.authorization.k8s.io".into(),
+            name: name.into(),
+            namespace: namespace.into(),
+        }
+    }
+
+    /// A compact subject describes itself and matches exactly as the subject as written does,
+    /// for every kind, with and without namespaces, and with names holding the separators the
+    /// compact form splits on.
+    #[test]
+    fn bound_subjects_describe_and_match_as_written() {
+        let subjects = [
+            subject("User", "jane", ""),
+            subject("User", "system:serviceaccount:x:y", "ignored"),
+            subject("Group", "devs", ""),
+            subject("ServiceAccount", "builder", "ci"),
+            subject("ServiceAccount", "builder", ""),
+            subject("ServiceAccount", "a:b/c", "n:s"),
+            subject("Robot", "r2", ""),
+            subject("user", "jane", ""),
+            subject("", "nobody", ""),
+        ];
+        for binding_namespace in ["", "team", "x:y"] {
+            for written in &subjects {
+                let bound = BoundSubject::new(written, binding_namespace);
+                let context = format!("{written:?} in {binding_namespace:?}");
+                assert_eq!(
+                    bound.describe(),
+                    explain::describe_subject(written, binding_namespace),
+                    "{context}"
+                );
+                let expected = match (written.user_name(binding_namespace), written.group_name()) {
+                    (Some(user), _) => Some((true, user)),
+                    (None, Some(group)) => Some((false, group.to_string())),
+                    (None, None) => None,
+                };
+                let got = match bound.matches() {
+                    SubjectName::User(user) => Some((true, user.to_string())),
+                    SubjectName::Group(group) => Some((false, group.to_string())),
+                    SubjectName::Nothing => None,
+                };
+                assert_eq!(got, expected, "{context}");
+            }
+        }
+    }
+
+    /// An entry gives back the names it was built from, for both kinds of binding and role.
+    #[test]
+    fn binding_entries_keep_their_names() {
+        for (kind, namespace) in [
+            (BindingKind::RoleBinding, "team-a"),
+            (BindingKind::ClusterRoleBinding, ""),
+        ] {
+            for role_kind in [RoleKind::Role, RoleKind::ClusterRole] {
+                let binding = crate::policy::model::Binding {
+                    kind,
+                    namespace: namespace.into(),
+                    name: "readers/x".into(),
+                    subjects: vec![subject("User", "jane", "")],
+                    role_ref: crate::policy::model::RoleRef {
+                        kind: role_kind,
+                        name: "pod-reader".into(),
+                    },
+                    source: crate::policy::model::Source::new("p.yaml", 3),
+                };
+                let facts = BindingFacts::of(&binding);
+                let ids = (
+                    Arc::from(explain::binding_id(&binding)),
+                    Arc::from(explain::role_id(&binding)),
+                    Arc::from(namespace),
+                    Arc::from("p.yaml:3"),
+                );
+                let entry = BindingEntry::new(facts, ids, Box::new([]), RoleTarget::Missing);
+                assert_eq!(entry.name(), "readers/x");
+                assert_eq!(entry.role_name(), "pod-reader");
+                assert_eq!(entry.facts().describe(), binding.describe());
+                assert_eq!(
+                    explain::missing_role_error_of(&entry.facts()),
+                    explain::missing_role_error(&binding)
+                );
+                assert_eq!(entry.cluster, kind == BindingKind::ClusterRoleBinding);
+            }
+        }
     }
 }
