@@ -28,6 +28,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     )?;
 
     tonic_prost_build::configure()
+        // Decodes from contiguous bytes instead of through tonic's buffer (src/proto_codec.rs).
+        .codec_path("crate::proto_codec::SliceCodec")
         .build_client(true)
         .build_server(true)
         .compile_fds(file_descriptors)?;

@@ -18,6 +18,7 @@ pub mod config;
 pub mod engine;
 pub mod loadgen;
 pub mod policy;
+pub mod proto_codec;
 pub mod store;
 pub mod synth;
 pub mod telemetry;

@@ -1,0 +1,91 @@
+//! The protobuf codec of every `authz.v1` service and client (`build.rs` names it to
+//! tonic-prost-build in place of `tonic_prost::ProstCodec`).
+//!
+//! It differs from tonic-prost's codec in one thing: a message is decoded from the contiguous
+//! bytes tonic has buffered for it (`&[u8]`) instead of through tonic's `DecodeBuf`. prost reads
+//! a message one varint and one string at a time, and each read through `DecodeBuf` re-slices
+//! its window and advances the `BytesMut` underneath, where on a slice it is a pointer bump.
+//! `callgrind` put decoding at more than half the instructions of a `BatchAuthorize` item
+//! before this. Messages and errors are otherwise exactly tonic-prost's: the same prost code
+//! decodes the same bytes, and a decode error is `INTERNAL` with prost's message (which
+//! `api::error` turns into `INVALID_ARGUMENT` for callers).
+
+use std::marker::PhantomData;
+
+use prost::bytes::Buf;
+use prost::Message;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::Status;
+
+/// `application/grpc+proto` with prost messages, decoded from contiguous bytes.
+#[derive(Debug, Clone, Copy)]
+pub struct SliceCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for SliceCodec<T, U> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T, U> Codec for SliceCodec<T, U>
+where
+    T: Message + Send + 'static,
+    U: Message + Default + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = SliceEncoder<T>;
+    type Decoder = SliceDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        SliceEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        SliceDecoder(PhantomData)
+    }
+}
+
+/// Encodes as tonic-prost does: straight into tonic's buffer, which grows as needed.
+#[derive(Debug)]
+pub struct SliceEncoder<T>(PhantomData<T>);
+
+impl<T: Message> Encoder for SliceEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(buf)
+            .map_err(|e| Status::internal(format!("cannot encode the message: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+#[derive(Debug)]
+pub struct SliceDecoder<U>(PhantomData<U>);
+
+impl<U: Message + Default> Decoder for SliceDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        let len = buf.remaining();
+        // tonic buffers a whole message in one `BytesMut`, so its first chunk is all of it; if
+        // that ever stops being so, decode through the buffer as tonic-prost does.
+        let decoded = if buf.chunk().len() == len {
+            let message = U::decode(buf.chunk());
+            buf.advance(len);
+            message
+        } else {
+            U::decode(&mut *buf)
+        };
+        decoded.map(Some).map_err(|e| Status::internal(e.to_string()))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
