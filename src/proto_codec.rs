@@ -82,7 +82,9 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
         } else {
             U::decode(&mut *buf)
         };
-        decoded.map(Some).map_err(|e| Status::internal(e.to_string()))
+        decoded
+            .map(Some)
+            .map_err(|e| Status::internal(e.to_string()))
     }
 
     fn buffer_settings(&self) -> BufferSettings {
