@@ -19,6 +19,9 @@ use grpc_harness::Server;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_health::pb::HealthCheckRequest;
 
 /// Group `reviewers` may create SubjectAccessReviews; group `ops` reads pods; every
 /// authenticated caller reads configmaps.
@@ -188,19 +191,26 @@ fn personal(verb: &str, resource: &str) -> PersonalSubjectAccessReviewRequest {
     }
 }
 
-/// Waits until the policy is loaded (personal reviews stop answering UNAVAILABLE).
-async fn serving(reviews: &mut AccessReviewClient<Channel>) {
+/// Waits until the policy is loaded: gRPC health says SERVING. (Health needs no credentials,
+/// so a caller the server will refuse cannot mistake its refusal for readiness.)
+async fn serving(channel: &Channel) {
+    let mut health = HealthClient::new(channel.clone());
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        match reviews
-            .personal_subject_access_review(personal("get", "pods"))
+        let status = health
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
             .await
-        {
-            Err(status) if status.code() == Code::Unavailable && Instant::now() < deadline => {
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
-            _ => return,
+            .map(|answer| answer.into_inner().status);
+        if matches!(status, Ok(s) if s == ServingStatus::Serving as i32) {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "authzd never reported SERVING: {status:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -208,8 +218,9 @@ async fn serving(reviews: &mut AccessReviewClient<Channel>) {
 async fn a_verified_client_certificate_is_the_caller() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers", "ops"]);
-    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, Some(&client)).await.unwrap());
-    serving(&mut reviews).await;
+    let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
+    serving(&channel).await;
+    let mut reviews = AccessReviewClient::new(channel);
 
     // O = ops: carla reads pods through the group binding.
     let pods = reviews
@@ -264,8 +275,9 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
     let f = Fixture::start();
     // TLS without a client certificate: the handshake completes (tokens could still be used),
     // but the caller has no identity.
-    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, None).await.unwrap());
-    serving(&mut reviews).await;
+    let channel = f.connect(&f.ca.pem, None).await.unwrap();
+    serving(&channel).await;
+    let mut reviews = AccessReviewClient::new(channel);
     let refused = reviews
         .personal_subject_access_review(personal("get", "pods"))
         .await
@@ -303,8 +315,8 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
 async fn the_server_certificate_is_reloaded_when_its_files_change() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers"]);
-    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, Some(&client)).await.unwrap());
-    serving(&mut reviews).await;
+    let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
+    serving(&channel).await;
 
     // A new server certificate from a new CA: clients trusting only the new CA cannot connect
     // until the server picks it up.
@@ -400,8 +412,9 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, "ops-token,olga,u1,ops\n").unwrap();
     let f = Fixture::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
-    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, None).await.unwrap());
-    serving(&mut reviews).await;
+    let channel = f.connect(&f.ca.pem, None).await.unwrap();
+    serving(&channel).await;
+    let mut reviews = AccessReviewClient::new(channel);
     let mut request = tonic::Request::new(personal("list", "pods"));
     request
         .metadata_mut()
@@ -426,8 +439,8 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
 #[tokio::test]
 async fn the_cli_talks_https_with_a_client_certificate() {
     let f = Fixture::start();
-    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, None).await.unwrap());
-    serving(&mut reviews).await;
+    let channel = f.connect(&f.ca.pem, None).await.unwrap();
+    serving(&channel).await;
     let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]);
     let write = |name: &str, content: &str| {
         let path = f.dir.path().join(name);

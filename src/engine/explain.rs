@@ -56,15 +56,7 @@ impl<'a> BindingFacts<'a> {
     /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`
     /// (the wording of [`Binding::describe`]).
     pub fn describe(&self) -> String {
-        match self.kind {
-            BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {:?}", self.name),
-            BindingKind::RoleBinding => {
-                format!(
-                    "RoleBinding {:?}",
-                    format!("{}/{}", self.name, self.namespace)
-                )
-            }
-        }
+        crate::policy::model::describe_binding(self.kind, self.name, self.namespace)
     }
 }
 

@@ -212,15 +212,15 @@ pub struct Binding {
 impl Binding {
     /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
     pub fn describe(&self) -> String {
-        match self.kind {
-            BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {:?}", self.name),
-            BindingKind::RoleBinding => {
-                format!(
-                    "RoleBinding {:?}",
-                    format!("{}/{}", self.name, self.namespace)
-                )
-            }
-        }
+        describe_binding(self.kind, &self.name, &self.namespace)
+    }
+}
+
+/// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
+pub fn describe_binding(kind: BindingKind, name: &str, namespace: &str) -> String {
+    match kind {
+        BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {name:?}"),
+        BindingKind::RoleBinding => format!("RoleBinding {:?}", format!("{name}/{namespace}")),
     }
 }
 
