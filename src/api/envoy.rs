@@ -300,6 +300,7 @@ fn watch_requested(query: &str) -> bool {
 }
 
 /// Why a checked request is answered without asking the engine.
+#[derive(Debug)]
 enum Refusal {
     /// No subject: HTTP 401, `UNAUTHENTICATED`.
     Unauthenticated(String),
@@ -611,11 +612,17 @@ fn subject_from_headers(
             Some(raw) => raw.headers.iter().map(|h| h.key.as_str()).collect(),
             None => http.headers.keys().map(String::as_str).collect(),
         };
+        // `header_values` gathers every occurrence of a name (in any case), so each name is
+        // read once: a repeated header must not add its values once per occurrence.
+        let mut seen = std::collections::HashSet::new();
         for key in keys {
             let lower = key.to_ascii_lowercase();
             let Some(extra_key) = lower.strip_prefix(prefix).filter(|k| !k.is_empty()) else {
                 continue;
             };
+            if !seen.insert(lower.clone()) {
+                continue;
+            }
             let values = list_values(&header_values(http, key));
             extra
                 .entry(extra_key.to_string())
@@ -772,6 +779,67 @@ mod tests {
         );
         assert!(EnvoyConfig::new("headers", "bad header", "g", None, vec![], false).is_err());
         assert!(EnvoyConfig::new("cookies", "u", "g", None, vec![], false).is_err());
+    }
+
+    #[test]
+    fn extra_attributes_come_from_prefixed_headers_once_each() {
+        use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
+        let raw = |key: &str, value: &str| HeaderValue {
+            key: key.into(),
+            raw_value: value.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        let http = HttpRequest {
+            header_map: Some(HeaderMap {
+                headers: vec![
+                    raw("x-remote-user", "alice"),
+                    // Repeated, and in two spellings of the same name: one key, each value once.
+                    raw("x-remote-extra-scopes", "read, write"),
+                    raw("X-Remote-Extra-Scopes", "admin"),
+                    raw("x-remote-extra-tenant", "acme"),
+                    // The bare prefix names no key; an unrelated header is not an attribute.
+                    raw("x-remote-extra-", "ignored"),
+                    raw("x-remote-extraneous", "ignored"),
+                ],
+            }),
+            ..Default::default()
+        };
+        let user = subject_from_headers(
+            &http,
+            "x-remote-user",
+            "x-remote-group",
+            Some("x-remote-extra-"),
+        )
+        .unwrap();
+        assert_eq!(user.name, "alice");
+        let expected: std::collections::BTreeMap<String, Vec<String>> = [
+            (
+                "scopes".to_string(),
+                vec!["read".into(), "write".into(), "admin".into()],
+            ),
+            ("tenant".to_string(), vec!["acme".into()]),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(user.extra, expected);
+
+        // Without the flag, no header is an extra attribute.
+        let plain = subject_from_headers(&http, "x-remote-user", "x-remote-group", None).unwrap();
+        assert!(plain.extra.is_empty());
+
+        // Envoy's plain header map (one value per name) is read the same way.
+        let mut http = HttpRequest::default();
+        http.headers.insert("x-remote-user".into(), "bob".into());
+        http.headers
+            .insert("x-remote-extra-scopes".into(), "read,read,write".into());
+        let user = subject_from_headers(
+            &http,
+            "x-remote-user",
+            "x-remote-group",
+            Some("x-remote-extra-"),
+        )
+        .unwrap();
+        assert_eq!(user.extra["scopes"], ["read", "write"]);
     }
 
     #[test]
