@@ -19,9 +19,6 @@ use grpc_harness::Server;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_client::HealthClient;
-use tonic_health::pb::HealthCheckRequest;
 
 /// Group `reviewers` may create SubjectAccessReviews; group `ops` reads pods; every
 /// authenticated caller reads configmaps.
@@ -191,35 +188,12 @@ fn personal(verb: &str, resource: &str) -> PersonalSubjectAccessReviewRequest {
     }
 }
 
-/// Waits until the policy is loaded: gRPC health says SERVING. (Health needs no credentials,
-/// so a caller the server will refuse cannot mistake its refusal for readiness.)
-async fn serving(channel: &Channel) {
-    let mut health = HealthClient::new(channel.clone());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let status = health
-            .check(HealthCheckRequest {
-                service: String::new(),
-            })
-            .await
-            .map(|answer| answer.into_inner().status);
-        if matches!(status, Ok(s) if s == ServingStatus::Serving as i32) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "authzd never reported SERVING: {status:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
 #[tokio::test]
 async fn a_verified_client_certificate_is_the_caller() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers", "ops"]);
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
-    serving(&channel).await;
+    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
 
     // O = ops: carla reads pods through the group binding.
@@ -276,7 +250,7 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
     // TLS without a client certificate: the handshake completes (tokens could still be used),
     // but the caller has no identity.
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    serving(&channel).await;
+    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
     let refused = reviews
         .personal_subject_access_review(personal("get", "pods"))
@@ -316,7 +290,7 @@ async fn the_server_certificate_is_reloaded_when_its_files_change() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers"]);
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
-    serving(&channel).await;
+    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
 
     // A new server certificate from a new CA: clients trusting only the new CA cannot connect
     // until the server picks it up.
@@ -413,7 +387,7 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
     std::fs::write(&tokens, "ops-token,olga,u1,ops\n").unwrap();
     let f = Fixture::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    serving(&channel).await;
+    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
     let mut request = tonic::Request::new(personal("list", "pods"));
     request
@@ -440,7 +414,7 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
 async fn the_cli_talks_https_with_a_client_certificate() {
     let f = Fixture::start();
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    serving(&channel).await;
+    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
     let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]);
     let write = |name: &str, content: &str| {
         let path = f.dir.path().join(name);

@@ -285,25 +285,32 @@ impl Server {
     }
 
     pub async fn wait_serving(&self) {
-        let mut health = HealthClient::new(self.channel().await);
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let status = health
-                .check(HealthCheckRequest {
-                    service: String::new(),
-                })
-                .await
-                .map(|r| r.into_inner().status);
-            if matches!(status, Ok(s) if s == ServingStatus::Serving as i32) {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "authzd never became SERVING ({status:?}); stderr:\n{}",
-                self.stderr()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        wait_until_serving(&self.channel().await, || self.stderr()).await;
+    }
+}
+
+/// Waits until gRPC health on `channel` says SERVING (the policy is loaded). Health needs no
+/// credentials, so no refusal of the caller can be mistaken for readiness. `stderr` explains a
+/// server that never gets there.
+pub async fn wait_until_serving(channel: &Channel, stderr: impl Fn() -> String) {
+    let mut health = HealthClient::new(channel.clone());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let status = health
+            .check(HealthCheckRequest {
+                service: String::new(),
+            })
+            .await
+            .map(|r| r.into_inner().status);
+        if matches!(status, Ok(s) if s == ServingStatus::Serving as i32) {
+            return;
         }
+        assert!(
+            Instant::now() < deadline,
+            "authzd never became SERVING ({status:?}); stderr:\n{}",
+            stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
