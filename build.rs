@@ -33,5 +33,54 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .build_client(true)
         .build_server(true)
         .compile_fds(file_descriptors)?;
+
+    // The `authz.v1.Authorizer` server once more, with the two decision methods taking the
+    // request's bytes as received and answering with decisions encoded straight from the cache
+    // (src/api/wire.rs): a cache hit then copies no string. The same routes, so the same
+    // service to every client; included by `api::wire` (the prost server above is unused).
+    let authorizer = tonic_build::manual::Service::builder()
+        .name("Authorizer")
+        .package("authz.v1")
+        .method(wire_method(
+            "authorize",
+            "Authorize",
+            "crate::api::wire::AuthorizeCall",
+            "crate::api::wire::AuthorizeReply",
+            "crate::proto_codec::FrameCodec",
+        ))
+        .method(wire_method(
+            "batch_authorize",
+            "BatchAuthorize",
+            "crate::api::wire::BatchAuthorizeCall",
+            "crate::api::wire::BatchAuthorizeReply",
+            "crate::proto_codec::FrameCodec",
+        ))
+        .method(wire_method(
+            "get_allowed_subjects",
+            "GetAllowedSubjects",
+            "crate::proto::GetAllowedSubjectsRequest",
+            "crate::proto::GetAllowedSubjectsResponse",
+            "crate::proto_codec::SliceCodec",
+        ))
+        .build();
+    tonic_build::manual::Builder::new()
+        .build_client(false)
+        .compile(&[authorizer]);
     Ok(())
+}
+
+fn wire_method(
+    name: &str,
+    route: &str,
+    input: &str,
+    output: &str,
+    codec: &str,
+) -> tonic_build::manual::Method {
+    tonic_build::manual::Method::builder()
+        .name(name)
+        .route_name(route)
+        .input_type(input)
+        .output_type(output)
+        .codec_path(codec)
+        .build()
 }

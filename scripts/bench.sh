@@ -23,7 +23,8 @@ done
 # (`target/release/authzd-bench-peers --sizes 1000000` measures it on its own).
 target/release/authzd-bench-peers --max-cedar 100000 | tee target/peers.jsonl
 
-# Load: the default mix (half the Authorize requests hit the cache), then all misses.
+# Load: the default mix (half the Authorize requests hit the cache), all misses, all hits, then
+# BatchAuthorize with half misses (the default ratio) and with all hits.
 target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
   --duration 8s --warmup 1s --json > target/loadgen-mix.json
 target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
@@ -32,6 +33,9 @@ target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connec
   --duration 8s --warmup 1s --cache-hit-ratio 1 --mix authorize=100 --json > target/loadgen-hit.json
 target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
   --duration 8s --warmup 1s --mix batch=100 --batch-size 100 --json > target/loadgen-batch.json
+target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
+  --duration 8s --warmup 1s --mix batch=100 --batch-size 100 --cache-hit-ratio 1 --json \
+  > target/loadgen-batch-hit.json
 
 BENCH_SECONDS=$SECONDS python3 scripts/benchmarks_md.py > BENCHMARKS.md
 echo "wrote BENCHMARKS.md"

@@ -19,6 +19,7 @@ use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
 use crate::api::state::ServingState;
 use crate::api::text;
+use crate::api::wire::service::authorizer_server::AuthorizerServer;
 use crate::audit::AuditLog;
 use crate::client::{self, ClientError};
 use crate::config::{
@@ -27,7 +28,6 @@ use crate::config::{
 use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
-use crate::proto::authorizer_server::AuthorizerServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};

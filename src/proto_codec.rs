@@ -91,3 +91,78 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
         BufferSettings::default()
     }
 }
+
+/// A message that writes its own protobuf encoding (the Authorize answers, encoded straight
+/// from cached decisions instead of through prost's owned types).
+pub trait WireEncode {
+    /// Exactly the bytes [`Self::encode_wire`] writes.
+    fn encoded_len(&self) -> usize;
+    fn encode_wire(&self, buf: &mut impl prost::bytes::BufMut);
+}
+
+/// The codec of `Authorize` and `BatchAuthorize` (`build.rs`): the request arrives as its
+/// bytes, untouched (`U: From<Bytes>`, parsed by the handler), and the answer encodes itself.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameCodec<T, U>(PhantomData<(T, U)>);
+
+impl<T, U> Default for FrameCodec<T, U> {
+    fn default() -> Self {
+        Self(PhantomData)
+    }
+}
+
+impl<T, U> Codec for FrameCodec<T, U>
+where
+    T: WireEncode + Send + 'static,
+    U: From<prost::bytes::Bytes> + Send + 'static,
+{
+    type Encode = T;
+    type Decode = U;
+    type Encoder = FrameEncoder<T>;
+    type Decoder = FrameDecoder<U>;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        FrameEncoder(PhantomData)
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        FrameDecoder(PhantomData)
+    }
+}
+
+#[derive(Debug)]
+pub struct FrameEncoder<T>(PhantomData<T>);
+
+impl<T: WireEncode> Encoder for FrameEncoder<T> {
+    type Item = T;
+    type Error = Status;
+
+    fn encode(&mut self, item: T, buf: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        // Grown once, not doubling as a large batch's answers are written.
+        buf.reserve(item.encoded_len());
+        item.encode_wire(buf);
+        Ok(())
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+#[derive(Debug)]
+pub struct FrameDecoder<U>(PhantomData<U>);
+
+impl<U: From<prost::bytes::Bytes>> Decoder for FrameDecoder<U> {
+    type Item = U;
+    type Error = Status;
+
+    fn decode(&mut self, buf: &mut DecodeBuf<'_>) -> Result<Option<U>, Status> {
+        // `DecodeBuf` splits its `BytesMut`: the message's bytes, shared, not copied.
+        let len = buf.remaining();
+        Ok(Some(U::from(buf.copy_to_bytes(len))))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}

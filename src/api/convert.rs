@@ -82,21 +82,15 @@ impl From<proto::UserInfo> for WireSubject {
 /// on a review; `name_field` is what the user name is called there (`name` or `user`). A subject must name a user or at least one group: an
 /// authorization question about nobody is a client bug.
 pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engine::UserInfo> {
+    check_identity(scope, name_field, &wire.name, &wire.uid, &wire.groups)?;
     let at = At { scope };
-    at.check_len(name_field, &wire.name, MAX_STRING_BYTES)?;
-    at.check_len("uid", &wire.uid, MAX_STRING_BYTES)?;
-    at.check_count("groups", wire.groups.len(), MAX_GROUPS)?;
-    for (i, group) in wire.groups.iter().enumerate() {
-        if group.len() > MAX_STRING_BYTES {
-            at.check_len(&format!("groups[{i}]"), group, MAX_STRING_BYTES)?;
-        }
-    }
-    if wire.name.is_empty() && wire.groups.is_empty() {
-        return Err(at.invalid(name_field, Invalid::NoSubject));
-    }
     at.check_count("extra", wire.extra.len(), MAX_EXTRA_KEYS)?;
     let mut extra = BTreeMap::new();
-    for (key, values) in wire.extra {
+    // In key order, so that of several bad entries the same one is reported every time (a
+    // `HashMap`'s order differs from one decode to the next).
+    let mut entries: Vec<_> = wire.extra.into_iter().collect();
+    entries.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+    for (key, values) in entries {
         if key.len() > MAX_STRING_BYTES {
             return Err(at.invalid(
                 "extra",
@@ -125,6 +119,31 @@ pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engin
     })
 }
 
+/// Validates a subject's name, UID and groups (everything but `extra`), wherever they are
+/// borrowed from.
+pub fn check_identity(
+    scope: &str,
+    name_field: &str,
+    name: &str,
+    uid: &str,
+    groups: &[impl AsRef<str>],
+) -> Result<()> {
+    let at = At { scope };
+    at.check_len(name_field, name, MAX_STRING_BYTES)?;
+    at.check_len("uid", uid, MAX_STRING_BYTES)?;
+    at.check_count("groups", groups.len(), MAX_GROUPS)?;
+    for (i, group) in groups.iter().enumerate() {
+        let group = group.as_ref();
+        if group.len() > MAX_STRING_BYTES {
+            at.check_len(&format!("groups[{i}]"), group, MAX_STRING_BYTES)?;
+        }
+    }
+    if name.is_empty() && groups.is_empty() {
+        return Err(at.invalid(name_field, Invalid::NoSubject));
+    }
+    Ok(())
+}
+
 /// Validates the subject of a (local) SubjectAccessReview: flat `user`, `uid`, `groups`,
 /// `extra` fields.
 pub fn review_subject(
@@ -151,22 +170,7 @@ pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
     match action.and_then(|a| a.kind) {
         None => Err(ApiError::invalid("action", Invalid::MissingAction)),
         Some(Kind::ResourceAttributes(r)) => {
-            let at = At {
-                scope: "action.resource_attributes.",
-            };
-            at.check_len("verb", &r.verb, MAX_STRING_BYTES)?;
-            at.check_non_empty("verb", &r.verb)?;
-            for (field, value) in [
-                ("namespace", &r.namespace),
-                ("group", &r.group),
-                ("version", &r.version),
-                ("resource", &r.resource),
-                ("subresource", &r.subresource),
-                ("name", &r.name),
-            ] {
-                at.check_len(field, value, MAX_STRING_BYTES)?;
-            }
-            Ok(engine::Action::Resource(engine::ResourceAttributes {
+            let attributes = engine::ResourceAttributes {
                 namespace: r.namespace,
                 verb: r.verb,
                 group: r.group,
@@ -174,22 +178,53 @@ pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
                 resource: r.resource,
                 subresource: r.subresource,
                 name: r.name,
-            }))
+            };
+            let action = engine::Action::Resource(attributes);
+            check_action(action.as_borrowed())?;
+            Ok(action)
         }
         Some(Kind::NonResourceAttributes(n)) => {
+            let action = engine::Action::NonResource(engine::NonResourceAttributes {
+                path: n.path,
+                verb: n.verb,
+            });
+            check_action(action.as_borrowed())?;
+            Ok(action)
+        }
+    }
+}
+
+/// Validates the attributes of an action (field `action`), wherever they are borrowed from.
+pub fn check_action(action: engine::ActionRef<'_>) -> Result<()> {
+    match action {
+        engine::ActionRef::Resource(r) => {
+            let at = At {
+                scope: "action.resource_attributes.",
+            };
+            at.check_len("verb", r.verb, MAX_STRING_BYTES)?;
+            at.check_non_empty("verb", r.verb)?;
+            for (field, value) in [
+                ("namespace", r.namespace),
+                ("group", r.group),
+                ("version", r.version),
+                ("resource", r.resource),
+                ("subresource", r.subresource),
+                ("name", r.name),
+            ] {
+                at.check_len(field, value, MAX_STRING_BYTES)?;
+            }
+        }
+        engine::ActionRef::NonResource { path, verb } => {
             let at = At {
                 scope: "action.non_resource_attributes.",
             };
-            at.check_len("verb", &n.verb, MAX_STRING_BYTES)?;
-            at.check_non_empty("verb", &n.verb)?;
-            at.check_len("path", &n.path, MAX_PATH_BYTES)?;
-            at.check_non_empty("path", &n.path)?;
-            Ok(engine::Action::NonResource(engine::NonResourceAttributes {
-                path: n.path,
-                verb: n.verb,
-            }))
+            at.check_len("verb", verb, MAX_STRING_BYTES)?;
+            at.check_non_empty("verb", verb)?;
+            at.check_len("path", path, MAX_PATH_BYTES)?;
+            at.check_non_empty("path", path)?;
         }
     }
+    Ok(())
 }
 
 /// Validates the action of a local review against the review's namespace (upstream's

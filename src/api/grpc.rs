@@ -14,11 +14,15 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
 use crate::api::state::{ServingState, Snapshot};
+use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
+use crate::api::wire::{
+    Answer, AuthorizeCall, AuthorizeInput, AuthorizeReply, BatchAuthorizeCall, BatchAuthorizeReply,
+    BatchDecoded, Decoded,
+};
 use crate::audit::AuditLog;
 use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
-use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::telemetry::metrics::{DecisionApi, DecisionTally};
 use crate::telemetry::request::{record_caller, record_decision};
 
@@ -121,13 +125,14 @@ impl GrpcApi {
         &self,
         caller: &UserInfo,
         snapshot: &Snapshot,
-        request: &engine::Request,
+        request: &AuthorizeInput<'_, '_>,
         api: DecisionApi,
         tally: &mut DecisionTally,
-    ) -> proto::AuthorizeResponse {
-        let decided = self.state.authorizer(snapshot).decide(request);
+    ) -> Answer {
+        let decided = request.decide(&self.state.authorizer(snapshot));
         tally.add(decided.response.decision);
         if let Some(audit) = &self.audit {
+            let request = request.to_request();
             audit.review(
                 api.rpc(),
                 caller,
@@ -138,9 +143,9 @@ impl GrpcApi {
             );
         }
         tracing::debug!(
-            user = %request.user.name,
-            verb = request.action.verb(),
-            namespace = request.action.namespace(),
+            user = request.user_name(),
+            verb = request.action().verb(),
+            namespace = request.action().namespace(),
             decision = %decided.response.decision,
             cached = decided.cached,
             revision = snapshot.revision,
@@ -150,7 +155,32 @@ impl GrpcApi {
         if api == DecisionApi::Authorize {
             record_decision(decided.response.decision, decided.cached, snapshot.revision);
         }
-        convert::authorize_response(&decided, snapshot.revision)
+        Answer::new(decided, snapshot.revision)
+    }
+
+    /// Answers a validated batch from one snapshot.
+    async fn answer_batch<'r, 'a: 'r>(
+        &self,
+        caller: &UserInfo,
+        requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>>,
+        min_revision: u64,
+        deadline: Option<Duration>,
+    ) -> Result<Response<BatchAuthorizeReply>, Status> {
+        let snapshot = self
+            .admitted(
+                caller,
+                Privilege::SUBJECT_ACCESS_REVIEW,
+                min_revision,
+                deadline,
+            )
+            .await?;
+        let api = DecisionApi::BatchAuthorize;
+        let mut tally = DecisionTally::default();
+        let answers = requests
+            .map(|request| self.authorize_one(caller, &snapshot, &request, api, &mut tally))
+            .collect();
+        self.state.metrics().tally(api, &tally);
+        Ok(Response::new(BatchAuthorizeReply::new(answers)))
     }
 
     fn resource_review(
@@ -203,13 +233,24 @@ impl GrpcApi {
 impl Authorizer for GrpcApi {
     async fn authorize(
         &self,
-        request: Request<proto::AuthorizeRequest>,
-    ) -> Result<Response<proto::AuthorizeResponse>, Status> {
+        request: Request<AuthorizeCall>,
+    ) -> Result<Response<AuthorizeReply>, Status> {
         let caller = self.caller(&request)?;
         let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let min_revision = wire.min_revision;
-        let request = convert::authorize_request(wire)?;
+        let call = request.into_inner();
+        let (view, owned);
+        let (request, min_revision) = match call.decode()? {
+            Decoded::View(decoded) => {
+                view = decoded;
+                view.validate()?;
+                (AuthorizeInput::Borrowed(&view), view.min_revision)
+            }
+            Decoded::Owned(wire) => {
+                let min_revision = wire.min_revision;
+                owned = convert::authorize_request(wire)?;
+                (AuthorizeInput::Owned(&owned), min_revision)
+            }
+        };
         let snapshot = self
             .admitted(
                 &caller,
@@ -220,23 +261,28 @@ impl Authorizer for GrpcApi {
             .await?;
         let api = DecisionApi::Authorize;
         let mut tally = DecisionTally::default();
-        let response = self.authorize_one(&caller, &snapshot, &request, api, &mut tally);
+        let answer = self.authorize_one(&caller, &snapshot, &request, api, &mut tally);
         self.state.metrics().tally(api, &tally);
-        Ok(Response::new(response))
+        Ok(Response::new(AuthorizeReply::new(answer)))
     }
 
     async fn batch_authorize(
         &self,
-        request: Request<proto::BatchAuthorizeRequest>,
-    ) -> Result<Response<proto::BatchAuthorizeResponse>, Status> {
+        request: Request<BatchAuthorizeCall>,
+    ) -> Result<Response<BatchAuthorizeReply>, Status> {
         let caller = self.caller(&request)?;
         let deadline = request_deadline(&request);
-        let wire = request.into_inner().requests;
-        if wire.len() > MAX_BATCH {
+        let call = request.into_inner();
+        let decoded = call.decode()?;
+        let count = match &decoded {
+            BatchDecoded::Views(views) => views.len(),
+            BatchDecoded::Owned(wire) => wire.requests.len(),
+        };
+        if count > MAX_BATCH {
             return Err(ApiError::invalid(
                 "requests",
                 Invalid::TooMany {
-                    count: wire.len(),
+                    count,
                     max: MAX_BATCH,
                 },
             )
@@ -244,30 +290,29 @@ impl Authorizer for GrpcApi {
         }
         // The whole batch is validated before anything is evaluated, and answered from one
         // snapshot, so its answers are mutually consistent.
+        let within = |i: usize| move |e: ApiError| e.within(&format!("requests[{i}]."));
         let mut min_revision = 0;
-        let mut requests = Vec::with_capacity(wire.len());
-        for (i, one) in wire.into_iter().enumerate() {
-            min_revision = min_revision.max(one.min_revision);
-            let request = convert::authorize_request(one)
-                .map_err(|e| e.within(&format!("requests[{i}].")))?;
-            requests.push(request);
+        match decoded {
+            BatchDecoded::Views(views) => {
+                for (i, view) in views.iter().enumerate() {
+                    min_revision = min_revision.max(view.min_revision);
+                    view.validate().map_err(within(i))?;
+                }
+                let requests = views.iter().map(AuthorizeInput::Borrowed);
+                self.answer_batch(&caller, requests, min_revision, deadline)
+                    .await
+            }
+            BatchDecoded::Owned(wire) => {
+                let mut requests = Vec::with_capacity(count);
+                for (i, one) in wire.requests.into_iter().enumerate() {
+                    min_revision = min_revision.max(one.min_revision);
+                    requests.push(convert::authorize_request(one).map_err(within(i))?);
+                }
+                let requests = requests.iter().map(AuthorizeInput::Owned);
+                self.answer_batch(&caller, requests, min_revision, deadline)
+                    .await
+            }
         }
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::SUBJECT_ACCESS_REVIEW,
-                min_revision,
-                deadline,
-            )
-            .await?;
-        let api = DecisionApi::BatchAuthorize;
-        let mut tally = DecisionTally::default();
-        let responses = requests
-            .iter()
-            .map(|request| self.authorize_one(&caller, &snapshot, request, api, &mut tally))
-            .collect();
-        self.state.metrics().tally(api, &tally);
-        Ok(Response::new(proto::BatchAuthorizeResponse { responses }))
     }
 
     async fn get_allowed_subjects(

@@ -22,3 +22,4 @@ pub mod limits;
 pub mod shed;
 pub mod state;
 pub mod text;
+pub mod wire;

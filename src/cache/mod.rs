@@ -47,7 +47,7 @@ use dashmap::DashMap;
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
-use crate::engine::{Action, Decision, Request, Response};
+use crate::engine::{Action, ActionRef, Decision, Request, Response};
 use crate::policy::impact::Impact;
 
 /// Requests whose attributes add up to this many bytes or more are never cached (upstream's
@@ -147,18 +147,18 @@ struct CacheEntry {
     referenced: AtomicBool,
 }
 
-/// A request prepared for the cache: canonical groups and digest computed once, without
-/// copying the request.
+/// A request prepared for the cache: canonical groups and digest computed once, borrowing the
+/// request's strings wherever they live (an owned [`Request`] or a request still on the wire).
 pub struct CacheKey<'a> {
     digest: u64,
-    request: &'a Request,
+    user: &'a str,
     groups: SmallVec<[&'a str; 16]>,
+    action: ActionRef<'a>,
 }
 
 /// The groups of a request sorted and de-duplicated (callers usually send them so already;
 /// only then is this free).
-fn canonical_groups(request: &Request) -> SmallVec<[&str; 16]> {
-    let mut groups: SmallVec<[&str; 16]> = request.user.groups.iter().map(String::as_str).collect();
+fn canonical_groups(mut groups: SmallVec<[&str; 16]>) -> SmallVec<[&str; 16]> {
     if !groups.windows(2).all(|w| w[0] < w[1]) {
         groups.sort_unstable();
         groups.dedup();
@@ -169,14 +169,19 @@ fn canonical_groups(request: &Request) -> SmallVec<[&str; 16]> {
 /// The fields of the canonical form, in order: the user, the group count (as a field of its
 /// own), each group, the action tag, then the action's fields. UID and extra are not part of
 /// it: no authorizer in the chain reads them.
-fn visit_fields(request: &Request, groups: &[&str], mut visit: impl FnMut(&[u8]) -> bool) -> bool {
+fn visit_fields(
+    user: &str,
+    groups: &[&str],
+    action: ActionRef<'_>,
+    mut visit: impl FnMut(&[u8]) -> bool,
+) -> bool {
     const RESOURCE: &[u8] = b"r";
     const NON_RESOURCE: &[u8] = b"n";
     const COUNTS: [&[u8]; 17] = [
         b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13",
         b"14", b"15", b"16",
     ];
-    if !visit(request.user.name.as_bytes()) {
+    if !visit(user.as_bytes()) {
         return false;
     }
     let count_field;
@@ -194,8 +199,8 @@ fn visit_fields(request: &Request, groups: &[&str], mut visit: impl FnMut(&[u8])
     {
         return false;
     }
-    match &request.action {
-        Action::Resource(r) => [
+    match action {
+        ActionRef::Resource(r) => [
             RESOURCE,
             r.namespace.as_bytes(),
             r.verb.as_bytes(),
@@ -207,7 +212,7 @@ fn visit_fields(request: &Request, groups: &[&str], mut visit: impl FnMut(&[u8])
         ]
         .into_iter()
         .all(&mut visit),
-        Action::NonResource(n) => [NON_RESOURCE, n.path.as_bytes(), n.verb.as_bytes()]
+        ActionRef::NonResource { path, verb } => [NON_RESOURCE, path.as_bytes(), verb.as_bytes()]
             .into_iter()
             .all(&mut visit),
     }
@@ -215,9 +220,9 @@ fn visit_fields(request: &Request, groups: &[&str], mut visit: impl FnMut(&[u8])
 
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
-fn encode(request: &Request, groups: &[&str]) -> Box<[u8]> {
+fn encode(key: &CacheKey<'_>) -> Box<[u8]> {
     let mut out = Vec::with_capacity(128);
-    visit_fields(request, groups, |field| {
+    visit_fields(key.user, &key.groups, key.action, |field| {
         out.extend_from_slice(&(field.len() as u16).to_le_bytes());
         out.extend_from_slice(field);
         true
@@ -249,9 +254,9 @@ fn same_bytes(a: &[u8], b: &[u8]) -> bool {
 }
 
 /// Whether an entry's stored bytes are exactly this request's canonical form.
-fn matches_encoded(stored: &[u8], request: &Request, groups: &[&str]) -> bool {
+fn matches_encoded(stored: &[u8], key: &CacheKey<'_>) -> bool {
     let mut rest = stored;
-    visit_fields(request, groups, |field| {
+    visit_fields(key.user, &key.groups, key.action, |field| {
         let Some((len, after)) = rest.split_first_chunk::<2>() else {
             return false;
         };
@@ -351,9 +356,9 @@ impl Hasher for PassThroughHasher {
     }
 }
 
-fn attribute_bytes(request: &Request) -> usize {
-    let action = match &request.action {
-        Action::Resource(r) => {
+fn attribute_bytes(user: &str, groups: &[&str], action: ActionRef<'_>) -> usize {
+    let action = match action {
+        ActionRef::Resource(r) => {
             r.namespace.len()
                 + r.verb.len()
                 + r.group.len()
@@ -362,9 +367,9 @@ fn attribute_bytes(request: &Request) -> usize {
                 + r.subresource.len()
                 + r.name.len()
         }
-        Action::NonResource(n) => n.path.len() + n.verb.len(),
+        ActionRef::NonResource { path, verb } => path.len() + verb.len(),
     };
-    action + request.user.name.len() + request.user.groups.iter().map(String::len).sum::<usize>()
+    action + user.len() + groups.iter().map(|g| g.len()).sum::<usize>()
 }
 
 impl DecisionCache {
@@ -402,10 +407,13 @@ impl DecisionCache {
         self.config.capacity
     }
 
-    fn key<'a>(request: &'a Request) -> CacheKey<'a> {
-        let groups = canonical_groups(request);
+    fn key<'a>(
+        user: &'a str,
+        groups: SmallVec<[&'a str; 16]>,
+        action: ActionRef<'a>,
+    ) -> CacheKey<'a> {
         let mut h = FxHasher::default();
-        visit_fields(request, &groups, |field| {
+        visit_fields(user, &groups, action, |field| {
             h.write_usize(field.len());
             h.write(field);
             true
@@ -418,8 +426,9 @@ impl DecisionCache {
         digest ^= digest >> 33;
         CacheKey {
             digest,
-            request,
+            user,
             groups,
+            action,
         }
     }
 
@@ -431,15 +440,35 @@ impl DecisionCache {
     /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
     /// later revision is not a hit (see the module docs).
     pub fn lookup_at<'a>(&self, request: &'a Request, revision: u64) -> Lookup<'a> {
-        if !self.enabled()
-            || request.user.groups.len() > MAX_CACHEABLE_GROUPS
-            || attribute_bytes(request) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
+        self.lookup_borrowed_at(
+            &request.user.name,
+            request.user.groups.iter().map(String::as_str),
+            request.action.as_borrowed(),
+            revision,
+        )
+    }
+
+    /// [`Self::lookup_at`] for a request given by its parts, borrowed from wherever they live
+    /// (the bytes of a request on the wire): a hit copies nothing.
+    pub fn lookup_borrowed_at<'a>(
+        &self,
+        user: &'a str,
+        groups: impl IntoIterator<Item = &'a str>,
+        action: ActionRef<'a>,
+        revision: u64,
+    ) -> Lookup<'a> {
+        if !self.enabled() {
+            return Lookup::Bypass;
+        }
+        let groups: SmallVec<[&str; 16]> = groups.into_iter().collect();
+        if groups.len() > MAX_CACHEABLE_GROUPS
+            || attribute_bytes(user, &groups, action) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
         {
             return Lookup::Bypass;
         }
-        let key = Self::key(request);
+        let key = Self::key(user, canonical_groups(groups), action);
         if let Some(entry) = self.shared.map.get(&key.digest) {
-            if entry.revision <= revision && matches_encoded(&entry.key, key.request, &key.groups) {
+            if entry.revision <= revision && matches_encoded(&entry.key, &key) {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
                     // Write the CLOCK bit only when it changes: a hot entry is read by every
@@ -471,7 +500,7 @@ impl DecisionCache {
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
         };
         let entry = CacheEntry {
-            key: encode(key.request, &key.groups),
+            key: encode(&key),
             response,
             revision,
             expires: ttl.map(|ttl| Instant::now() + ttl),
@@ -618,15 +647,27 @@ pub struct CachedEngine<'a> {
     pub revision: u64,
 }
 
-impl crate::engine::Authorize for CachedEngine<'_> {
-    fn decide(&self, request: &Request) -> crate::engine::Decided {
-        match self.cache.lookup_at(request, self.revision) {
+impl CachedEngine<'_> {
+    /// [`Authorize::decide`](crate::engine::Authorize::decide) for a request given by its
+    /// borrowed parts: a hit copies nothing; `request` builds the engine's request, and is
+    /// called only when the cache cannot answer.
+    pub fn decide_borrowed<'r, R: std::borrow::Borrow<Request>>(
+        &self,
+        user: &'r str,
+        groups: impl IntoIterator<Item = &'r str>,
+        action: ActionRef<'r>,
+        request: impl FnOnce() -> R,
+    ) -> crate::engine::Decided {
+        match self
+            .cache
+            .lookup_borrowed_at(user, groups, action, self.revision)
+        {
             Lookup::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,
             },
             Lookup::Miss(key) => {
-                let response = Arc::new(self.engine.authorize(request));
+                let response = Arc::new(self.engine.authorize(request().borrow()));
                 self.cache.insert(key, response.clone(), self.revision);
                 crate::engine::Decided {
                     response,
@@ -634,10 +675,21 @@ impl crate::engine::Authorize for CachedEngine<'_> {
                 }
             }
             Lookup::Bypass => crate::engine::Decided {
-                response: Arc::new(self.engine.authorize(request)),
+                response: Arc::new(self.engine.authorize(request().borrow())),
                 cached: false,
             },
         }
+    }
+}
+
+impl crate::engine::Authorize for CachedEngine<'_> {
+    fn decide(&self, request: &Request) -> crate::engine::Decided {
+        self.decide_borrowed(
+            &request.user.name,
+            request.user.groups.iter().map(String::as_str),
+            request.action.as_borrowed(),
+            || request,
+        )
     }
 
     fn who_can(&self, action: &Action) -> crate::engine::AllowedSubjects {

@@ -215,7 +215,14 @@ fn racing_inserts_never_survive_an_invalidation() {
 
 #[test]
 fn canonical_encoding_is_unambiguous_and_decodes() {
-    let encoded = |req: &Request| encode(req, &canonical_groups(req));
+    fn key(req: &Request) -> CacheKey<'_> {
+        DecisionCache::key(
+            &req.user.name,
+            canonical_groups(req.user.groups.iter().map(String::as_str).collect()),
+            req.action.as_borrowed(),
+        )
+    }
+    let encoded = |req: &Request| encode(&key(req));
     // Field boundaries matter: "ab" + "c" is not "a" + "bc".
     assert_ne!(
         encoded(&request("ab", &["c"], "ns")),
@@ -225,25 +232,16 @@ fn canonical_encoding_is_unambiguous_and_decodes() {
     let unsorted = request("u", &["b", "a", "b"], "ns");
     let sorted = request("u", &["a", "b"], "ns");
     assert_eq!(encoded(&unsorted), encoded(&sorted));
-    assert!(matches_encoded(
-        &encoded(&sorted),
-        &unsorted,
-        &canonical_groups(&unsorted)
-    ));
+    assert!(matches_encoded(&encoded(&sorted), &key(&unsorted)));
     assert!(!matches_encoded(
         &encoded(&sorted),
-        &request("u", &["a"], "ns"),
-        &["a"]
+        &key(&request("u", &["a"], "ns"))
     ));
     // Many groups (beyond the precomputed counts) round-trip too.
     let names: Vec<String> = (0..40).map(|i| format!("g{i:02}")).collect();
     let refs: Vec<&str> = names.iter().map(String::as_str).collect();
     let many = request("u", &refs, "ns");
-    assert!(matches_encoded(
-        &encoded(&many),
-        &many,
-        &canonical_groups(&many)
-    ));
+    assert!(matches_encoded(&encoded(&many), &key(&many)));
 
     let bytes = encoded(&request("alice", &["z", "dev"], "team"));
     let (user, groups, namespace) = decode_subject(&bytes).unwrap();

@@ -74,6 +74,81 @@ impl Action {
     }
 }
 
+/// An [`Action`] borrowed from wherever its strings live (an owned action, or the bytes of a
+/// request on the wire), so a cache lookup needs no copy of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionRef<'a> {
+    Resource(ResourceRef<'a>),
+    NonResource { path: &'a str, verb: &'a str },
+}
+
+/// Borrowed [`ResourceAttributes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceRef<'a> {
+    pub namespace: &'a str,
+    pub verb: &'a str,
+    pub group: &'a str,
+    pub version: &'a str,
+    pub resource: &'a str,
+    pub subresource: &'a str,
+    pub name: &'a str,
+}
+
+impl Action {
+    pub fn as_borrowed(&self) -> ActionRef<'_> {
+        match self {
+            Action::Resource(r) => ActionRef::Resource(ResourceRef {
+                namespace: &r.namespace,
+                verb: &r.verb,
+                group: &r.group,
+                version: &r.version,
+                resource: &r.resource,
+                subresource: &r.subresource,
+                name: &r.name,
+            }),
+            Action::NonResource(n) => ActionRef::NonResource {
+                path: &n.path,
+                verb: &n.verb,
+            },
+        }
+    }
+}
+
+impl ActionRef<'_> {
+    pub fn verb(&self) -> &str {
+        match self {
+            ActionRef::Resource(r) => r.verb,
+            ActionRef::NonResource { verb, .. } => verb,
+        }
+    }
+
+    /// As [`Action::namespace`].
+    pub fn namespace(&self) -> &str {
+        match self {
+            ActionRef::Resource(r) => r.namespace,
+            ActionRef::NonResource { .. } => "",
+        }
+    }
+
+    pub fn to_action(&self) -> Action {
+        match *self {
+            ActionRef::Resource(r) => Action::Resource(ResourceAttributes {
+                namespace: r.namespace.to_owned(),
+                verb: r.verb.to_owned(),
+                group: r.group.to_owned(),
+                version: r.version.to_owned(),
+                resource: r.resource.to_owned(),
+                subresource: r.subresource.to_owned(),
+                name: r.name.to_owned(),
+            }),
+            ActionRef::NonResource { path, verb } => Action::NonResource(NonResourceAttributes {
+                path: path.to_owned(),
+                verb: verb.to_owned(),
+            }),
+        }
+    }
+}
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct Request {
     pub user: UserInfo,

@@ -1,6 +1,7 @@
 //! The no-op server: the same `authz.v1.Authorizer` service on the same tonic stack, answering
-//! every call at once with an empty message. The same request bytes are decoded, an empty
-//! response goes back: the physical limit of gRPC on this machine, measured in the same run.
+//! every call at once with an empty message. The same request bytes are decoded the way authzd
+//! decodes them (`api::wire`: borrowed in the plain shape, else by prost), an empty response
+//! goes back: the physical limit of gRPC on this machine, measured in the same run.
 //!
 //! It runs on its own multi-threaded runtime (its own threads, as authzd has in its process),
 //! so the load generator's client runtime does not also serve it.
@@ -19,8 +20,11 @@ use tonic::{Request, Response, Status};
 
 use super::LoadgenError;
 use crate::api::limits::MAX_REQUEST_BYTES;
+use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
+use crate::api::wire::{
+    AuthorizeCall, AuthorizeReply, BatchAuthorizeCall, BatchAuthorizeReply, BatchDecoded,
+};
 use crate::proto;
-use crate::proto::authorizer_server::{Authorizer, AuthorizerServer};
 
 /// Where the no-op server listens.
 #[derive(Clone, Debug)]
@@ -37,16 +41,24 @@ struct Noop;
 impl Authorizer for Noop {
     async fn authorize(
         &self,
-        _request: Request<proto::AuthorizeRequest>,
-    ) -> Result<Response<proto::AuthorizeResponse>, Status> {
-        Ok(Response::new(proto::AuthorizeResponse::default()))
+        request: Request<AuthorizeCall>,
+    ) -> Result<Response<AuthorizeReply>, Status> {
+        // Decoded as authzd decodes it, then dropped.
+        std::hint::black_box(request.into_inner().decode()?);
+        Ok(Response::new(AuthorizeReply::empty()))
     }
 
     async fn batch_authorize(
         &self,
-        _request: Request<proto::BatchAuthorizeRequest>,
-    ) -> Result<Response<proto::BatchAuthorizeResponse>, Status> {
-        Ok(Response::new(proto::BatchAuthorizeResponse::default()))
+        request: Request<BatchAuthorizeCall>,
+    ) -> Result<Response<BatchAuthorizeReply>, Status> {
+        let call = request.into_inner();
+        let decoded = call.decode()?;
+        std::hint::black_box(match &decoded {
+            BatchDecoded::Views(views) => views.len(),
+            BatchDecoded::Owned(batch) => batch.requests.len(),
+        });
+        Ok(Response::new(BatchAuthorizeReply::default()))
     }
 
     async fn get_allowed_subjects(

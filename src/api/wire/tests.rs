@@ -1,0 +1,403 @@
+//! The wire fast path against prost, its oracle: what the view reader accepts, prost decodes to
+//! the same request; what a view validates to, `convert` gives from prost's message; what a
+//! reply encodes, prost encodes for `convert::authorize_response`.
+
+use std::collections::HashMap;
+
+use proptest::prelude::*;
+
+use super::*;
+use crate::engine::Request;
+
+/// Strings as clients send them, with the edge cases validation and UTF-8 care about.
+fn text() -> impl Strategy<Value = String> {
+    prop_oneof![
+        6 => "[a-z:.-]{0,12}",
+        2 => "\\PC{0,6}",
+        1 => Just(String::new()),
+        1 => (4090usize..4100).prop_map(|n| "x".repeat(n)),
+    ]
+}
+
+fn resource() -> impl Strategy<Value = proto::ResourceAttributes> {
+    (text(), text(), text(), text(), text(), text(), text()).prop_map(
+        |(namespace, verb, group, version, resource, subresource, name)| {
+            proto::ResourceAttributes {
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
+            }
+        },
+    )
+}
+
+fn action() -> impl Strategy<Value = Option<proto::Action>> {
+    use proto::action::Kind;
+    prop_oneof![
+        1 => Just(None),
+        1 => Just(Some(proto::Action { kind: None })),
+        6 => resource().prop_map(|r| Some(proto::Action {
+            kind: Some(Kind::ResourceAttributes(r)),
+        })),
+        2 => (text(), text()).prop_map(|(path, verb)| Some(proto::Action {
+            kind: Some(Kind::NonResourceAttributes(proto::NonResourceAttributes { path, verb })),
+        })),
+    ]
+}
+
+fn user(with_extra: bool) -> impl Strategy<Value = Option<proto::UserInfo>> {
+    let extra = if with_extra {
+        proptest::collection::hash_map(text(), proptest::collection::vec(text(), 0..3), 0..3)
+            .boxed()
+    } else {
+        Just(HashMap::new()).boxed()
+    };
+    prop_oneof![
+        1 => Just(None),
+        9 => (text(), text(), proptest::collection::vec(text(), 0..20), extra).prop_map(
+            |(name, uid, groups, extra)| Some(proto::UserInfo {
+                name,
+                uid,
+                groups,
+                extra: extra
+                    .into_iter()
+                    .map(|(k, values)| (k, proto::ExtraValues { values }))
+                    .collect(),
+            })
+        ),
+    ]
+}
+
+fn authorize_request(with_extra: bool) -> impl Strategy<Value = proto::AuthorizeRequest> {
+    (
+        user(with_extra),
+        action(),
+        prop_oneof![Just(0u64), any::<u64>()],
+    )
+        .prop_map(|(user, action, min_revision)| proto::AuthorizeRequest {
+            user,
+            action,
+            min_revision,
+        })
+}
+
+/// What the server would act on: the engine's request and `min_revision`, or the error text.
+fn through_prost(bytes: &[u8]) -> std::result::Result<(Request, u64), String> {
+    let wire = proto::AuthorizeRequest::decode(bytes).map_err(|e| e.to_string())?;
+    let min_revision = wire.min_revision;
+    convert::authorize_request(wire)
+        .map(|request| (request, min_revision))
+        .map_err(|e| Status::from(e).message().to_owned())
+}
+
+fn through_wire(bytes: &[u8]) -> std::result::Result<(Request, u64), String> {
+    let call = AuthorizeCall::from(Bytes::copy_from_slice(bytes));
+    let message = |e: ApiError| Status::from(e).message().to_owned();
+    let decoded = call.decode().map_err(|s| s.message().to_owned())?;
+    match decoded {
+        Decoded::View(view) => {
+            view.validate().map_err(message)?;
+            let input = AuthorizeInput::Borrowed(&view);
+            Ok((input.to_request().into_owned(), view.min_revision))
+        }
+        Decoded::Owned(wire) => {
+            let min_revision = wire.min_revision;
+            let request = convert::authorize_request(wire).map_err(message)?;
+            Ok((request, min_revision))
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Requests as clients encode them: same answer both ways, and (without `extra`) through
+    /// the view, so the fast path is what is being compared.
+    #[test]
+    fn decoding_and_validation_match_prost(request in authorize_request(true)) {
+        let bytes = request.encode_to_vec();
+        prop_assert_eq!(through_wire(&bytes), through_prost(&bytes));
+        let has_extra = request.user.as_ref().is_some_and(|u| !u.extra.is_empty());
+        let call = AuthorizeCall::from(Bytes::from(bytes));
+        prop_assert_eq!(
+            matches!(call.decode(), Ok(Decoded::View(_))),
+            !has_extra,
+            "the plain shape must take the view"
+        );
+    }
+
+    /// Any bytes the view reader accepts, prost decodes to the same message; and the server
+    /// acts the same on arbitrary damage to real requests (truncated, bytes changed, two
+    /// encodings concatenated, which prost merges).
+    #[test]
+    fn damaged_requests_match_prost(
+        first in authorize_request(false),
+        second in authorize_request(false),
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 0..4),
+        cut in any::<prop::sample::Index>(),
+        concatenate in any::<bool>(),
+        truncate in any::<bool>(),
+    ) {
+        let mut bytes = first.encode_to_vec();
+        if concatenate {
+            bytes.extend(second.encode_to_vec());
+        }
+        for (at, byte) in edits {
+            if !bytes.is_empty() {
+                let i = at.index(bytes.len());
+                bytes[i] = byte;
+            }
+        }
+        if truncate && !bytes.is_empty() {
+            bytes.truncate(cut.index(bytes.len()));
+        }
+        if let Some(view) = read_authorize(&bytes) {
+            let decoded = proto::AuthorizeRequest::decode(&bytes[..]);
+            prop_assert!(decoded.is_ok(), "the view read what prost refuses: {:?}", decoded);
+            if let Ok(decoded) = decoded {
+                prop_assert_eq!(view_as_proto(&view), normalized(decoded));
+            }
+        }
+        prop_assert_eq!(through_wire(&bytes), through_prost(&bytes));
+    }
+
+    #[test]
+    fn batches_match_prost(
+        requests in proptest::collection::vec(authorize_request(false), 0..6),
+        with_extra in authorize_request(true),
+        add_extra in any::<bool>(),
+    ) {
+        let mut batch = proto::BatchAuthorizeRequest { requests };
+        if add_extra {
+            batch.requests.push(with_extra);
+        }
+        let bytes = batch.encode_to_vec();
+        let call = BatchAuthorizeCall::from(Bytes::from(bytes));
+        match call.decode() {
+            Ok(BatchDecoded::Views(views)) => {
+                let mine: Vec<proto::AuthorizeRequest> = views.iter().map(view_as_proto).collect();
+                prop_assert_eq!(mine, batch.requests.into_iter().map(normalized).collect::<Vec<_>>());
+            }
+            Ok(BatchDecoded::Owned(owned)) => {
+                prop_assert!(
+                    batch.requests.iter().any(|r| r.user.as_ref().is_some_and(|u| !u.extra.is_empty())),
+                    "a plain batch fell back to prost"
+                );
+                prop_assert_eq!(owned, batch);
+            }
+            Err(status) => prop_assert!(false, "a valid batch did not decode: {}", status),
+        };
+    }
+
+    /// Replies are byte for byte what prost writes for `convert::authorize_response`.
+    #[test]
+    fn replies_encode_as_prost(
+        answers in proptest::collection::vec(decided(), 0..5),
+        revision in prop_oneof![Just(0u64), any::<u64>()],
+    ) {
+        let mut batch_bytes = Vec::new();
+        let mut expected_batch = proto::BatchAuthorizeResponse::default();
+        let mut mine = Vec::new();
+        for decided in answers {
+            let expected = convert::authorize_response(&decided, revision);
+            let mut single = Vec::new();
+            let reply = AuthorizeReply::new(Answer::new(decided.clone(), revision));
+            reply.encode_wire(&mut single);
+            prop_assert_eq!(reply.encoded_len(), single.len());
+            prop_assert_eq!(&single, &expected.encode_to_vec());
+            expected_batch.responses.push(expected);
+            mine.push(Answer::new(decided, revision));
+        }
+        let batch = BatchAuthorizeReply::new(mine);
+        batch.encode_wire(&mut batch_bytes);
+        prop_assert_eq!(batch.encoded_len(), batch_bytes.len());
+        prop_assert_eq!(batch_bytes, expected_batch.encode_to_vec());
+    }
+}
+
+fn rule_ref() -> impl Strategy<Value = RuleRef> {
+    (
+        prop_oneof![Just("RBAC"), Just("ABAC"), Just("SuperUser"), Just("")],
+        text(),
+        text(),
+        prop_oneof![Just(0u32), any::<u32>()],
+        text(),
+    )
+        .prop_map(|(authorizer, binding, role, rule_index, source)| RuleRef {
+            authorizer,
+            binding: binding.into(),
+            role: role.into(),
+            rule_index,
+            source: source.into(),
+        })
+}
+
+fn decided() -> impl Strategy<Value = Decided> {
+    (
+        prop_oneof![
+            Just(Decision::Allow),
+            Just(Decision::Deny),
+            Just(Decision::NoOpinion)
+        ],
+        text(),
+        proptest::collection::vec(rule_ref(), 0..3),
+        proptest::collection::vec(rule_ref(), 0..3),
+        proptest::collection::vec(text(), 0..3),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(decision, reason, allowed_by, denied_by, errors, cached)| Decided {
+                response: Arc::new(Response {
+                    decision,
+                    reason,
+                    allowed_by,
+                    denied_by,
+                    errors,
+                }),
+                cached,
+            },
+        )
+}
+
+/// A view as the prost message it stands for.
+fn view_as_proto(view: &AuthorizeView<'_>) -> proto::AuthorizeRequest {
+    use proto::action::Kind;
+    proto::AuthorizeRequest {
+        user: view.user.as_ref().map(|u| proto::UserInfo {
+            name: u.name.into(),
+            uid: u.uid.into(),
+            groups: u.groups.iter().map(|g| (*g).to_owned()).collect(),
+            extra: HashMap::new(),
+        }),
+        action: view.action.map(|action| proto::Action {
+            kind: Some(match action {
+                ActionRef::Resource(r) => Kind::ResourceAttributes(proto::ResourceAttributes {
+                    namespace: r.namespace.into(),
+                    verb: r.verb.into(),
+                    group: r.group.into(),
+                    version: r.version.into(),
+                    resource: r.resource.into(),
+                    subresource: r.subresource.into(),
+                    name: r.name.into(),
+                }),
+                ActionRef::NonResource { path, verb } => {
+                    Kind::NonResourceAttributes(proto::NonResourceAttributes {
+                        path: path.into(),
+                        verb: verb.into(),
+                    })
+                }
+            }),
+        }),
+        min_revision: view.min_revision,
+    }
+}
+
+/// A view has no action where prost has an action without a kind: the same request (both are
+/// refused as a missing action).
+fn normalized(mut request: proto::AuthorizeRequest) -> proto::AuthorizeRequest {
+    if request.action.as_ref().is_some_and(|a| a.kind.is_none()) {
+        request.action = None;
+    }
+    request
+}
+
+#[test]
+fn a_repeated_user_is_merged_by_prost() {
+    let one = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            groups: vec!["a".into()],
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let two = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            groups: vec!["b".into()],
+            ..Default::default()
+        }),
+        action: Some(proto::Action {
+            kind: Some(proto::action::Kind::NonResourceAttributes(
+                proto::NonResourceAttributes {
+                    path: "/healthz".into(),
+                    verb: "get".into(),
+                },
+            )),
+        }),
+        ..Default::default()
+    };
+    let mut bytes = one.encode_to_vec();
+    bytes.extend(two.encode_to_vec());
+    let call = AuthorizeCall::from(Bytes::from(bytes));
+    let Ok(Decoded::Owned(merged)) = call.decode() else {
+        panic!("a repeated embedded message must be decoded by prost");
+    };
+    let user = merged.user.unwrap();
+    assert_eq!(user.name, "alice");
+    assert_eq!(user.groups, ["a", "b"]);
+}
+
+#[test]
+fn undecodable_bytes_are_invalid_argument_with_prosts_reason() {
+    let call = AuthorizeCall::from(Bytes::from_static(&[0x0a, 0x05, b'a']));
+    let status = call.decode().unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status
+            .message()
+            .starts_with("failed to decode Protobuf message"),
+        "{}",
+        status.message()
+    );
+}
+
+#[test]
+fn unknown_fields_are_skipped_on_the_view() {
+    let mut bytes = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    // field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32
+    bytes.extend([0x48, 0x96, 0x01]);
+    bytes.extend([0x51, 1, 2, 3, 4, 5, 6, 7, 8]);
+    bytes.extend([0x5a, 0x02, b'h', b'i']);
+    bytes.extend([0x65, 1, 2, 3, 4]);
+    let view = read_authorize(&bytes).expect("unknown fields are skipped");
+    assert_eq!(view.user.unwrap().name, "alice");
+}
+
+#[test]
+fn ten_byte_varints_are_read_as_prost_reads_them() {
+    // min_revision (field 3) as a ten-byte varint: the tenth byte may only be 0 or 1.
+    let with_tenth = |tenth: u8| {
+        let mut bytes = vec![0x18];
+        bytes.extend([0xff; 9]);
+        bytes.push(tenth);
+        bytes
+    };
+    let max = with_tenth(1);
+    assert_eq!(read_authorize(&max).map(|v| v.min_revision), Some(u64::MAX));
+    assert_eq!(
+        proto::AuthorizeRequest::decode(&max[..])
+            .unwrap()
+            .min_revision,
+        u64::MAX
+    );
+    for tenth in [2, 3, 0x7f, 0x80] {
+        let bytes = with_tenth(tenth);
+        assert!(read_authorize(&bytes).is_none(), "tenth byte {tenth:#x}");
+        assert!(proto::AuthorizeRequest::decode(&bytes[..]).is_err());
+        assert_eq!(through_wire(&bytes), through_prost(&bytes));
+    }
+    // An overlong encoding of a small value is still that value, as in prost.
+    let overlong = [0x18, 0x85, 0x80, 0x00];
+    assert_eq!(read_authorize(&overlong).map(|v| v.min_revision), Some(5));
+}
