@@ -221,7 +221,13 @@ fn visit_fields(
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
 fn encode(key: &CacheKey<'_>) -> Box<[u8]> {
-    let mut out = Vec::with_capacity(128);
+    // Sized exactly first, so the boxed slice is not reallocated to shrink it.
+    let mut len = 0;
+    visit_fields(key.user, &key.groups, key.action, |field| {
+        len += 2 + field.len();
+        true
+    });
+    let mut out = Vec::with_capacity(len);
     visit_fields(key.user, &key.groups, key.action, |field| {
         out.extend_from_slice(&(field.len() as u16).to_le_bytes());
         out.extend_from_slice(field);

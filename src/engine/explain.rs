@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::engine::RuleRef;
-use crate::policy::model::{AbacRule, Binding, BindingKind, RoleKind, Subject};
+use crate::policy::model::{self, AbacRule, Binding, BindingKind, RoleKind, Subject};
 
 pub const RBAC: &str = "RBAC";
 pub const ABAC: &str = "ABAC";
@@ -73,15 +73,15 @@ pub fn describe_subject(subject: &Subject, binding_namespace: &str) -> String {
 /// Upstream `describeSubject` from a subject's kind, name and (service accounts only) its
 /// effective namespace, the subject's own or else the binding's.
 pub fn describe_subject_parts(kind: &str, name: &str, service_account_namespace: &str) -> String {
+    let mut out = String::with_capacity(kind.len() + name.len() + 4);
+    out.push_str(kind);
+    out.push(' ');
     if kind == "ServiceAccount" {
-        format!(
-            "{} {:?}",
-            kind,
-            format!("{}/{}", name, service_account_namespace)
-        )
+        model::push_quoted_pair(&mut out, name, service_account_namespace);
     } else {
-        format!("{} {:?}", kind, name)
+        model::push_quoted(&mut out, name);
     }
+    out
 }
 
 /// Upstream's `RBAC: allowed by ClusterRoleBinding "b" of ClusterRole "r" to User "u"`, and the
@@ -97,13 +97,25 @@ pub fn rbac_reason(verdict: &str, binding: &Binding, subject: &Subject) -> Strin
 /// [`rbac_reason`] from a binding's facts and its subject's description
 /// ([`describe_subject`]).
 pub fn rbac_reason_of(verdict: &str, binding: &BindingFacts<'_>, subject: &str) -> String {
-    format!(
-        "RBAC: {verdict} by {} of {} {:?} to {}",
-        binding.describe(),
-        binding.role_kind.as_str(),
-        binding.role_name,
-        subject
-    )
+    // Built by pushing, not `format!`: this runs for every decision that is not a cache hit.
+    let mut out = String::with_capacity(
+        48 + verdict.len()
+            + binding.name.len()
+            + binding.namespace.len()
+            + binding.role_name.len()
+            + subject.len(),
+    );
+    out.push_str("RBAC: ");
+    out.push_str(verdict);
+    out.push_str(" by ");
+    model::push_binding_description(&mut out, binding.kind, binding.name, binding.namespace);
+    out.push_str(" of ");
+    out.push_str(binding.role_kind.as_str());
+    out.push(' ');
+    model::push_quoted(&mut out, binding.role_name);
+    out.push_str(" to ");
+    out.push_str(subject);
+    out
 }
 
 /// The error upstream reports for a binding whose role cannot be resolved.

@@ -218,9 +218,57 @@ impl Binding {
 
 /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
 pub fn describe_binding(kind: BindingKind, name: &str, namespace: &str) -> String {
+    let mut out = String::with_capacity(24 + name.len() + namespace.len());
+    push_binding_description(&mut out, kind, name, namespace);
+    out
+}
+
+/// Appends [`describe_binding`]'s wording to `out`.
+pub fn push_binding_description(out: &mut String, kind: BindingKind, name: &str, namespace: &str) {
     match kind {
-        BindingKind::ClusterRoleBinding => format!("ClusterRoleBinding {name:?}"),
-        BindingKind::RoleBinding => format!("RoleBinding {:?}", format!("{name}/{namespace}")),
+        BindingKind::ClusterRoleBinding => {
+            out.push_str("ClusterRoleBinding ");
+            push_quoted(out, name);
+        }
+        BindingKind::RoleBinding => {
+            out.push_str("RoleBinding ");
+            push_quoted_pair(out, name, namespace);
+        }
+    }
+}
+
+/// Whether `{:?}` prints `value` as itself between quotes: printable ASCII other than the two
+/// characters it escapes.
+fn quotes_plainly(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// Appends `value` exactly as `{:?}` formats it (the Go-like quoting upstream's messages use).
+/// Names are plain almost always, and are quoted without the formatting machinery, which a
+/// decision's explanation would otherwise run several times.
+pub fn push_quoted(out: &mut String, value: &str) {
+    if quotes_plainly(value) {
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+    } else {
+        use std::fmt::Write as _;
+        let _ = write!(out, "{value:?}");
+    }
+}
+
+/// Appends `"FIRST/SECOND"` exactly as `{:?}` formats the joined string.
+pub fn push_quoted_pair(out: &mut String, first: &str, second: &str) {
+    if quotes_plainly(first) && quotes_plainly(second) {
+        out.push('"');
+        out.push_str(first);
+        out.push('/');
+        out.push_str(second);
+        out.push('"');
+    } else {
+        push_quoted(out, &format!("{first}/{second}"));
     }
 }
 
@@ -254,5 +302,52 @@ impl PolicySet {
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
         self.bindings
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+    }
+}
+
+#[cfg(test)]
+mod quoting_tests {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    proptest! {
+        /// The plain path and the fallback both give exactly `{:?}`'s quoting.
+        #[test]
+        fn quoting_is_debug_formatting(
+            first in prop_oneof!["[a-z0-9:./ '-]{0,12}", "\\PC{0,8}", ".{0,8}"],
+            second in prop_oneof!["[a-z0-9-]{0,12}", "\\PC{0,8}", ".{0,8}"],
+        ) {
+            let mut out = String::new();
+            push_quoted(&mut out, &first);
+            prop_assert_eq!(&out, &format!("{first:?}"));
+            out.clear();
+            push_quoted_pair(&mut out, &first, &second);
+            prop_assert_eq!(&out, &format!("{:?}", format!("{first}/{second}")));
+            prop_assert_eq!(
+                describe_binding(BindingKind::RoleBinding, &first, &second),
+                format!("RoleBinding {:?}", format!("{first}/{second}"))
+            );
+            prop_assert_eq!(
+                describe_binding(BindingKind::ClusterRoleBinding, &first, &second),
+                format!("ClusterRoleBinding {first:?}")
+            );
+        }
+    }
+
+    #[test]
+    fn escapes_are_kept() {
+        for value in [
+            "a\"b",
+            "back\\slash",
+            "tab\there",
+            "\u{301}accent",
+            "ü",
+            "\u{7f}",
+        ] {
+            let mut out = String::new();
+            push_quoted(&mut out, value);
+            assert_eq!(out, format!("{value:?}"), "{value:?}");
+        }
     }
 }
