@@ -391,20 +391,19 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             "/metrics",
             axum::routing::get(metrics_exposition(&state, &store_cell)),
         );
-    let router = crate::api::http::router(router, http_api)
-        .layer(tower::util::MapResponseLayer::new(
-            crate::api::error::oversized_is_resource_exhausted,
-        ))
-        .layer(tower::util::MapResponseLayer::new(
-            crate::api::error::undecodable_is_invalid_argument,
-        ))
-        // An overloaded server refuses before doing anything else...
+    // The layers wrap the router once, as one service: `Router::layer` would wrap every route
+    // in its own boxed service, a clone and an allocation per layer on every request.
+    let service = tower::ServiceBuilder::new()
+        // What an overloaded server refuses is still counted and timed...
+        .layer(request_telemetry)
+        // ...but it refuses before doing anything else.
         .layer(ShedLayer::new(
             limits.max_concurrent_requests,
             limits.request_timeout,
         ))
-        // ...but what it refuses is still counted and timed.
-        .layer(request_telemetry);
+        .map_response(crate::api::error::undecodable_is_invalid_argument)
+        .map_response(crate::api::error::oversized_is_resource_exhausted)
+        .service(crate::api::http::router(router, http_api));
     for listener in &listeners {
         let addr = listener.local_addr();
         eprintln!("authzd listening on {addr}");
@@ -420,7 +419,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     };
     let server = tokio::spawn(transport::serve(
         listeners,
-        router,
+        service,
         connection_limits,
         shutdown,
     ));

@@ -22,47 +22,56 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use tokio::sync::Semaphore;
+use pin_project_lite::pin_project;
+use tokio::time::{Instant, Sleep};
 use tonic::codegen::http;
 use tower::{Layer, Service};
 
-/// Counters of what the layer refused, shared by every clone of the service.
 #[derive(Debug, Default)]
 pub struct ShedStats {
-    /// Requests refused because `max_in_flight` were already in flight.
     pub shed: AtomicU64,
-    /// Requests abandoned at the request timeout.
     pub timed_out: AtomicU64,
 }
 
-/// Wraps a service in [`Shed`]. Every service built from one layer shares one limit.
-#[derive(Clone, Debug)]
-pub struct ShedLayer {
-    slots: Arc<Semaphore>,
+/// What every request of one layer shares: one counter it increments and decrements, so that
+/// admitting a request costs two atomic operations on it and nothing else shared.
+#[derive(Debug)]
+struct Shared {
+    in_flight: AtomicUsize,
     max_in_flight: usize,
     request_timeout: Duration,
-    stats: Arc<ShedStats>,
+    stats: ShedStats,
+}
+
+#[derive(Clone, Debug)]
+pub struct ShedLayer {
+    shared: Arc<Shared>,
 }
 
 impl ShedLayer {
-    /// `max_in_flight` is clamped to at least 1 (0 would refuse everything).
     pub fn new(max_in_flight: usize, request_timeout: Duration) -> Self {
-        let max_in_flight = max_in_flight.clamp(1, Semaphore::MAX_PERMITS);
         Self {
-            slots: Arc::new(Semaphore::new(max_in_flight)),
-            max_in_flight,
-            request_timeout,
-            stats: Arc::default(),
+            shared: Arc::new(Shared {
+                in_flight: AtomicUsize::new(0),
+                max_in_flight: max_in_flight.max(1),
+                request_timeout,
+                stats: ShedStats::default(),
+            }),
         }
     }
 
-    pub fn stats(&self) -> Arc<ShedStats> {
-        Arc::clone(&self.stats)
+    pub fn stats(&self) -> &ShedStats {
+        &self.shared.stats
+    }
+
+    /// Requests holding a slot now.
+    pub fn in_flight(&self) -> usize {
+        self.shared.in_flight.load(Ordering::Relaxed)
     }
 }
 
@@ -72,31 +81,48 @@ impl<S> Layer<S> for ShedLayer {
     fn layer(&self, inner: S) -> Shed<S> {
         Shed {
             inner,
-            config: self.clone(),
+            shared: Arc::clone(&self.shared),
         }
     }
 }
 
-/// The service [`ShedLayer`] builds.
 #[derive(Clone, Debug)]
 pub struct Shed<S> {
     inner: S,
-    config: ShedLayer,
+    shared: Arc<Shared>,
 }
 
-type BoxFuture<T> = Pin<Box<dyn Future<Output = T> + Send + 'static>>;
+/// An admitted request's slot, given back when its response (or its refusal) is ready.
+struct Slot(Option<Arc<Shared>>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        if let Some(shared) = &self.0 {
+            shared.in_flight.fetch_sub(1, Ordering::Release);
+        }
+    }
+}
+
+impl Shared {
+    /// A slot, or `None` at the limit.
+    fn admit(self: &Arc<Self>) -> Option<Slot> {
+        let before = self.in_flight.fetch_add(1, Ordering::Acquire);
+        if before >= self.max_in_flight {
+            self.in_flight.fetch_sub(1, Ordering::Release);
+            return None;
+        }
+        Some(Slot(Some(Arc::clone(self))))
+    }
+}
 
 impl<S, ReqBody, ResBody> Service<http::Request<ReqBody>> for Shed<S>
 where
-    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>> + Clone + Send + 'static,
-    S::Future: Send + 'static,
-    S::Error: Send + 'static,
-    ReqBody: Send + 'static,
-    ResBody: Default + Send + 'static,
+    S: Service<http::Request<ReqBody>, Response = http::Response<ResBody>>,
+    ResBody: Default,
 {
     type Response = http::Response<ResBody>;
     type Error = S::Error;
-    type Future = BoxFuture<Result<Self::Response, Self::Error>>;
+    type Future = ShedFuture<S::Future>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
@@ -104,59 +130,113 @@ where
 
     fn call(&mut self, request: http::Request<ReqBody>) -> Self::Future {
         let grpc = is_grpc(&request);
-        // `Some(None)`: admitted without a slot; `None`: no slot left.
         let slot = if request.uri().path().starts_with(UNSHED_PREFIX) {
-            Some(None)
+            Some(Slot(None))
         } else {
-            Arc::clone(&self.config.slots)
-                .try_acquire_owned()
-                .ok()
-                .map(Some)
+            self.shared.admit()
         };
+        let started = Instant::now();
         let Some(slot) = slot else {
-            self.config.stats.shed.fetch_add(1, Ordering::Relaxed);
-            let max = self.config.max_in_flight;
+            self.shared.stats.shed.fetch_add(1, Ordering::Relaxed);
+            let max = self.shared.max_in_flight;
             tracing::debug!(max, path = request.uri().path(), "request shed");
-            let refusal = refusal(
+            return ShedFuture {
+                state: State::Shed,
                 grpc,
-                tonic::Status::resource_exhausted(format!(
-                    "server overloaded: {max} requests already in flight \
-                     (--max-concurrent-requests); retry with backoff"
-                )),
-                http::StatusCode::TOO_MANY_REQUESTS,
-            );
-            return Box::pin(std::future::ready(Ok(refusal)));
+                started,
+                timer: None,
+                shared: Arc::clone(&self.shared),
+                slot: None,
+            };
         };
-        // The service that was polled ready handles this request; a fresh clone takes its
-        // place for the next one (tower's usual rule for services moved into a future).
-        let clone = self.inner.clone();
-        let mut ready = std::mem::replace(&mut self.inner, clone);
-        let timeout = self.config.request_timeout;
-        let stats = Arc::clone(&self.config.stats);
-        Box::pin(async move {
-            let answer = tokio::time::timeout(timeout, ready.call(request)).await;
-            drop(slot);
-            match answer {
-                Ok(response) => response,
-                Err(_elapsed) => {
-                    stats.timed_out.fetch_add(1, Ordering::Relaxed);
-                    Ok(refusal(
-                        grpc,
-                        tonic::Status::deadline_exceeded(format!(
-                            "request not answered within the server's request timeout of {} \
-                             (--request-timeout)",
-                            humantime(timeout)
-                        )),
-                        http::StatusCode::GATEWAY_TIMEOUT,
-                    ))
-                }
-            }
-        })
+        ShedFuture {
+            state: State::Admitted {
+                inner: self.inner.call(request),
+            },
+            grpc,
+            started,
+            timer: None,
+            shared: Arc::clone(&self.shared),
+            slot: Some(slot),
+        }
     }
 }
 
-/// Health checks are never shed: they are cheap, and a liveness probe refused under load
-/// would get a busy but healthy server restarted, turning overload into an outage.
+pin_project! {
+    /// The response of an admitted request, bounded by the request timeout; or a refusal.
+    ///
+    /// The timer is only created if the response is not ready when first polled: most
+    /// answers are, and then no timer is registered (or cancelled) at all. Its deadline still
+    /// counts from the call.
+    pub struct ShedFuture<F> {
+        #[pin]
+        state: State<F>,
+        grpc: bool,
+        started: Instant,
+        timer: Option<Pin<Box<Sleep>>>,
+        shared: Arc<Shared>,
+        slot: Option<Slot>,
+    }
+}
+
+pin_project! {
+    #[project = StateProjection]
+    enum State<F> {
+        Admitted { #[pin] inner: F },
+        Shed,
+    }
+}
+
+impl<F, ResBody, E> Future for ShedFuture<F>
+where
+    F: Future<Output = Result<http::Response<ResBody>, E>>,
+    ResBody: Default,
+{
+    type Output = Result<http::Response<ResBody>, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.project();
+        let inner = match this.state.project() {
+            StateProjection::Shed => {
+                let max = this.shared.max_in_flight;
+                return Poll::Ready(Ok(refusal(
+                    *this.grpc,
+                    tonic::Status::resource_exhausted(format!(
+                        "server overloaded: {max} requests already in flight \
+                         (--max-concurrent-requests); retry with backoff"
+                    )),
+                    http::StatusCode::TOO_MANY_REQUESTS,
+                )));
+            }
+            StateProjection::Admitted { inner } => inner,
+        };
+        if let Poll::Ready(answer) = inner.poll(cx) {
+            this.slot.take();
+            return Poll::Ready(answer);
+        }
+        let timeout = this.shared.request_timeout;
+        let started = *this.started;
+        let timer = this
+            .timer
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep_until(started + timeout)));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        // Abandoned: the inner future is dropped with this one; the slot is free now.
+        this.slot.take();
+        this.shared.stats.timed_out.fetch_add(1, Ordering::Relaxed);
+        Poll::Ready(Ok(refusal(
+            *this.grpc,
+            tonic::Status::deadline_exceeded(format!(
+                "request not answered within the server's request timeout of {} \
+                 (--request-timeout)",
+                humantime(timeout)
+            )),
+            http::StatusCode::GATEWAY_TIMEOUT,
+        )))
+    }
+}
+
 const UNSHED_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// gRPC callers (any `application/grpc*` content type) get a trailers-only gRPC status;
@@ -235,7 +315,7 @@ mod tests {
 
         let first = tokio::spawn(service.clone().oneshot(request(true)));
         // Wait until the first request holds the only slot.
-        while layer.slots.available_permits() > 0 {
+        while layer.in_flight() == 0 {
             tokio::task::yield_now().await;
         }
         let refused = service.clone().oneshot(request(true)).await.unwrap();
@@ -259,7 +339,7 @@ mod tests {
         assert_eq!(health.await.unwrap().unwrap().into_body(), "answer");
         // The slot is free again.
         let next = tokio::spawn(service.clone().oneshot(request(false)));
-        while layer.slots.available_permits() > 0 {
+        while layer.in_flight() == 0 {
             tokio::task::yield_now().await;
         }
         release.notify_one();
@@ -279,6 +359,6 @@ mod tests {
         let abandoned = service.clone().oneshot(request(false)).await.unwrap();
         assert_eq!(abandoned.status(), http::StatusCode::GATEWAY_TIMEOUT);
         assert_eq!(layer.stats().timed_out.load(Ordering::Relaxed), 2);
-        assert_eq!(layer.slots.available_permits(), 1);
+        assert_eq!(layer.in_flight(), 0);
     }
 }

@@ -107,6 +107,13 @@ impl TargetStats {
         Ok(())
     }
 
+    /// Adds another round against the same target: its calls, and its window to this one's.
+    pub fn add_round(&mut self, other: &TargetStats) -> Result<(), LoadgenError> {
+        self.merge(other)?;
+        self.window += other.window;
+        Ok(())
+    }
+
     pub fn kind(&self, kind: Kind) -> &KindStats {
         &self.kinds[kind as usize]
     }
@@ -314,5 +321,27 @@ async fn call(
                 cached: 0,
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rounds_add_their_calls_and_their_windows() {
+        let round = |decisions: u64, errors: u64, window_ms: u64| {
+            let mut stats = TargetStats::new("x", Duration::from_millis(window_ms)).unwrap();
+            stats.kinds[0].decisions = decisions;
+            stats.kinds[0].errors = errors;
+            stats.kinds[0].latency.record(100).unwrap();
+            stats
+        };
+        let mut total = round(10, 1, 1000);
+        total.add_round(&round(5, 0, 2000)).unwrap();
+        assert_eq!(total.window, Duration::from_millis(3000));
+        assert_eq!(total.kinds[0].decisions, 15);
+        assert_eq!(total.errors(), 1);
+        assert_eq!(total.kinds[0].latency.len(), 2);
     }
 }

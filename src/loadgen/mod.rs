@@ -28,7 +28,7 @@ use thiserror::Error;
 
 use crate::config::parse_duration;
 use crate::synth::Shape;
-use drive::{drive, RunConfig};
+use drive::{drive, RunConfig, TargetStats};
 use noop::NoopServer;
 use report::{Outcome, Report, Settings, TargetReport};
 use spawn::{Authzd, Started};
@@ -180,9 +180,14 @@ pub struct Args {
     #[arg(long, value_name = "D", default_value = "10s", value_parser = parse_duration)]
     pub duration: Duration,
 
-    /// Unmeasured warm-up per target, before the window (at most 60s).
+    /// Unmeasured warm-up per target and round, before its part of the window (at most 60s).
     #[arg(long, value_name = "D", default_value = "2s", value_parser = parse_duration)]
     pub warmup: Duration,
+
+    /// The window is split into this many rounds (1..=10), alternating no-op and authzd (the
+    /// no-op first), so that the machine's speed drifting during the run weighs on both alike.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub rounds: u32,
 
     /// Relative weights of the RPCs; a kind left out weighs 0.
     #[arg(long, value_name = "WEIGHTS", default_value = "authorize=90,batch=5,who-can=5", value_parser = Mix::parse)]
@@ -224,6 +229,9 @@ impl Args {
         }
         if self.warmup > MAX_WARMUP {
             return usage("--warmup must be at most 60s");
+        }
+        if !(1..=10).contains(&self.rounds) {
+            return usage("--rounds must be 1..=10");
         }
         if !(1..=4096).contains(&self.concurrency) {
             return usage("--concurrency must be 1..=4096");
@@ -322,7 +330,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         concurrency: args.concurrency,
         connections: args.connections,
         warmup: args.warmup,
-        duration: args.duration,
+        duration: args.duration / args.rounds,
     };
 
     // authzd first: a spawned one compiles its policy before anything is timed.
@@ -367,34 +375,42 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         Some(path) => noop::Listen::Unix(path.clone()),
         None => noop::Listen::Tcp,
     })?;
-    let announce = |name: &str, endpoint: &str| {
-        eprintln!(
-            "authzd-loadgen: {name} at {endpoint}: warm-up {:?}, then {:?}",
-            args.warmup, args.duration
-        );
-    };
-    announce("no-op", noop.endpoint());
-    let noop_stats = drive(
-        noop.endpoint(),
-        Arc::clone(&workload),
-        Answers::Empty,
-        config,
-    )
-    .await?;
-    noop.stop()?;
-    let noop_outcome = Outcome::Measured(Box::new(TargetReport::of(&noop_stats)?));
-
     let endpoint = match &authzd {
         AuthzdTarget::Spawned(spawned) => Ok(spawned.endpoint.as_str()),
         AuthzdTarget::External(target) => Ok(target.as_str()),
         AuthzdTarget::Unsupported(why) => Err(why),
     };
-    let authzd_outcome = match endpoint {
-        Ok(endpoint) => {
-            announce("authzd", endpoint);
-            let stats = drive(endpoint, workload, Answers::Real, config).await?;
-            Outcome::Measured(Box::new(TargetReport::of(&stats)?))
+    let announce = |round: u32, name: &str, endpoint: &str| {
+        eprintln!(
+            "authzd-loadgen: round {round}/{}: {name} at {endpoint}: warm-up {:?}, then {:?}",
+            args.rounds, config.warmup, config.duration
+        );
+    };
+    let (mut noop_stats, mut authzd_stats) = (None, None);
+    for round in 1..=args.rounds {
+        announce(round, "no-op", noop.endpoint());
+        let stats = drive(
+            noop.endpoint(),
+            Arc::clone(&workload),
+            Answers::Empty,
+            config,
+        )
+        .await?;
+        add_round(&mut noop_stats, stats)?;
+        if let Ok(endpoint) = endpoint {
+            announce(round, "authzd", endpoint);
+            let stats = drive(endpoint, Arc::clone(&workload), Answers::Real, config).await?;
+            add_round(&mut authzd_stats, stats)?;
         }
+    }
+    noop.stop()?;
+    let measured = |stats: Option<TargetStats>| -> Result<Outcome, LoadgenError> {
+        let stats = stats.ok_or_else(|| LoadgenError::Usage("no round was run".into()))?;
+        Ok(Outcome::Measured(Box::new(TargetReport::of(&stats)?)))
+    };
+    let noop_outcome = measured(noop_stats)?;
+    let authzd_outcome = match endpoint {
+        Ok(_) => measured(authzd_stats)?,
         Err(why) => {
             let unsupported = format!("authzd does not listen on Unix sockets yet ({why})");
             eprintln!("authzd-loadgen: {unsupported}");
@@ -414,6 +430,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         connections: args.connections,
         warmup_s: args.warmup.as_secs_f64(),
         duration_s: args.duration.as_secs_f64(),
+        rounds: args.rounds,
         mix: args.mix.to_string(),
         batch_size: args.batch_size,
         cache_hit_ratio: args.cache_hit_ratio,
@@ -421,6 +438,17 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         cores: std::thread::available_parallelism().map_or(1, usize::from),
     };
     Ok(Report::new(settings, noop_outcome, authzd_outcome))
+}
+
+/// Adds one round's stats to a target's total.
+fn add_round(total: &mut Option<TargetStats>, round: TargetStats) -> Result<(), LoadgenError> {
+    match total {
+        Some(total) => total.add_round(&round),
+        None => {
+            *total = Some(round);
+            Ok(())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -471,6 +499,9 @@ mod tests {
             Err(LoadgenError::Usage(_))
         ));
         assert!(parse(&["--batch-size", "1001"]).is_err());
+        assert!(parse(&["--rounds", "0"]).is_err());
+        assert!(parse(&["--rounds", "11"]).is_err());
+        assert!(parse(&["--rounds", "1"]).is_ok());
         assert!(parse(&["--target", "http://127.0.0.1:1", "--cache-size", "5"]).is_err());
         assert!(Args::try_parse_from(["authzd-loadgen", "--cache-hit-ratio", "1.5"]).is_err());
         assert!(Args::try_parse_from([

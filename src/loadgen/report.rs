@@ -178,6 +178,8 @@ pub struct Settings {
     pub connections: usize,
     pub warmup_s: f64,
     pub duration_s: f64,
+    /// The window was split into this many rounds, alternating the two targets.
+    pub rounds: u32,
     pub mix: String,
     pub batch_size: usize,
     pub cache_hit_ratio: f64,
@@ -230,7 +232,8 @@ impl Report {
         let _ = writeln!(
             out,
             "authzd-loadgen: {} ({}), {} bindings, concurrency {}, connections {}, warm-up {:.1}s, \
-             window {:.1}s, mix {}, batch size {}, cache-hit-ratio {}, {} cores",
+             window {:.1}s in {} alternating rounds, mix {}, batch size {}, cache-hit-ratio {}, \
+             {} cores",
             s.target,
             s.transport,
             s.bindings,
@@ -238,6 +241,7 @@ impl Report {
             s.connections,
             s.warmup_s,
             s.duration_s,
+            s.rounds,
             s.mix,
             s.batch_size,
             s.cache_hit_ratio,

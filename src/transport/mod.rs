@@ -161,12 +161,40 @@ pub struct ConnectionLimits {
 /// How long in-flight requests may finish on a connection closed for its age.
 const CONNECTION_AGE_GRACE: Duration = Duration::from_secs(10);
 
-/// Serves `router` on every listener until `shutdown` completes, then stops accepting and
+/// What the accept loop serves: the whole HTTP stack (the router inside its layers), cloned
+/// for each request as hyper-util's tower adapter does.
+pub trait HttpService:
+    tower::Service<
+        http::Request<hyper::body::Incoming>,
+        Response = http::Response<axum::body::Body>,
+        Error = std::convert::Infallible,
+        Future: Send + 'static,
+    > + Clone
+    + Send
+    + Sync
+    + 'static
+{
+}
+
+impl<S> HttpService for S where
+    S: tower::Service<
+            http::Request<hyper::body::Incoming>,
+            Response = http::Response<axum::body::Body>,
+            Error = std::convert::Infallible,
+            Future: Send + 'static,
+        > + Clone
+        + Send
+        + Sync
+        + 'static
+{
+}
+
+/// Serves `service` on every listener until `shutdown` completes, then stops accepting and
 /// waits for the open connections' in-flight requests to finish. Socket files are removed
 /// on return.
 pub async fn serve(
     listeners: Vec<Listener>,
-    router: axum::Router,
+    service: impl HttpService,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send,
 ) {
@@ -176,7 +204,7 @@ pub async fn serve(
     for listener in listeners {
         accept_loops.spawn(accept_loop(
             listener,
-            router.clone(),
+            service.clone(),
             limits,
             Arc::clone(&connection_slots),
             stopped.clone(),
@@ -191,7 +219,7 @@ pub async fn serve(
 
 async fn accept_loop(
     listener: Listener,
-    router: axum::Router,
+    service: impl HttpService,
     limits: ConnectionLimits,
     connection_slots: Arc<tokio::sync::Semaphore>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
@@ -231,7 +259,7 @@ async fn accept_loop(
                     io,
                     info,
                     listener.tls.clone(),
-                    router.clone(),
+                    service.clone(),
                     limits.max_connection_age,
                     stopped.clone(),
                 );
@@ -262,7 +290,7 @@ async fn serve_connection(
     io: BoxedIo,
     info: ConnectionInfo,
     tls: Option<Arc<tls::TlsServer>>,
-    router: axum::Router,
+    service: impl HttpService,
     max_age: Option<Duration>,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
@@ -283,7 +311,7 @@ async fn serve_connection(
         if let Some(tcp_info) = &tcp_info {
             extensions.insert(tcp_info.clone());
         }
-        router.clone().oneshot(request)
+        service.clone().oneshot(request)
     });
     let connection = builder.serve_connection(TokioIo::new(io), service);
     let mut connection = std::pin::pin!(connection);
