@@ -232,6 +232,73 @@ async fn batch_authorize_answers_in_order_and_names_bad_entries() {
     assert_invalid(too_many, "requests");
 }
 
+/// A request in the plain shape is read as a view of its bytes; one carrying `extra` is decoded
+/// by prost. Both reach the same decision through the same cache entry, alone and in batches.
+#[tokio::test]
+async fn plain_and_prost_decoded_requests_share_decisions_and_cache_entries() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let mut client = AuthorizerClient::new(server.channel().await);
+    let plain = || request("alice", &["devs"], resource("default", "get", "pods"));
+    let with_extra = || {
+        let mut req = plain();
+        if let Some(user) = req.user.as_mut() {
+            user.extra.insert(
+                "scopes".into(),
+                authzd::proto::ExtraValues {
+                    values: vec!["read".into()],
+                },
+            );
+        }
+        req
+    };
+
+    let first = authorize(&mut client, with_extra()).await;
+    assert_eq!(first.decision, Decision::Allow as i32);
+    assert!(!first.cached);
+    // The view finds the entry the prost-decoded request left (extra is not part of the key).
+    let second = authorize(&mut client, plain()).await;
+    assert!(second.cached, "{second:?}");
+    assert_eq!(
+        (second.decision, &second.reason, &second.allowed_by),
+        (first.decision, &first.reason, &first.allowed_by)
+    );
+
+    // A batch with one `extra` is decoded by prost as a whole, and answers as the views do.
+    let mixed = client
+        .batch_authorize(BatchAuthorizeRequest {
+            requests: vec![
+                plain(),
+                with_extra(),
+                request("mallory", &[], resource("default", "get", "pods")),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let views = client
+        .batch_authorize(BatchAuthorizeRequest {
+            requests: vec![
+                plain(),
+                plain(),
+                request("mallory", &[], resource("default", "get", "pods")),
+            ],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let decisions = |batch: &authzd::proto::BatchAuthorizeResponse| {
+        batch
+            .responses
+            .iter()
+            .map(|r| (r.decision, r.reason.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(decisions(&mixed), decisions(&views));
+    assert!(views.responses.iter().all(|r| r.cached));
+    assert_eq!(mixed.responses[0], second);
+}
+
 #[tokio::test]
 async fn who_can_lists_allowed_and_denied_subjects() {
     let policy = sample_policy();
