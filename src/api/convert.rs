@@ -82,7 +82,14 @@ impl From<proto::UserInfo> for WireSubject {
 /// on a review; `name_field` is what the user name is called there (`name` or `user`). A subject must name a user or at least one group: an
 /// authorization question about nobody is a client bug.
 pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engine::UserInfo> {
-    check_identity(scope, name_field, &wire.name, &wire.uid, &wire.groups)?;
+    check_identity(
+        scope,
+        name_field,
+        &wire.name,
+        &wire.uid,
+        &wire.groups,
+        wire.groups.len(),
+    )?;
     let at = At { scope };
     at.check_count("extra", wire.extra.len(), MAX_EXTRA_KEYS)?;
     let mut extra = BTreeMap::new();
@@ -120,18 +127,20 @@ pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engin
 }
 
 /// Validates a subject's name, UID and groups (everything but `extra`), wherever they are
-/// borrowed from.
+/// borrowed from. `group_count` is how many groups the request named: a reader may keep fewer
+/// than that once there are too many.
 pub fn check_identity(
     scope: &str,
     name_field: &str,
     name: &str,
     uid: &str,
     groups: &[impl AsRef<str>],
+    group_count: usize,
 ) -> Result<()> {
     let at = At { scope };
     at.check_len(name_field, name, MAX_STRING_BYTES)?;
     at.check_len("uid", uid, MAX_STRING_BYTES)?;
-    at.check_count("groups", groups.len(), MAX_GROUPS)?;
+    at.check_count("groups", group_count, MAX_GROUPS)?;
     for (i, group) in groups.iter().enumerate() {
         let group = group.as_ref();
         if group.len() > MAX_STRING_BYTES {

@@ -274,10 +274,7 @@ impl Authorizer for GrpcApi {
         let deadline = request_deadline(&request);
         let call = request.into_inner();
         let decoded = call.decode()?;
-        let count = match &decoded {
-            BatchDecoded::Views(views) => views.len(),
-            BatchDecoded::Owned(wire) => wire.requests.len(),
-        };
+        let count = decoded.len();
         if count > MAX_BATCH {
             return Err(ApiError::invalid(
                 "requests",
@@ -302,6 +299,14 @@ impl Authorizer for GrpcApi {
                 self.answer_batch(&caller, requests, min_revision, deadline)
                     .await
             }
+            BatchDecoded::TooMany(_) => Err(ApiError::invalid(
+                "requests",
+                Invalid::TooMany {
+                    count,
+                    max: MAX_BATCH,
+                },
+            )
+            .into()),
             BatchDecoded::Owned(wire) => {
                 let mut requests = Vec::with_capacity(count);
                 for (i, one) in wire.requests.into_iter().enumerate() {

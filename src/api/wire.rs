@@ -14,6 +14,12 @@
 //! prost's exact semantics and errors. Property tests hold both halves to prost: a view
 //! validates and converts to what prost + [`convert`] give, and a reply encodes to the bytes
 //! prost writes for [`convert::authorize_response`].
+//!
+//! Decoding is bounded by what a request may hold, not only by its size: a batch past
+//! `MAX_BATCH` items is counted without decoding any of it (by this reader or by prost), and a
+//! view keeps at most `MAX_GROUPS + 1` groups while counting them all. A 4 MiB batch of empty
+//! items is two million entries; decoded by prost it took 1.25 GB of memory before being
+//! refused as too many.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -25,6 +31,7 @@ use tonic::Status;
 
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
+use crate::api::limits::{MAX_BATCH, MAX_GROUPS};
 use crate::engine::{self, ActionRef, Decided, Decision, ResourceRef, Response, RuleRef};
 use crate::proto;
 use crate::proto_codec::WireEncode;
@@ -63,11 +70,29 @@ pub enum Decoded<'a> {
 }
 
 /// A decoded `BatchAuthorizeRequest`: every item borrowed, or (if any item is not in the plain
-/// shape) the whole batch decoded by prost.
+/// shape) the whole batch decoded by prost; or, past [`MAX_BATCH`] items, only counted.
 #[derive(Debug)]
 pub enum BatchDecoded<'a> {
     Views(Vec<AuthorizeView<'a>>),
     Owned(proto::BatchAuthorizeRequest),
+    /// More items than a batch may hold, counted without being decoded: a message of a few
+    /// MiB can hold millions of empty items, each a struct of hundreds of bytes once decoded.
+    TooMany(usize),
+}
+
+impl BatchDecoded<'_> {
+    /// The requests the batch holds.
+    pub fn len(&self) -> usize {
+        match self {
+            BatchDecoded::Views(views) => views.len(),
+            BatchDecoded::Owned(batch) => batch.requests.len(),
+            BatchDecoded::TooMany(count) => *count,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
 }
 
 /// An undecodable message: `INVALID_ARGUMENT` with prost's description, as every other
@@ -95,8 +120,10 @@ impl AuthorizeCall {
 impl BatchAuthorizeCall {
     pub fn decode(&self) -> std::result::Result<BatchDecoded<'_>, Status> {
         match read_batch(&self.0) {
-            Some(views) => Ok(BatchDecoded::Views(views)),
-            None => proto::BatchAuthorizeRequest::decode(&self.0[..])
+            BatchRead::Views(views) => Ok(BatchDecoded::Views(views)),
+            BatchRead::TooMany(count) => Ok(BatchDecoded::TooMany(count)),
+            // At most MAX_BATCH items reach prost (the scan counted them).
+            BatchRead::Prost => proto::BatchAuthorizeRequest::decode(&self.0[..])
                 .map(BatchDecoded::Owned)
                 .map_err(|e| undecodable(&e)),
         }
@@ -117,7 +144,11 @@ pub struct AuthorizeView<'a> {
 pub struct UserView<'a> {
     pub name: &'a str,
     pub uid: &'a str,
+    /// The groups, up to one more than [`MAX_GROUPS`]: a request with more is refused, and a
+    /// few MiB of empty groups would otherwise be millions of entries.
     pub groups: SmallVec<[&'a str; 16]>,
+    /// How many groups the request named.
+    pub group_count: usize,
 }
 
 /// A validated Authorize request: a view of its bytes, or the engine's request when it was
@@ -134,7 +165,14 @@ impl AuthorizeView<'_> {
         let Some(user) = &self.user else {
             return Err(ApiError::invalid("user", Invalid::NoSubject));
         };
-        convert::check_identity("user.", "name", user.name, user.uid, &user.groups)?;
+        convert::check_identity(
+            "user.",
+            "name",
+            user.name,
+            user.uid,
+            &user.groups,
+            user.group_count,
+        )?;
         let Some(action) = self.action else {
             return Err(ApiError::invalid("action", Invalid::MissingAction));
         };
@@ -213,7 +251,11 @@ impl AuthorizeInput<'_, '_> {
 const VARINT: u8 = 0;
 const FIXED64: u8 = 1;
 const LEN: u8 = 2;
+const START_GROUP: u8 = 3;
+const END_GROUP: u8 = 4;
 const FIXED32: u8 = 5;
+/// prost's recursion limit, which also bounds nested groups.
+const MAX_DEPTH: u32 = 100;
 
 /// A forward-only reader over one message's bytes.
 ///
@@ -276,8 +318,7 @@ impl<'a> Reader<'a> {
         let key = u32::try_from(key).ok()?;
         let wire_type = (key & 7) as u8;
         let field = key >> 3;
-        (field >= 1 && matches!(wire_type, VARINT | FIXED64 | LEN | FIXED32))
-            .then_some((field, wire_type))
+        (field >= 1 && wire_type <= FIXED32).then_some((field, wire_type))
     }
 
     /// The byte range of a length-delimited field's contents.
@@ -317,12 +358,24 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn skip(&mut self, wire_type: u8) -> Option<()> {
+    /// Skips an unknown field as prost does, groups included (to their matching end, at most
+    /// [`MAX_DEPTH`] deep), so a scan counts what prost would decode.
+    fn skip(&mut self, field: u32, wire_type: u8) -> Option<()> {
+        self.skip_at(field, wire_type, 0)
+    }
+
+    fn skip_at(&mut self, field: u32, wire_type: u8, depth: u32) -> Option<()> {
         match wire_type {
             VARINT => self.varint().map(drop),
             FIXED64 => self.advance(8),
             FIXED32 => self.advance(4),
             LEN => self.span().map(drop),
+            START_GROUP if depth < MAX_DEPTH => loop {
+                match self.key()? {
+                    (end, END_GROUP) => return (end == field).then_some(()),
+                    (inner, wire_type) => self.skip_at(inner, wire_type, depth + 1)?,
+                }
+            },
             _ => None,
         }
     }
@@ -333,17 +386,50 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn read_batch(bytes: &[u8]) -> Option<Vec<AuthorizeView<'_>>> {
+/// What the scan of a batch found.
+enum BatchRead<'a> {
+    Views(Vec<AuthorizeView<'a>>),
+    TooMany(usize),
+    /// Not all plain (or not well formed) and at most [`MAX_BATCH`] items: prost decodes it.
+    Prost,
+}
+
+/// Reads the items of a batch as views while they are plain, and counts them all: past
+/// [`MAX_BATCH`] nothing more is decoded, by this reader or by prost.
+fn read_batch(bytes: &[u8]) -> BatchRead<'_> {
     let mut reader = Reader::new(bytes);
-    let mut views = Vec::new();
+    let mut views = Some(Vec::new());
+    let mut count = 0usize;
     while !reader.done() {
-        match reader.key()? {
-            (1, LEN) => views.push(read_authorize_from(reader.message()?)?),
-            (1, _) => return None,
-            (_, wire_type) => reader.skip(wire_type)?,
+        let item = match reader.key() {
+            Some((1, LEN)) => reader.message(),
+            Some((field, wire_type)) if reader.skip(field, wire_type).is_some() => continue,
+            // `(1, other)`, or a malformed key or field: prost's to describe, if it may.
+            _ => None,
+        };
+        let Some(item) = item else {
+            return if count > MAX_BATCH {
+                BatchRead::TooMany(count)
+            } else {
+                BatchRead::Prost
+            };
+        };
+        count += 1;
+        if count > MAX_BATCH {
+            views = None;
+            continue;
+        }
+        let view = views.as_ref().and_then(|_| read_authorize_from(item));
+        match (views.as_mut(), view) {
+            (Some(views), Some(view)) => views.push(view),
+            _ => views = None,
         }
     }
-    Some(views)
+    match views {
+        _ if count > MAX_BATCH => BatchRead::TooMany(count),
+        Some(views) => BatchRead::Views(views),
+        None => BatchRead::Prost,
+    }
 }
 
 fn read_authorize(bytes: &[u8]) -> Option<AuthorizeView<'_>> {
@@ -365,7 +451,7 @@ fn read_authorize_from(mut reader: Reader<'_>) -> Option<AuthorizeView<'_>> {
             }
             (3, VARINT) => view.min_revision = reader.varint()?,
             (1..=3, _) => return None,
-            (_, wire_type) => reader.skip(wire_type)?,
+            (field, wire_type) => reader.skip(field, wire_type)?,
         }
     }
     Some(view)
@@ -377,10 +463,16 @@ fn read_user(mut reader: Reader<'_>) -> Option<UserView<'_>> {
         match reader.key()? {
             (1, wire_type) => user.name = reader.string(wire_type)?,
             (2, wire_type) => user.uid = reader.string(wire_type)?,
-            (3, wire_type) => user.groups.push(reader.string(wire_type)?),
+            (3, wire_type) => {
+                let group = reader.string(wire_type)?;
+                user.group_count += 1;
+                if user.groups.len() <= MAX_GROUPS {
+                    user.groups.push(group);
+                }
+            }
             // `extra` is a map: prost's merge rules for it are not worth repeating here.
             (4, _) => return None,
-            (_, wire_type) => reader.skip(wire_type)?,
+            (field, wire_type) => reader.skip(field, wire_type)?,
         }
     }
     Some(user)
@@ -399,7 +491,7 @@ fn read_action(mut reader: Reader<'_>) -> Option<Option<ActionRef<'_>>> {
                 action = Some(ActionRef::NonResource { path, verb });
             }
             (1 | 2, _) => return None,
-            (_, wire_type) => reader.skip(wire_type)?,
+            (field, wire_type) => reader.skip(field, wire_type)?,
         }
     }
     Some(action)
@@ -418,7 +510,7 @@ fn read_resource(mut reader: Reader<'_>) -> Option<ResourceRef<'_>> {
             6 => &mut r.subresource,
             7 => &mut r.name,
             _ => {
-                reader.skip(wire_type)?;
+                reader.skip(field, wire_type)?;
                 continue;
             }
         };
@@ -433,7 +525,7 @@ fn read_non_resource(mut reader: Reader<'_>) -> Option<(&str, &str)> {
         match reader.key()? {
             (1, wire_type) => path = reader.string(wire_type)?,
             (2, wire_type) => verb = reader.string(wire_type)?,
-            (_, wire_type) => reader.skip(wire_type)?,
+            (field, wire_type) => reader.skip(field, wire_type)?,
         }
     }
     Some((path, verb))

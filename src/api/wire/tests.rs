@@ -189,6 +189,7 @@ proptest! {
                 );
                 prop_assert_eq!(owned, batch);
             }
+            Ok(BatchDecoded::TooMany(count)) => prop_assert!(false, "{} items are not too many", count),
             Err(status) => prop_assert!(false, "a valid batch did not decode: {}", status),
         };
     }
@@ -400,4 +401,125 @@ fn ten_byte_varints_are_read_as_prost_reads_them() {
     // An overlong encoding of a small value is still that value, as in prost.
     let overlong = [0x18, 0x85, 0x80, 0x00];
     assert_eq!(read_authorize(&overlong).map(|v| v.min_revision), Some(5));
+}
+
+#[test]
+fn a_batch_over_the_limit_is_counted_not_decoded() {
+    use crate::api::limits::MAX_BATCH;
+    let item = proto::AuthorizeRequest::default();
+    let batch = |items: usize, extra_at: Option<usize>| {
+        let mut requests = vec![item.clone(); items];
+        if let Some(at) = extra_at {
+            let mut user = proto::UserInfo::default();
+            user.extra.insert("k".into(), proto::ExtraValues::default());
+            requests[at].user = Some(user);
+        }
+        BatchAuthorizeCall::from(Bytes::from(
+            proto::BatchAuthorizeRequest { requests }.encode_to_vec(),
+        ))
+    };
+    let at_limit = batch(MAX_BATCH, None);
+    assert!(matches!(at_limit.decode(), Ok(BatchDecoded::Views(v)) if v.len() == MAX_BATCH));
+    let over = batch(MAX_BATCH + 1, None);
+    assert!(matches!(over.decode(), Ok(BatchDecoded::TooMany(n)) if n == MAX_BATCH + 1));
+    // An item prost would have to decode does not make the batch prost's once it is too big.
+    let over_with_extra = batch(MAX_BATCH * 3, Some(5));
+    assert!(matches!(over_with_extra.decode(), Ok(BatchDecoded::TooMany(n)) if n == MAX_BATCH * 3));
+    let at_limit_with_extra = batch(MAX_BATCH, Some(5));
+    assert!(
+        matches!(at_limit_with_extra.decode(), Ok(BatchDecoded::Owned(b)) if b.requests.len() == MAX_BATCH)
+    );
+    // Malformed after too many items: still refused as too many, before prost sees it.
+    let mut bytes = over.0.to_vec();
+    bytes.extend([0x0a, 0x7f]);
+    let truncated = BatchAuthorizeCall::from(Bytes::from(bytes));
+    assert!(matches!(truncated.decode(), Ok(BatchDecoded::TooMany(n)) if n == MAX_BATCH + 1));
+    // Malformed within the limit: prost's error.
+    let mut bytes = batch(2, None).0.to_vec();
+    bytes.extend([0x0a, 0x7f]);
+    let status = BatchAuthorizeCall::from(Bytes::from(bytes))
+        .decode()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
+
+#[test]
+fn unknown_groups_are_skipped_as_prost_skips_them() {
+    use crate::api::limits::MAX_BATCH;
+    // Field 9 as a group holding a varint and a nested group (field 10), then its end.
+    let group = [0x4b, 0x08, 0x01, 0x53, 0x54, 0x4c];
+    let item = request_bytes();
+    let mut plain = group.to_vec();
+    for _ in 0..3 {
+        plain.extend([0x0a, item.len() as u8]);
+        plain.extend(&item);
+    }
+    let call = BatchAuthorizeCall::from(Bytes::from(plain.clone()));
+    assert!(matches!(call.decode(), Ok(BatchDecoded::Views(v)) if v.len() == 3));
+    assert_eq!(
+        proto::BatchAuthorizeRequest::decode(&plain[..])
+            .unwrap()
+            .requests
+            .len(),
+        3
+    );
+    // Inside an item too.
+    let mut in_item = group.to_vec();
+    in_item.extend(&item);
+    assert!(read_authorize(&in_item).is_some());
+    assert!(proto::AuthorizeRequest::decode(&in_item[..]).is_ok());
+    // A group first does not stop the count: too many is still too many.
+    let mut many = group.to_vec();
+    for _ in 0..=MAX_BATCH {
+        many.extend([0x0a, 0x00]);
+    }
+    let call = BatchAuthorizeCall::from(Bytes::from(many));
+    assert!(matches!(call.decode(), Ok(BatchDecoded::TooMany(n)) if n == MAX_BATCH + 1));
+    // An end that does not match its start is prost's error.
+    let bad = [0x4b, 0x54];
+    assert!(read_authorize(&bad).is_none());
+    assert!(proto::AuthorizeRequest::decode(&bad[..]).is_err());
+    assert_eq!(through_wire(&bad), through_prost(&bad));
+}
+
+fn request_bytes() -> Vec<u8> {
+    proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+    .encode_to_vec()
+}
+
+#[test]
+fn groups_past_the_limit_are_counted_not_kept() {
+    use crate::api::limits::MAX_GROUPS;
+    let request = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            groups: vec![String::new(); MAX_GROUPS * 4],
+            ..Default::default()
+        }),
+        action: Some(proto::Action {
+            kind: Some(proto::action::Kind::NonResourceAttributes(
+                proto::NonResourceAttributes {
+                    path: "/healthz".into(),
+                    verb: "get".into(),
+                },
+            )),
+        }),
+        min_revision: 0,
+    };
+    let bytes = request.encode_to_vec();
+    let user = read_authorize(&bytes).and_then(|v| v.user).unwrap();
+    assert_eq!(user.groups.len(), MAX_GROUPS + 1);
+    assert_eq!(user.group_count, MAX_GROUPS * 4);
+    let refused = through_wire(&bytes).unwrap_err();
+    assert_eq!(refused, through_prost(&bytes).unwrap_err());
+    assert!(
+        refused.contains(&format!("{} entries", MAX_GROUPS * 4)),
+        "{refused}"
+    );
 }
