@@ -33,6 +33,9 @@ pub struct RunConfig {
     pub connections: usize,
     pub warmup: Duration,
     pub duration: Duration,
+    /// Which round of a run this is (0-based): fresh names are numbered per round, so a later
+    /// round never repeats an earlier one's (the same round against each target does).
+    pub round: u32,
 }
 
 pub fn histogram() -> Result<Histogram<u64>, LoadgenError> {
@@ -163,6 +166,7 @@ pub async fn drive(
             workload,
             answers,
             window,
+            fresh_names_from(config.round, id),
             endpoint.to_string(),
         ));
     }
@@ -180,18 +184,25 @@ struct Window {
     end: Instant,
 }
 
+/// Where a worker's fresh names start: each round and worker numbers its own, 2^40 of them
+/// (workers are at most 4096, 12 bits; rounds at most 10, the bits above).
+fn fresh_names_from(round: u32, worker: usize) -> u64 {
+    (u64::from(round) << 52) | ((worker as u64) << 40)
+}
+
 async fn worker(
     id: usize,
     mut clients: Vec<Grpc<Channel>>,
     workload: Arc<Workload>,
     answers: Answers,
     window: Window,
+    first_name: u64,
     endpoint: String,
 ) -> Result<TargetStats, LoadgenError> {
     let mut stats = TargetStats::new(&endpoint, Duration::ZERO)?;
     let channels = clients.len();
-    // Fresh names never repeat: each worker numbers its own from `id << 40`.
-    let mut counter = (id as u64) << 40;
+    // Fresh names never repeat within a run (see `fresh_names_from`).
+    let mut counter = first_name;
     let mut index = 0usize;
     loop {
         let started = Instant::now();
@@ -327,6 +338,19 @@ async fn call(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fresh_names_do_not_repeat_across_rounds_or_workers() {
+        let mut starts: Vec<u64> = (0..10)
+            .flat_map(|round| [0, 1, 4095].map(|worker| fresh_names_from(round, worker)))
+            .collect();
+        let count = starts.len();
+        starts.sort_unstable();
+        starts.dedup();
+        assert_eq!(starts.len(), count);
+        // Each start has 2^40 names before the next could begin.
+        assert!(starts.windows(2).all(|w| w[1] - w[0] >= 1 << 40));
+    }
 
     #[test]
     fn rounds_add_their_calls_and_their_windows() {

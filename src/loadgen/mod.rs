@@ -331,6 +331,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         connections: args.connections,
         warmup: args.warmup,
         duration: args.duration / args.rounds,
+        round: 0,
     };
 
     // authzd first: a spawned one compiles its policy before anything is timed.
@@ -388,6 +389,10 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
     };
     let (mut noop_stats, mut authzd_stats) = (None, None);
     for round in 1..=args.rounds {
+        let config = RunConfig {
+            round: round - 1,
+            ..config
+        };
         announce(round, "no-op", noop.endpoint());
         let stats = drive(
             noop.endpoint(),
