@@ -102,11 +102,6 @@ fn undecodable(error: &prost::DecodeError) -> Status {
 }
 
 impl AuthorizeCall {
-    /// The request's bytes, for a client of this module that builds calls itself.
-    pub fn bytes(&self) -> &[u8] {
-        &self.0
-    }
-
     pub fn decode(&self) -> std::result::Result<Decoded<'_>, Status> {
         match read_authorize(&self.0) {
             Some(view) => Ok(Decoded::View(view)),

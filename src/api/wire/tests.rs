@@ -321,14 +321,7 @@ fn a_repeated_user_is_merged_by_prost() {
             groups: vec!["b".into()],
             ..Default::default()
         }),
-        action: Some(proto::Action {
-            kind: Some(proto::action::Kind::NonResourceAttributes(
-                proto::NonResourceAttributes {
-                    path: "/healthz".into(),
-                    verb: "get".into(),
-                },
-            )),
-        }),
+        action: healthz(),
         ..Default::default()
     };
     let mut bytes = one.encode_to_vec();
@@ -502,14 +495,7 @@ fn groups_past_the_limit_are_counted_not_kept() {
             groups: vec![String::new(); MAX_GROUPS * 4],
             ..Default::default()
         }),
-        action: Some(proto::Action {
-            kind: Some(proto::action::Kind::NonResourceAttributes(
-                proto::NonResourceAttributes {
-                    path: "/healthz".into(),
-                    verb: "get".into(),
-                },
-            )),
-        }),
+        action: healthz(),
         min_revision: 0,
     };
     let bytes = request.encode_to_vec();
@@ -522,4 +508,16 @@ fn groups_past_the_limit_are_counted_not_kept() {
         refused.contains(&format!("{} entries", MAX_GROUPS * 4)),
         "{refused}"
     );
+}
+
+/// `get /healthz`: a valid non-resource action.
+fn healthz() -> Option<proto::Action> {
+    Some(proto::Action {
+        kind: Some(proto::action::Kind::NonResourceAttributes(
+            proto::NonResourceAttributes {
+                path: "/healthz".into(),
+                verb: "get".into(),
+            },
+        )),
+    })
 }
