@@ -11,6 +11,8 @@
 
 mod common;
 
+use std::sync::Arc;
+
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{
     Action, Decision, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
@@ -154,10 +156,14 @@ fn agrees_with_reference(
     let reference = ReferenceEvaluator::new(policy, config);
     for (user, action) in requests {
         let req = request(user.clone(), action);
+        let expected = reference.authorize(&req);
+        prop_assert_eq!(&engine.authorize(&req), &expected, "authorize {:?}", req);
+        // The shared path hands out one response per way of deciding, reused by every later
+        // request of this loop decided the same way: each must still be exactly this request's.
         prop_assert_eq!(
-            engine.authorize(&req),
-            reference.authorize(&req),
-            "authorize {:?}",
+            &*engine.authorize_shared(req.as_borrowed()),
+            &expected,
+            "authorize (shared) {:?}",
             req
         );
 
@@ -290,4 +296,103 @@ fn first_applying_subject_explains() {
         "RBAC: allowed by ClusterRoleBinding \"viewers\" of ClusterRole \"view\" to Group \"dev\""
     );
     assert_eq!(fast.allowed_by[0].source.as_ref(), "b.yaml:3");
+
+    // Shared responses: another resource decided by the same rule through the same subject
+    // gets the very same response; through the other subject, its own wording.
+    let shared = engine.authorize_shared(req.as_borrowed());
+    assert_eq!(*shared, fast);
+    let mut other_pod = req.clone();
+    if let Action::Resource(r) = &mut other_pod.action {
+        r.name = "another".into();
+    }
+    assert!(Arc::ptr_eq(
+        &shared,
+        &engine.authorize_shared(other_pod.as_borrowed())
+    ));
+    let mut alone = req.clone();
+    alone.user.groups.clear();
+    let by_user = engine.authorize_shared(alone.as_borrowed());
+    assert_eq!(*by_user, reference.authorize(&alone));
+    assert_eq!(
+        by_user.reason,
+        "RBAC: allowed by ClusterRoleBinding \"viewers\" of ClusterRole \"view\" to User \"alice\""
+    );
+}
+
+/// Shared responses are told apart by every rule that words them: a cluster allow overriding
+/// a namespace deny lists that deny in `denied_by`, and the same allow elsewhere lists none.
+#[test]
+fn shared_responses_keep_the_overridden_deny() {
+    let get_pods = |deny| PolicyRule {
+        verbs: vec!["get".into()],
+        api_groups: vec!["".into()],
+        resources: vec!["pods".into()],
+        deny,
+        ..Default::default()
+    };
+    let role = |kind, namespace: &str, name: &str, rule| Role {
+        kind,
+        namespace: namespace.into(),
+        name: name.into(),
+        labels: Default::default(),
+        rules: vec![rule],
+        aggregation_rule: None,
+        source: Source::new("roles.yaml", 1),
+    };
+    let alice = Subject {
+        kind: "User".into(),
+        api_group: String::new(),
+        name: "alice".into(),
+        namespace: String::new(),
+    };
+    let binding = |kind, namespace: &str, role_kind, role: &str| Binding {
+        kind,
+        namespace: namespace.into(),
+        name: format!("{role}-binding"),
+        subjects: vec![alice.clone()],
+        role_ref: RoleRef {
+            kind: role_kind,
+            name: role.into(),
+        },
+        source: Source::new("bindings.yaml", 1),
+    };
+    let policy = PolicySet {
+        roles: vec![
+            role(RoleKind::ClusterRole, "", "view", get_pods(false)),
+            role(RoleKind::Role, "ns1", "no-pods", get_pods(true)),
+        ],
+        bindings: vec![
+            binding(
+                BindingKind::ClusterRoleBinding,
+                "",
+                RoleKind::ClusterRole,
+                "view",
+            ),
+            binding(BindingKind::RoleBinding, "ns1", RoleKind::Role, "no-pods"),
+        ],
+        abac: Vec::new(),
+    };
+    let config = EngineConfig::default();
+    let engine = Engine::new(&policy, config.clone());
+    let reference = ReferenceEvaluator::new(&policy, &config);
+    let in_namespace = |namespace: &str| Request {
+        user: UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: namespace.into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        }),
+    };
+    // Both are allowed by the cluster rule; only ns1's answer names the deny it overrode.
+    for namespace in ["ns1", "ns2", "ns1", "ns2"] {
+        let request = in_namespace(namespace);
+        let shared = engine.authorize_shared(request.as_borrowed());
+        assert_eq!(*shared, reference.authorize(&request), "{namespace}");
+        assert_eq!(shared.decision, Decision::Allow);
+        assert_eq!(shared.denied_by.len(), usize::from(namespace == "ns1"));
+    }
 }

@@ -195,6 +195,18 @@ impl AuthorizeView<'_> {
         self.action
             .unwrap_or(ActionRef::Resource(ResourceRef::default()))
     }
+
+    /// The request as the engine reads it. Only for a validated view, as [`Self::to_request`].
+    fn as_request(&self) -> engine::RequestRef<'_> {
+        let user = self.user.as_ref();
+        engine::RequestRef {
+            user: engine::SubjectRef {
+                name: user.map_or("", |u| u.name),
+                groups: engine::Groups::Borrowed(user.map_or(&[][..], |u| &u.groups[..])),
+            },
+            action: self.action(),
+        }
+    }
 }
 
 impl AuthorizeInput<'_, '_> {
@@ -220,21 +232,12 @@ impl AuthorizeInput<'_, '_> {
         }
     }
 
-    /// Decides through the cache: a hit on a view copies nothing.
+    /// Decides through the cache: a view is never copied, hit or miss.
     pub fn decide(&self, authorizer: &crate::cache::CachedEngine<'_>) -> Decided {
-        use crate::engine::Authorize as _;
-        match self {
-            AuthorizeInput::Borrowed(view) => {
-                let groups = view.user.as_ref().map_or(&[][..], |u| &u.groups[..]);
-                authorizer.decide_borrowed(
-                    view.user.as_ref().map_or("", |u| u.name),
-                    groups.iter().copied(),
-                    view.action(),
-                    || view.to_request(),
-                )
-            }
-            AuthorizeInput::Owned(request) => authorizer.decide(request),
-        }
+        authorizer.decide_borrowed(match self {
+            AuthorizeInput::Borrowed(view) => view.as_request(),
+            AuthorizeInput::Owned(request) => request.as_borrowed(),
+        })
     }
 }
 

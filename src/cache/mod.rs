@@ -47,7 +47,7 @@ use dashmap::DashMap;
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
-use crate::engine::{Action, ActionRef, Decision, Request, Response};
+use crate::engine::{Action, ActionRef, Decision, Request, RequestRef, Response};
 use crate::policy::impact::Impact;
 
 /// Requests whose attributes add up to this many bytes or more are never cached (upstream's
@@ -654,26 +654,23 @@ pub struct CachedEngine<'a> {
 }
 
 impl CachedEngine<'_> {
-    /// [`Authorize::decide`](crate::engine::Authorize::decide) for a request given by its
-    /// borrowed parts: a hit copies nothing; `request` builds the engine's request, and is
-    /// called only when the cache cannot answer.
-    pub fn decide_borrowed<'r, R: std::borrow::Borrow<Request>>(
-        &self,
-        user: &'r str,
-        groups: impl IntoIterator<Item = &'r str>,
-        action: ActionRef<'r>,
-        request: impl FnOnce() -> R,
-    ) -> crate::engine::Decided {
-        match self
-            .cache
-            .lookup_borrowed_at(user, groups, action, self.revision)
-        {
+    /// [`Authorize::decide`](crate::engine::Authorize::decide) for a request borrowed from
+    /// wherever its strings live: neither a hit nor a miss copies it (a miss copies only the
+    /// key it inserts).
+    pub fn decide_borrowed(&self, request: RequestRef<'_>) -> crate::engine::Decided {
+        let user = request.user;
+        match self.cache.lookup_borrowed_at(
+            user.name,
+            user.groups.iter(),
+            request.action,
+            self.revision,
+        ) {
             Lookup::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,
             },
             Lookup::Miss(key) => {
-                let response = Arc::new(self.engine.authorize(request().borrow()));
+                let response = self.engine.authorize_shared(request);
                 self.cache.insert(key, response.clone(), self.revision);
                 crate::engine::Decided {
                     response,
@@ -681,7 +678,7 @@ impl CachedEngine<'_> {
                 }
             }
             Lookup::Bypass => crate::engine::Decided {
-                response: Arc::new(self.engine.authorize(request().borrow())),
+                response: self.engine.authorize_shared(request),
                 cached: false,
             },
         }
@@ -690,12 +687,7 @@ impl CachedEngine<'_> {
 
 impl crate::engine::Authorize for CachedEngine<'_> {
     fn decide(&self, request: &Request) -> crate::engine::Decided {
-        self.decide_borrowed(
-            &request.user.name,
-            request.user.groups.iter().map(String::as_str),
-            request.action.as_borrowed(),
-            || request,
-        )
+        self.decide_borrowed(request.as_borrowed())
     }
 
     fn who_can(&self, action: &Action) -> crate::engine::AllowedSubjects {

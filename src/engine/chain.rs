@@ -2,13 +2,17 @@
 
 use std::cell::OnceCell;
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::shared::{HitKey, Outcome, SharedResponses};
 use crate::engine::verdict::{run_chain, subject_chain_decision, FirstMatches, Verdict};
-use crate::engine::{Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response};
+use crate::engine::{
+    Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, RequestRef, Response,
+};
 use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
 use crate::policy::delta::{DeltaError, PolicyDelta};
@@ -23,7 +27,15 @@ use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEf
 pub struct Engine {
     config: EngineConfig,
     index: Index,
+    /// Responses shared by requests decided the same way (see [`shared`](super::shared)).
+    shared: SharedResponses,
+    /// Whether the chain is made of RBAC and ABAC only, the chains whose responses are shared.
+    shares_responses: bool,
 }
+
+/// A rule reached by a request: the binding, the index of the subject that reached it, and the
+/// rule's position in its role.
+type Hit<'a> = (&'a BindingEntry, u32, usize);
 
 /// A binding reached through one of the request's subjects.
 type Candidates = SmallVec<[Grant; 16]>;
@@ -31,9 +43,19 @@ type Candidates = SmallVec<[Grant; 16]>;
 impl Engine {
     /// A full build of `policy`.
     pub fn new(policy: &PolicySet, config: EngineConfig) -> Self {
+        Self::with_index(compile(policy), config)
+    }
+
+    fn with_index(index: Index, config: EngineConfig) -> Self {
+        let shares_responses = config
+            .modes
+            .iter()
+            .all(|mode| matches!(mode, Mode::Rbac | Mode::Abac));
         Self {
-            index: compile(policy),
+            index,
             config,
+            shared: SharedResponses::default(),
+            shares_responses,
         }
     }
 
@@ -41,10 +63,10 @@ impl Engine {
     /// partitions the delta carries are rebuilt, all others are shared with `self`. Answers
     /// exactly as `Engine::new` of the new policy would. `self` is left as it was.
     pub fn update(&self, delta: &PolicyDelta) -> Result<Engine, DeltaError> {
-        Ok(Self {
-            index: apply(&self.index, delta)?,
-            config: self.config.clone(),
-        })
+        Ok(Self::with_index(
+            apply(&self.index, delta)?,
+            self.config.clone(),
+        ))
     }
 
     pub fn config(&self) -> &EngineConfig {
@@ -56,20 +78,98 @@ impl Engine {
     }
 
     pub fn authorize(&self, request: &Request) -> Response {
-        run_chain(&self.config, &request.user, |mode| match mode {
+        self.authorize_borrowed(request.as_borrowed())
+    }
+
+    /// [`Self::authorize`] for a request borrowed from wherever its strings live: nothing of
+    /// the request is copied.
+    pub fn authorize_borrowed(&self, request: RequestRef<'_>) -> Response {
+        run_chain(&self.config, request.user, |mode| match mode {
             Mode::Rbac => self.rbac(request),
             _ => self.abac(request),
         })
     }
 
-    fn rbac(&self, request: &Request) -> Verdict {
+    /// [`Self::authorize_borrowed`], shared: a request decided the same way as an earlier one
+    /// (same rules, same subjects, no errors) gets the same `Arc`, so no explanation is built
+    /// or allocated for it. Anything else (super-users, errors, `AlwaysAllow`/`AlwaysDeny` in
+    /// the chain) is answered by [`Self::authorize_borrowed`] itself.
+    pub fn authorize_shared(&self, request: RequestRef<'_>) -> Arc<Response> {
+        match self.outcome(request) {
+            Some(outcome) => self
+                .shared
+                .get_or_build(outcome, || self.authorize_borrowed(request)),
+            None => Arc::new(self.authorize_borrowed(request)),
+        }
+    }
+
+    /// What decides `request`, when that alone determines its response; `None` otherwise.
+    /// Walks the chain as `run_chain` does, without wording anything.
+    fn outcome(&self, request: RequestRef<'_>) -> Option<Outcome> {
+        let user = request.user;
+        let super_user = self.config.super_users.iter().any(|s| s == user.name)
+            || self
+                .config
+                .super_groups
+                .iter()
+                .any(|g| user.groups.contains(g));
+        if !self.shares_responses || super_user {
+            return None;
+        }
+        for mode in &self.config.modes {
+            match mode {
+                Mode::Rbac => {
+                    let (matches, errors) = self.rbac_matches(request);
+                    if !errors.is_empty() {
+                        return None;
+                    }
+                    if let Some((decision, allow, deny)) = matches.deciding_pair() {
+                        return Some(Outcome::Rbac {
+                            decision,
+                            allow: allow.map(hit_key),
+                            deny: deny.map(hit_key),
+                        });
+                    }
+                }
+                Mode::Abac => {
+                    if let Some(line) = self.abac_line(request) {
+                        return Some(Outcome::Abac { line });
+                    }
+                }
+                Mode::AlwaysAllow | Mode::AlwaysDeny => return None,
+            }
+        }
+        Some(Outcome::NoOpinion)
+    }
+
+    fn rbac(&self, request: RequestRef<'_>) -> Verdict {
+        let (matches, errors) = self.rbac_matches(request);
+        matches.into_verdict(
+            errors,
+            |word, (entry, subject, _)| {
+                let subject = entry.subjects.get(subject as usize);
+                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
+                explain::rbac_reason_of(word, &entry.facts(), &subject)
+            },
+            |(entry, _, index)| crate::engine::RuleRef {
+                authorizer: explain::RBAC,
+                binding: entry.binding_id.clone(),
+                role: entry.role_id.clone(),
+                rule_index: u32::try_from(index).unwrap_or(u32::MAX),
+                source: entry.source.clone(),
+            },
+        )
+    }
+
+    /// The first allowing and denying rules RBAC finds for `request`, and its errors.
+    fn rbac_matches(&self, request: RequestRef<'_>) -> (FirstMatches<Hit<'_>>, Vec<String>) {
         let namespace = request.action.namespace();
         let local = if namespace.is_empty() {
             None
         } else {
             self.index.namespace(namespace)
         };
-        let target = MatchTarget::new(&request.action);
+        let target = MatchTarget::new(request.action);
         // Built on the first role big enough to have a rule index, so requests meeting only
         // small roles never pay for it.
         let probe = OnceCell::new();
@@ -83,8 +183,8 @@ impl Engine {
         ScopeGrants::collect(
             &self.index.cluster.grants,
             local.map(|ns| &ns.scope.grants),
-            &request.user.name,
-            &request.user.groups,
+            request.user.name,
+            request.user.groups,
             &mut cluster,
             &mut namespaced,
         );
@@ -108,21 +208,7 @@ impl Engine {
                 &mut matches,
             );
         }
-        matches.into_verdict(
-            errors,
-            |word, (entry, subject, _)| {
-                let subject = entry.subjects.get(subject as usize);
-                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
-                explain::rbac_reason_of(word, &entry.facts(), &subject)
-            },
-            |(entry, _, index)| crate::engine::RuleRef {
-                authorizer: explain::RBAC,
-                binding: entry.binding_id.clone(),
-                role: entry.role_id.clone(),
-                rule_index: u32::try_from(index).unwrap_or(u32::MAX),
-                source: entry.source.clone(),
-            },
-        )
+        (matches, errors)
     }
 
     /// Evaluates the roles of one scope's candidate grants in canonical order; within a role,
@@ -135,7 +221,7 @@ impl Engine {
         candidates: &mut Candidates,
         (target, probe): (&'t MatchTarget<'t>, &'t OnceCell<RuleProbe<'t>>),
         errors: &mut Vec<String>,
-        matches: &mut FirstMatches<(&'a BindingEntry, u32, usize)>,
+        matches: &mut FirstMatches<Hit<'a>>,
     ) {
         candidates.sort_unstable();
         candidates.dedup_by_key(|g| g.binding);
@@ -156,29 +242,36 @@ impl Engine {
         }
     }
 
-    fn abac(&self, request: &Request) -> Verdict {
+    fn abac(&self, request: RequestRef<'_>) -> Verdict {
+        match self.abac_line(request) {
+            Some(line) => {
+                let rule = &self.index.abac.rules[line as usize];
+                Verdict::allow(
+                    explain::abac_reason(rule),
+                    explain::abac_rule_ref(rule, line as usize),
+                )
+            }
+            None => Verdict::no_opinion(ABAC_NO_MATCH, Vec::new()),
+        }
+    }
+
+    /// The first ABAC line (in file order) that allows `request`.
+    fn abac_line(&self, request: RequestRef<'_>) -> Option<u32> {
         let abac = &*self.index.abac;
         let mut lines: SmallVec<[u32; 16]> = SmallVec::new();
-        if let Some(found) = abac.by_user.get(request.user.name.as_str()) {
+        if let Some(found) = abac.by_user.get(request.user.name) {
             lines.extend_from_slice(found);
         }
-        for group in &request.user.groups {
-            if let Some(found) = abac.by_group.get(group.as_str()) {
+        for group in request.user.groups.iter() {
+            if let Some(found) = abac.by_group.get(group) {
                 lines.extend_from_slice(found);
             }
         }
         lines.sort_unstable();
         lines.dedup();
-        for line in lines {
-            let rule = &abac.rules[line as usize];
-            if abac::rule_allows(rule, request) {
-                return Verdict::allow(
-                    explain::abac_reason(rule),
-                    explain::abac_rule_ref(rule, line as usize),
-                );
-            }
-        }
-        Verdict::no_opinion(ABAC_NO_MATCH, Vec::new())
+        lines
+            .into_iter()
+            .find(|&line| abac::rule_allows(&abac.rules[line as usize], request))
     }
 
     /// Who can do this: starts from the rules filed under the action's verb and resource keys,
@@ -196,7 +289,7 @@ impl Engine {
         let mut abac_groups = BTreeSet::new();
         if self.config.modes.contains(&Mode::Abac) {
             for rule in &self.index.abac.rules {
-                if !abac::rule_allows_action(rule, action) {
+                if !abac::rule_allows_action(rule, action.as_borrowed()) {
                     continue;
                 }
                 // A user with no groups matches lines naming only the user; a user bound
@@ -271,8 +364,8 @@ impl Engine {
         errors: &mut BTreeSet<String>,
     ) {
         let namespace = action.namespace();
-        let target = MatchTarget::new(action);
-        let probe = RuleProbe::new(action, target.combined());
+        let target = MatchTarget::new(action.as_borrowed());
+        let probe = RuleProbe::new(action.as_borrowed(), target.combined());
         let keys = probe.resource_keys();
         let cluster = &*self.index.cluster;
         let local = if namespace.is_empty() {
@@ -369,5 +462,14 @@ impl Engine {
         for entry in missing {
             errors.insert(explain::missing_role_error_of(&entry.facts()));
         }
+    }
+}
+
+/// A hit's identity for [`Outcome`].
+fn hit_key((entry, subject, index): Hit<'_>) -> HitKey {
+    HitKey {
+        entry: std::ptr::from_ref(entry).addr(),
+        subject,
+        rule: u32::try_from(index).unwrap_or(u32::MAX),
     }
 }

@@ -9,6 +9,7 @@ pub mod chain;
 pub mod escalation;
 pub mod explain;
 pub mod reference;
+pub mod shared;
 pub mod verdict;
 
 use std::collections::BTreeMap;
@@ -114,8 +115,8 @@ impl Action {
     }
 }
 
-impl ActionRef<'_> {
-    pub fn verb(&self) -> &str {
+impl<'a> ActionRef<'a> {
+    pub fn verb(&self) -> &'a str {
         match self {
             ActionRef::Resource(r) => r.verb,
             ActionRef::NonResource { verb, .. } => verb,
@@ -123,11 +124,16 @@ impl ActionRef<'_> {
     }
 
     /// As [`Action::namespace`].
-    pub fn namespace(&self) -> &str {
+    pub fn namespace(&self) -> &'a str {
         match self {
             ActionRef::Resource(r) => r.namespace,
             ActionRef::NonResource { .. } => "",
         }
+    }
+
+    /// As [`Action::is_read_only`].
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb(), "get" | "list" | "watch")
     }
 
     pub fn to_action(&self) -> Action {
@@ -154,6 +160,102 @@ pub struct Request {
     pub user: UserInfo,
     pub action: Action,
 }
+
+impl Request {
+    pub fn as_borrowed(&self) -> RequestRef<'_> {
+        RequestRef {
+            user: self.user.as_borrowed(),
+            action: self.action.as_borrowed(),
+        }
+    }
+}
+
+impl UserInfo {
+    pub fn as_borrowed(&self) -> SubjectRef<'_> {
+        SubjectRef {
+            name: &self.name,
+            groups: Groups::Owned(&self.groups),
+        }
+    }
+}
+
+/// A request as the engine reads it, borrowed from wherever its strings live (an owned
+/// [`Request`], or a request still on the wire), so a cache miss evaluates without copying it.
+/// UID and extra are absent: no authorizer in the chain reads them.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRef<'a> {
+    pub user: SubjectRef<'a>,
+    pub action: ActionRef<'a>,
+}
+
+/// The subject of a [`RequestRef`]: its name and groups.
+#[derive(Clone, Copy, Debug)]
+pub struct SubjectRef<'a> {
+    pub name: &'a str,
+    pub groups: Groups<'a>,
+}
+
+/// A request's groups as they are held: owned strings (a decoded request) or borrowed ones (a
+/// view of the wire bytes). An enum rather than a type parameter, so the engine is compiled once.
+#[derive(Clone, Copy, Debug)]
+pub enum Groups<'a> {
+    Owned(&'a [String]),
+    Borrowed(&'a [&'a str]),
+}
+
+impl<'a> Groups<'a> {
+    pub const NONE: Groups<'static> = Groups::Borrowed(&[]);
+
+    pub fn len(self) -> usize {
+        match self {
+            Groups::Owned(groups) => groups.len(),
+            Groups::Borrowed(groups) => groups.len(),
+        }
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn iter(self) -> GroupsIter<'a> {
+        match self {
+            Groups::Owned(groups) => GroupsIter::Owned(groups.iter()),
+            Groups::Borrowed(groups) => GroupsIter::Borrowed(groups.iter()),
+        }
+    }
+
+    /// Exact, case-sensitive membership.
+    pub fn contains(self, group: &str) -> bool {
+        self.iter().any(|g| g == group)
+    }
+}
+
+/// The iterator of [`Groups::iter`].
+#[derive(Clone, Debug)]
+pub enum GroupsIter<'a> {
+    Owned(std::slice::Iter<'a, String>),
+    Borrowed(std::slice::Iter<'a, &'a str>),
+}
+
+impl<'a> Iterator for GroupsIter<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        match self {
+            GroupsIter::Owned(groups) => groups.next().map(String::as_str),
+            GroupsIter::Borrowed(groups) => groups.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            GroupsIter::Owned(groups) => groups.size_hint(),
+            GroupsIter::Borrowed(groups) => groups.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for GroupsIter<'_> {}
 
 /// Three-valued, as upstream: a final `NoOpinion` is a deny.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -355,7 +457,7 @@ pub trait Authorize {
 impl Authorize for Engine {
     fn decide(&self, request: &Request) -> Decided {
         Decided {
-            response: Arc::new(self.authorize(request)),
+            response: self.authorize_shared(request.as_borrowed()),
             cached: false,
         }
     }

@@ -111,7 +111,7 @@ impl ReferenceEvaluator {
 
     fn abac(&self, request: &Request) -> Verdict {
         for (index, rule) in self.policy.abac.iter().enumerate() {
-            if abac::rule_allows(rule, request) {
+            if abac::rule_allows(rule, request.as_borrowed()) {
                 return Verdict::allow(
                     explain::abac_reason(rule),
                     explain::abac_rule_ref(rule, index),
@@ -123,10 +123,14 @@ impl ReferenceEvaluator {
 
     /// The full chain over this evaluator's RBAC and ABAC.
     pub fn authorize(&self, request: &Request) -> Response {
-        run_chain(&self.config, &request.user, |mode| match mode {
-            Mode::Rbac => self.rbac(request),
-            _ => self.abac(request),
-        })
+        run_chain(
+            &self.config,
+            request.user.as_borrowed(),
+            |mode| match mode {
+                Mode::Rbac => self.rbac(request),
+                _ => self.abac(request),
+            },
+        )
     }
 
     /// A user name bound nowhere, for evaluating a group on its own.

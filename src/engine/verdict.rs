@@ -4,7 +4,7 @@
 //! differential tests compare.
 
 use crate::engine::explain;
-use crate::engine::{Decision, EngineConfig, Mode, Response, RuleRef, UserInfo};
+use crate::engine::{Decision, EngineConfig, Mode, Response, RuleRef, SubjectRef};
 use crate::policy::rbac::RuleEffect;
 
 /// What one authorizer said.
@@ -91,6 +91,18 @@ impl<H: Copy> FirstMatches<H> {
         }
     }
 
+    /// What the verdict is made of: the decision, the first allowing and the first denying
+    /// hit (`allowed_by` and `denied_by`). The deciding hit is one of the two, so these
+    /// determine the whole verdict when there are no errors. `None` when nothing matched.
+    pub fn deciding_pair(&self) -> Option<(Decision, Option<H>, Option<H>)> {
+        let (decision, _) = self.deciding()?;
+        Some((
+            decision,
+            self.cluster_allow.or(self.namespace_allow),
+            self.cluster_deny.or(self.namespace_deny),
+        ))
+    }
+
     /// The RBAC verdict: the deciding rule gives the reason; `allowed_by` and `denied_by` carry
     /// the first allow and the first deny found, so an overridden rule is still explained.
     pub fn into_verdict(
@@ -136,13 +148,13 @@ impl<H: Copy> FirstMatches<H> {
 /// upstream's union authorizer. A final NoOpinion joins the reasons and all errors.
 pub fn run_chain(
     config: &EngineConfig,
-    user: &UserInfo,
+    user: SubjectRef<'_>,
     mut evaluate: impl FnMut(Mode) -> Verdict,
 ) -> Response {
-    if config.super_users.contains(&user.name) {
+    if config.super_users.iter().any(|s| s == user.name) {
         return into_response(Verdict::allow(
-            explain::super_user_reason(&user.name),
-            explain::simple_rule_ref(explain::SUPER_USER, &user.name),
+            explain::super_user_reason(user.name),
+            explain::simple_rule_ref(explain::SUPER_USER, user.name),
         ));
     }
     if let Some(group) = config.super_groups.iter().find(|g| user.groups.contains(g)) {

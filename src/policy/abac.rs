@@ -1,12 +1,12 @@
 //! ABAC matching, exactly as upstream `pkg/auth/authorizer/abac/abac.go`, over lines already
 //! converted to the internal (v1beta1) shape by the loader.
 
-use crate::engine::{Action, Request};
+use crate::engine::{ActionRef, Groups, RequestRef};
 use crate::policy::model::AbacRule;
 
 /// `subjectMatches`: a set user must equal the name (or be `*`), a set group must be one of the
 /// user's groups (or `*`); both must hold when both are set; neither set matches nobody.
-pub fn subject_matches(rule: &AbacRule, user: &str, groups: &[String]) -> bool {
+pub fn subject_matches(rule: &AbacRule, user: &str, groups: Groups<'_>) -> bool {
     let user_set = !rule.user.is_empty();
     let group_set = !rule.group.is_empty();
     if !user_set && !group_set {
@@ -18,19 +18,21 @@ pub fn subject_matches(rule: &AbacRule, user: &str, groups: &[String]) -> bool {
 }
 
 /// `verbMatches`: read-only requests always pass; otherwise the line must not be `readonly`.
-pub fn verb_matches(rule: &AbacRule, action: &Action) -> bool {
+pub fn verb_matches(rule: &AbacRule, action: ActionRef<'_>) -> bool {
     action.is_read_only() || !rule.readonly
 }
 
 /// `resourceMatches` for resource requests, `nonResourceMatches` otherwise.
-pub fn action_matches(rule: &AbacRule, action: &Action) -> bool {
+pub fn action_matches(rule: &AbacRule, action: ActionRef<'_>) -> bool {
     match action {
-        Action::Resource(r) => {
+        ActionRef::Resource(r) => {
             (rule.namespace == "*" || rule.namespace == r.namespace)
                 && (rule.resource == "*" || rule.resource == r.resource)
                 && (rule.api_group == "*" || rule.api_group == r.group)
         }
-        Action::NonResource(n) => non_resource_path_matches(&rule.non_resource_path, &n.path),
+        ActionRef::NonResource { path, .. } => {
+            non_resource_path_matches(&rule.non_resource_path, path)
+        }
     }
 }
 
@@ -43,14 +45,14 @@ pub fn non_resource_path_matches(pattern: &str, path: &str) -> bool {
 }
 
 /// Whether the line allows the request, ignoring its subject (used by who-can).
-pub fn rule_allows_action(rule: &AbacRule, action: &Action) -> bool {
+pub fn rule_allows_action(rule: &AbacRule, action: ActionRef<'_>) -> bool {
     verb_matches(rule, action) && action_matches(rule, action)
 }
 
 /// Whether the line allows the request.
-pub fn rule_allows(rule: &AbacRule, request: &Request) -> bool {
-    subject_matches(rule, &request.user.name, &request.user.groups)
-        && rule_allows_action(rule, &request.action)
+pub fn rule_allows(rule: &AbacRule, request: RequestRef<'_>) -> bool {
+    subject_matches(rule, request.user.name, request.user.groups)
+        && rule_allows_action(rule, request.action)
 }
 
 #[cfg(test)]
@@ -72,15 +74,19 @@ mod tests {
             user: "alice".into(),
             ..Default::default()
         };
-        assert!(subject_matches(&r, "alice", &[]));
-        assert!(!subject_matches(&r, "Alice", &[]));
-        assert!(!subject_matches(&AbacRule::default(), "alice", &[]));
+        assert!(subject_matches(&r, "alice", Groups::NONE));
+        assert!(!subject_matches(&r, "Alice", Groups::NONE));
+        assert!(!subject_matches(
+            &AbacRule::default(),
+            "alice",
+            Groups::NONE
+        ));
         let both = AbacRule {
             user: "alice".into(),
             group: "dev".into(),
             ..Default::default()
         };
-        assert!(!subject_matches(&both, "alice", &[]));
-        assert!(subject_matches(&both, "alice", &["dev".into()]));
+        assert!(!subject_matches(&both, "alice", Groups::NONE));
+        assert!(subject_matches(&both, "alice", Groups::Borrowed(&["dev"])));
     }
 }

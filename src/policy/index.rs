@@ -79,7 +79,7 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
 use crate::engine::explain::{self, BindingFacts};
-use crate::engine::Action;
+use crate::engine::{ActionRef, Groups};
 use crate::policy::model::{
     AbacRule, BindingKind, PolicyRule, RoleKind, Subject, SERVICE_ACCOUNT_PREFIX,
 };
@@ -365,10 +365,10 @@ pub struct RuleProbe<'a> {
 
 impl<'a> RuleProbe<'a> {
     /// `combined` is `res` or `res/sub` (see `rbac::MatchTarget::combined`).
-    pub fn new(action: &'a Action, combined: &'a str) -> Self {
+    pub fn new(action: ActionRef<'a>, combined: &'a str) -> Self {
         match action {
-            Action::Resource(r) => Self {
-                verb: &r.verb,
+            ActionRef::Resource(r) => Self {
+                verb: r.verb,
                 combined,
                 wildcard_sub: if r.subresource.is_empty() {
                     String::new()
@@ -377,8 +377,8 @@ impl<'a> RuleProbe<'a> {
                 },
                 non_resource: false,
             },
-            Action::NonResource(n) => Self {
-                verb: &n.verb,
+            ActionRef::NonResource { verb, .. } => Self {
+                verb,
                 combined: "",
                 wildcard_sub: String::new(),
                 non_resource: true,
@@ -573,13 +573,13 @@ impl ScopeGrants {
         cluster: &ScopeGrants,
         local: Option<&ScopeGrants>,
         user: &str,
-        groups: &[String],
+        groups: Groups<'_>,
         into_cluster: &mut smallvec::SmallVec<A>,
         into_local: &mut smallvec::SmallVec<A>,
     ) {
         let users = (&cluster.users, local.map(|l| &l.users));
         lookup_names(users, [user].into_iter(), into_cluster, into_local);
-        let groups = groups.iter().map(String::as_str);
+        let groups = groups.iter();
         let maps = (&cluster.groups, local.map(|l| &l.groups));
         lookup_names(maps, groups, into_cluster, into_local);
     }
@@ -960,7 +960,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{NonResourceAttributes, ResourceAttributes};
+    use crate::engine::{Action, NonResourceAttributes, ResourceAttributes};
 
     fn rule(verbs: &[&str], resources: &[&str], urls: &[&str]) -> PolicyRule {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
@@ -989,7 +989,7 @@ mod tests {
             Action::Resource(r) => format!("{}/{}", r.resource, r.subresource),
             Action::NonResource(_) => String::new(),
         };
-        let probe = RuleProbe::new(action, &combined);
+        let probe = RuleProbe::new(action.as_borrowed(), &combined);
         role.candidates(|| &probe).map(|(i, _)| i).collect()
     }
 

@@ -11,7 +11,7 @@
 //! These functions are the single definition of rule semantics: the reference evaluator calls
 //! them on every rule it walks; the compiled index only narrows which rules it calls them on.
 
-use crate::engine::{Action, NonResourceAttributes};
+use crate::engine::{Action, ActionRef};
 use crate::policy::model::PolicyRule;
 
 const NEGATION: char = '-';
@@ -122,28 +122,28 @@ pub fn non_resource_url_matches(rule: &PolicyRule, path: &str) -> bool {
         .any(|u| non_resource_url_entry_matches(u, path))
 }
 
-pub fn non_resource_rule_matches(rule: &PolicyRule, attrs: &NonResourceAttributes) -> bool {
-    verb_matches(rule, &attrs.verb) && non_resource_url_matches(rule, &attrs.path)
+pub fn non_resource_rule_matches(rule: &PolicyRule, path: &str, verb: &str) -> bool {
+    verb_matches(rule, verb) && non_resource_url_matches(rule, path)
 }
 
 /// Upstream `RuleAllows`, ignoring `deny` and restrictions: does the rule's pattern cover the
 /// action? Only the half of the rule that fits the request kind is consulted.
 pub fn rule_matches(rule: &PolicyRule, action: &Action) -> bool {
-    rule_matches_target(rule, &MatchTarget::new(action))
+    rule_matches_target(rule, &MatchTarget::new(action.as_borrowed()))
 }
 
 /// An action prepared once per request for matching against many rules (the combined
 /// `resource/subresource` string is built once, not per rule).
 pub struct MatchTarget<'a> {
-    pub action: &'a Action,
+    pub action: ActionRef<'a>,
     combined: std::borrow::Cow<'a, str>,
 }
 
 impl<'a> MatchTarget<'a> {
-    pub fn new(action: &'a Action) -> Self {
+    pub fn new(action: ActionRef<'a>) -> Self {
         let combined = match action {
-            Action::Resource(r) => combined_resource(&r.resource, &r.subresource),
-            Action::NonResource(_) => std::borrow::Cow::Borrowed(""),
+            ActionRef::Resource(r) => combined_resource(r.resource, r.subresource),
+            ActionRef::NonResource { .. } => std::borrow::Cow::Borrowed(""),
         };
         Self { action, combined }
     }
@@ -157,13 +157,13 @@ impl<'a> MatchTarget<'a> {
 /// [`rule_matches`] against a prepared target.
 pub fn rule_matches_target(rule: &PolicyRule, target: &MatchTarget<'_>) -> bool {
     match target.action {
-        Action::Resource(r) => {
-            verb_matches(rule, &r.verb)
-                && api_group_matches(rule, &r.group)
-                && resource_matches_combined(rule, target.combined(), &r.subresource)
-                && resource_name_matches(rule, &r.name)
+        ActionRef::Resource(r) => {
+            verb_matches(rule, r.verb)
+                && api_group_matches(rule, r.group)
+                && resource_matches_combined(rule, target.combined(), r.subresource)
+                && resource_name_matches(rule, r.name)
         }
-        Action::NonResource(n) => non_resource_rule_matches(rule, n),
+        ActionRef::NonResource { path, verb } => non_resource_rule_matches(rule, path, verb),
     }
 }
 
@@ -181,7 +181,7 @@ pub enum RuleEffect {
 /// Attribute restrictions cannot be evaluated yet and fail closed: a restricted allow rule is
 /// skipped, a restricted deny rule applies. Uncertainty never widens access.
 pub fn rule_effect(rule: &PolicyRule, action: &Action) -> (RuleEffect, bool) {
-    rule_effect_on(rule, &MatchTarget::new(action))
+    rule_effect_on(rule, &MatchTarget::new(action.as_borrowed()))
 }
 
 /// [`rule_effect`] against a prepared target.
