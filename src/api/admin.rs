@@ -118,7 +118,11 @@ impl AdminApi {
 
     /// Checks a read's privileges against the policy in force, all of them against one
     /// snapshot.
-    fn admit(&self, caller: &crate::engine::UserInfo, privileges: &[Privilege<'_>]) -> Result<()> {
+    fn admit(
+        &self,
+        caller: &Arc<crate::engine::UserInfo>,
+        privileges: &[Privilege<'_>],
+    ) -> Result<()> {
         let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
         let gate = Gate {
             state: &self.state,

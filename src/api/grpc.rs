@@ -81,7 +81,7 @@ impl GrpcApi {
     /// request answered at N or later.
     async fn admitted(
         &self,
-        caller: &UserInfo,
+        caller: &Arc<UserInfo>,
         privilege: Privilege<'_>,
         min_revision: u64,
         deadline: Option<Duration>,
@@ -161,7 +161,7 @@ impl GrpcApi {
     /// Answers a validated batch from one snapshot.
     async fn answer_batch<'r, 'a: 'r>(
         &self,
-        caller: &UserInfo,
+        caller: &Arc<UserInfo>,
         requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>>,
         min_revision: u64,
         deadline: Option<Duration>,

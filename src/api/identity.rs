@@ -600,15 +600,16 @@ pub struct Gate<'a> {
 
 impl Gate<'_> {
     /// `Ok` when allowed; `PERMISSION_DENIED` saying what was needed otherwise.
-    pub fn admit(&self, caller: &UserInfo, privilege: Privilege<'_>) -> Result<()> {
-        let Some(action) = privilege.action() else {
-            return Ok(());
-        };
+    pub fn admit(&self, caller: &Arc<UserInfo>, privilege: Privilege<'_>) -> Result<()> {
+        // The memo first: building the action allocates each of its strings.
         if admitted_before(self.snapshot, caller, privilege) {
             return Ok(());
         }
+        let Some(action) = privilege.action() else {
+            return Ok(());
+        };
         let request = Request {
-            user: caller.clone(),
+            user: UserInfo::clone(caller),
             action,
         };
         let decided = self
@@ -616,7 +617,7 @@ impl Gate<'_> {
             .privilege_authorizer(self.snapshot)
             .decide(&request);
         if decided.response.allowed() {
-            remember_admitted(self.snapshot, request.user, privilege);
+            remember_admitted(self.snapshot, Arc::clone(caller), privilege);
             Ok(())
         } else {
             tracing::debug!(caller = %caller.name, ?privilege, "privilege refused");
@@ -637,7 +638,9 @@ impl Gate<'_> {
 /// Refusals are not remembered: they take the full path and are explained.
 struct AdmittedPrivilege {
     snapshot: Weak<Snapshot>,
-    caller: UserInfo,
+    /// Callers are shared identities (see [`Authenticator`]), so a repeat is usually the very
+    /// same `Arc`, told by its address before its value is compared.
+    caller: Arc<UserInfo>,
     privilege: Privilege<'static>,
 }
 
@@ -672,7 +675,11 @@ fn static_privilege(privilege: Privilege<'_>) -> Option<Privilege<'static>> {
     }
 }
 
-fn admitted_before(snapshot: &Arc<Snapshot>, caller: &UserInfo, privilege: Privilege<'_>) -> bool {
+fn admitted_before(
+    snapshot: &Arc<Snapshot>,
+    caller: &Arc<UserInfo>,
+    privilege: Privilege<'_>,
+) -> bool {
     let Some(privilege) = static_privilege(privilege) else {
         return false;
     };
@@ -680,12 +687,12 @@ fn admitted_before(snapshot: &Arc<Snapshot>, caller: &UserInfo, privilege: Privi
         memo.borrow().iter().any(|entry| {
             std::ptr::eq(entry.snapshot.as_ptr(), Arc::as_ptr(snapshot))
                 && entry.privilege == privilege
-                && entry.caller == *caller
+                && (Arc::ptr_eq(&entry.caller, caller) || entry.caller == *caller)
         })
     })
 }
 
-fn remember_admitted(snapshot: &Arc<Snapshot>, caller: UserInfo, privilege: Privilege<'_>) {
+fn remember_admitted(snapshot: &Arc<Snapshot>, caller: Arc<UserInfo>, privilege: Privilege<'_>) {
     let Some(privilege) = static_privilege(privilege) else {
         return;
     };
@@ -719,12 +726,12 @@ mod tests {
         })
     }
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
+    fn user(name: &str, groups: &[&str]) -> Arc<UserInfo> {
+        Arc::new(UserInfo {
             name: name.into(),
             groups: groups.iter().map(|g| g.to_string()).collect(),
             ..UserInfo::default()
-        }
+        })
     }
 
     #[test]
@@ -735,6 +742,12 @@ mod tests {
         assert!(!admitted_before(&first, &proxy, sar));
         remember_admitted(&first, proxy.clone(), sar);
         assert!(admitted_before(&first, &proxy, sar));
+        // The same identity in another allocation is the same caller.
+        assert!(admitted_before(
+            &first,
+            &Arc::new(UserInfo::clone(&proxy)),
+            sar
+        ));
         // Another caller, one group more or less, another privilege: not this grant.
         assert!(!admitted_before(&first, &user("proxy", &[]), sar));
         assert!(!admitted_before(
@@ -765,7 +778,7 @@ mod tests {
         let current = snapshot(2);
         let sar = Privilege::SUBJECT_ACCESS_REVIEW;
         remember_admitted(&old, user("a", &[]), sar);
-        let callers: Vec<UserInfo> = (0..=ADMITTED_MEMO)
+        let callers: Vec<Arc<UserInfo>> = (0..=ADMITTED_MEMO)
             .map(|i| user(&format!("u{i}"), &[]))
             .collect();
         for caller in &callers {
