@@ -92,12 +92,32 @@ impl<U: Message + Default> Decoder for SliceDecoder<U> {
     }
 }
 
+/// tonic's default codec buffer.
+pub const DEFAULT_BUFFER_SIZE: usize = 8 * 1024;
+/// tonic's default yield threshold (`BufferSettings` has no getters to keep it from).
+const DEFAULT_YIELD_THRESHOLD: usize = 32 * 1024;
+
+fn buffer_settings(buffer_size: usize) -> BufferSettings {
+    BufferSettings::new(buffer_size, DEFAULT_YIELD_THRESHOLD)
+}
+
 /// A message that writes its own protobuf encoding (the Authorize answers, encoded straight
 /// from cached decisions instead of through prost's owned types).
 pub trait WireEncode {
+    /// The buffer tonic encodes into, allocated per response: big enough that a typical
+    /// message does not grow it.
+    const BUFFER_SIZE: usize = DEFAULT_BUFFER_SIZE;
+
     /// Exactly the bytes [`Self::encode_wire`] writes.
     fn encoded_len(&self) -> usize;
     fn encode_wire(&self, buf: &mut impl prost::bytes::BufMut);
+}
+
+/// A request read as its bytes.
+pub trait WireDecode: From<prost::bytes::Bytes> {
+    /// The buffer tonic gathers the request's frames into, allocated per request: big enough
+    /// that a typical message does not grow it (each growth copies what arrived so far).
+    const BUFFER_SIZE: usize = DEFAULT_BUFFER_SIZE;
 }
 
 /// The codec of `Authorize` and `BatchAuthorize` (`build.rs`): the request arrives as its
@@ -114,7 +134,7 @@ impl<T, U> Default for FrameCodec<T, U> {
 impl<T, U> Codec for FrameCodec<T, U>
 where
     T: WireEncode + Send + 'static,
-    U: From<prost::bytes::Bytes> + Send + 'static,
+    U: WireDecode + Send + 'static,
 {
     type Encode = T;
     type Decode = U;
@@ -145,14 +165,14 @@ impl<T: WireEncode> Encoder for FrameEncoder<T> {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::default()
+        buffer_settings(T::BUFFER_SIZE)
     }
 }
 
 #[derive(Debug)]
 pub struct FrameDecoder<U>(PhantomData<U>);
 
-impl<U: From<prost::bytes::Bytes>> Decoder for FrameDecoder<U> {
+impl<U: WireDecode> Decoder for FrameDecoder<U> {
     type Item = U;
     type Error = Status;
 
@@ -163,6 +183,6 @@ impl<U: From<prost::bytes::Bytes>> Decoder for FrameDecoder<U> {
     }
 
     fn buffer_settings(&self) -> BufferSettings {
-        BufferSettings::default()
+        buffer_settings(U::BUFFER_SIZE)
     }
 }

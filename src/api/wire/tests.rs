@@ -176,9 +176,13 @@ proptest! {
             batch.requests.push(with_extra);
         }
         let bytes = batch.encode_to_vec();
+        prop_assert_eq!(count_items(&bytes, crate::api::limits::MAX_BATCH), batch.requests.len());
+        prop_assert_eq!(count_items(&bytes, 2), batch.requests.len().min(2));
         let call = BatchAuthorizeCall::from(Bytes::from(bytes));
         match call.decode() {
             Ok(BatchDecoded::Views(views)) => {
+                // Sized by the counting pass, never grown.
+                prop_assert_eq!(views.capacity(), views.len());
                 let mine: Vec<proto::AuthorizeRequest> = views.iter().map(view_as_proto).collect();
                 prop_assert_eq!(mine, batch.requests.into_iter().map(normalized).collect::<Vec<_>>());
             }
@@ -520,4 +524,62 @@ fn healthz() -> Option<proto::Action> {
             },
         )),
     })
+}
+
+/// The batch buffers hold a hundred requests and answers like the load generator's without
+/// growing: the request on top of a full 16 KiB first frame (tonic reserves the message's
+/// length beyond what is already gathered), the answers as encoded.
+#[test]
+fn batch_buffers_hold_a_hundred_typical_requests_and_answers() {
+    use crate::engine::{Action, Authorize as _, Engine, EngineConfig};
+    use crate::synth::{self, Shape};
+    let shape = Shape::with_bindings(1000);
+    let engine = Engine::new(&synth::policy(&shape, 42), EngineConfig::default());
+    let probes = [
+        synth::allowed_request(&shape),
+        synth::denied_request(&shape),
+        synth::unmatched_request(&shape),
+    ];
+    let item = |request: &Request| {
+        let Action::Resource(r) = &request.action else {
+            unreachable!("the probes are resource requests");
+        };
+        proto::AuthorizeRequest {
+            user: Some(proto::UserInfo {
+                name: request.user.name.clone(),
+                uid: String::new(),
+                groups: request.user.groups.clone(),
+                extra: HashMap::new(),
+            }),
+            action: Some(proto::Action {
+                kind: Some(proto::action::Kind::ResourceAttributes(
+                    proto::ResourceAttributes {
+                        namespace: r.namespace.clone(),
+                        verb: r.verb.clone(),
+                        group: r.group.clone(),
+                        version: r.version.clone(),
+                        resource: r.resource.clone(),
+                        subresource: r.subresource.clone(),
+                        // The load generator's fresh names: 16 hex digits.
+                        name: "0123456789abcdef".into(),
+                    },
+                )),
+            }),
+            min_revision: 0,
+        }
+    };
+    let requests: Vec<_> = probes.iter().cycle().take(100).map(item).collect();
+    let request_len = proto::BatchAuthorizeRequest { requests }.encoded_len();
+    assert!(
+        16 * 1024 + request_len <= BATCH_REQUEST_BUFFER_SIZE,
+        "{request_len}"
+    );
+    let answers = probes
+        .iter()
+        .cycle()
+        .take(100)
+        .map(|request| Answer::new(engine.decide(request), 1))
+        .collect();
+    let reply_len = BatchAuthorizeReply::new(answers).encoded_len();
+    assert!(5 + reply_len <= BATCH_REPLY_BUFFER_SIZE, "{reply_len}");
 }
