@@ -91,5 +91,8 @@ fi
 if ! $quick; then
   cargo fmt --all -- --check
   cargo clippy --all-targets -- -D warnings
+  # The measuring scripts are not run here (they take minutes); at least they must parse.
+  for script in scripts/*.sh; do bash -n "$script"; done
+  python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' scripts/benchmarks_md.py
 fi
 cargo test --all-targets

@@ -58,3 +58,36 @@ fn loadgen_measures_authzd_and_the_noop_server_without_errors() {
     assert!(report["ratios"]["all"]["throughput"].as_f64().unwrap() > 0.0);
     assert!(report["ratios"]["all"]["p99"].as_f64().unwrap() > 0.0);
 }
+
+/// `--serve-noop` runs the no-op server alone (as `scripts/profile.sh` profiles it): it prints
+/// its endpoint and answers Authorize with the empty response until killed.
+#[test]
+fn serve_noop_runs_the_noop_server_as_its_own_process() {
+    use std::io::{BufRead, BufReader};
+    use std::process::Stdio;
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_authzd-loadgen"))
+        .arg("--serve-noop")
+        .stdout(Stdio::piped())
+        .spawn()
+        .expect("start authzd-loadgen --serve-noop");
+    let mut endpoint = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut endpoint)
+        .unwrap();
+    let endpoint = endpoint.trim().to_string();
+    assert!(endpoint.starts_with("http://127.0.0.1:"), "{endpoint:?}");
+    let answered = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let mut client =
+            authzd::proto::authorizer_client::AuthorizerClient::connect(endpoint.clone())
+                .await
+                .unwrap();
+        client
+            .authorize(authzd::proto::AuthorizeRequest::default())
+            .await
+    });
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let answer = answered.expect("the no-op answers").into_inner();
+    assert_eq!(answer, authzd::proto::AuthorizeResponse::default());
+}

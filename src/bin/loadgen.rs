@@ -24,6 +24,9 @@ fn main() -> ExitCode {
             Err(error) => fail(&error),
         };
     }
+    if args.serve_noop {
+        return serve_noop(&args);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -52,6 +55,22 @@ fn main() -> ExitCode {
             eprintln!("authzd-loadgen: {errors} failed calls or wrong answers");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `--serve-noop`: the server runs on its own thread; this one only keeps the process alive.
+fn serve_noop(args: &Args) -> ExitCode {
+    let listen = match &args.unix {
+        Some(path) => loadgen::noop::Listen::Unix(path.clone()),
+        None => loadgen::noop::Listen::Tcp,
+    };
+    let server = match loadgen::noop::NoopServer::start(listen) {
+        Ok(server) => server,
+        Err(error) => return fail(&error),
+    };
+    println!("{}", server.endpoint());
+    loop {
+        std::thread::park();
     }
 }
 

@@ -219,6 +219,12 @@ pub struct Args {
     /// and using --target), then exit.
     #[arg(long, value_name = "DIR")]
     pub write_policy: Option<PathBuf>,
+
+    /// Only run the no-op server (on 127.0.0.1, or on --unix PATH), print its endpoint and
+    /// serve until killed: the no-op as a process of its own, for profiling it the way authzd
+    /// is profiled (`scripts/profile.sh`).
+    #[arg(long, conflicts_with_all = ["target", "spawn", "write_policy"])]
+    pub serve_noop: bool,
 }
 
 impl Args {
