@@ -237,7 +237,8 @@ fn with_name(mut action: engine::Action, name: &str) -> engine::Action {
     action
 }
 
-fn authorize_message(request: &engine::Request, name: &str) -> proto::AuthorizeRequest {
+/// The `AuthorizeRequest` the load generator sends for `request`, naming resource `name`.
+pub(crate) fn authorize_message(request: &engine::Request, name: &str) -> proto::AuthorizeRequest {
     proto::AuthorizeRequest {
         user: Some(proto::UserInfo {
             name: request.user.name.clone(),

@@ -531,7 +531,8 @@ fn healthz() -> Option<proto::Action> {
 /// length beyond what is already gathered), the answers as encoded.
 #[test]
 fn batch_buffers_hold_a_hundred_typical_requests_and_answers() {
-    use crate::engine::{Action, Authorize as _, Engine, EngineConfig};
+    use crate::engine::{Authorize as _, Engine, EngineConfig};
+    use crate::loadgen::workload::authorize_message;
     use crate::synth::{self, Shape};
     let shape = Shape::with_bindings(1000);
     let engine = Engine::new(&synth::policy(&shape, 42), EngineConfig::default());
@@ -540,34 +541,8 @@ fn batch_buffers_hold_a_hundred_typical_requests_and_answers() {
         synth::denied_request(&shape),
         synth::unmatched_request(&shape),
     ];
-    let item = |request: &Request| {
-        let Action::Resource(r) = &request.action else {
-            unreachable!("the probes are resource requests");
-        };
-        proto::AuthorizeRequest {
-            user: Some(proto::UserInfo {
-                name: request.user.name.clone(),
-                uid: String::new(),
-                groups: request.user.groups.clone(),
-                extra: HashMap::new(),
-            }),
-            action: Some(proto::Action {
-                kind: Some(proto::action::Kind::ResourceAttributes(
-                    proto::ResourceAttributes {
-                        namespace: r.namespace.clone(),
-                        verb: r.verb.clone(),
-                        group: r.group.clone(),
-                        version: r.version.clone(),
-                        resource: r.resource.clone(),
-                        subresource: r.subresource.clone(),
-                        // The load generator's fresh names: 16 hex digits.
-                        name: "0123456789abcdef".into(),
-                    },
-                )),
-            }),
-            min_revision: 0,
-        }
-    };
+    // The load generator's fresh names: 16 hex digits.
+    let item = |request: &Request| authorize_message(request, "0123456789abcdef");
     let requests: Vec<_> = probes.iter().cycle().take(100).map(item).collect();
     let request_len = proto::BatchAuthorizeRequest { requests }.encoded_len();
     assert!(
