@@ -147,13 +147,13 @@ struct CacheEntry {
     referenced: AtomicBool,
 }
 
-/// A request prepared for the cache: canonical groups and digest computed once, borrowing the
-/// request's strings wherever they live (an owned [`Request`] or a request still on the wire).
-pub struct CacheKey<'a> {
+/// A request prepared for the cache: its canonical form (see [`encode`]) written once, from
+/// the request's strings wherever they live (an owned [`Request`] or a request still on the
+/// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go; a
+/// miss stores them as the entry's key without copying.
+pub struct CacheKey {
     digest: u64,
-    user: &'a str,
-    groups: SmallVec<[&'a str; 16]>,
-    action: ActionRef<'a>,
+    encoded: Vec<u8>,
 }
 
 /// The groups of a request sorted and de-duplicated (callers usually send them so already;
@@ -220,70 +220,36 @@ fn visit_fields(
 
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
-fn encode(key: &CacheKey<'_>) -> Box<[u8]> {
-    // Sized exactly first, so the boxed slice is not reallocated to shrink it.
-    let mut len = 0;
-    visit_fields(key.user, &key.groups, key.action, |field| {
-        len += 2 + field.len();
-        true
-    });
-    let mut out = Vec::with_capacity(len);
-    visit_fields(key.user, &key.groups, key.action, |field| {
+/// Allocated once, at its exact size.
+fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> Vec<u8> {
+    // The attributes, every field's two length bytes, the group count's decimal digits and the
+    // one-byte action tag (see `visit_fields`).
+    let action_fields = match action {
+        ActionRef::Resource(_) => 7,
+        ActionRef::NonResource { .. } => 2,
+    };
+    let fields = 3 + groups.len() + action_fields;
+    let count_digits = groups
+        .len()
+        .checked_ilog10()
+        .map_or(1, |log| log as usize + 1);
+    let size = attribute_bytes(user, groups, action);
+    let mut out = Vec::with_capacity(size + 2 * fields + count_digits + 1);
+    visit_fields(user, groups, action, |field| {
         out.extend_from_slice(&(field.len() as u16).to_le_bytes());
         out.extend_from_slice(field);
         true
     });
-    out.into_boxed_slice()
-}
-
-/// Equality of short byte strings, inlined word by word (a `memcmp` call per field costs
-/// more than the comparison on the hit path).
-#[inline]
-fn same_bytes(a: &[u8], b: &[u8]) -> bool {
-    if a.len() != b.len() {
-        return false;
-    }
-    let mut a_words = a.chunks_exact(8);
-    let mut b_words = b.chunks_exact(8);
-    for (x, y) in (&mut a_words).zip(&mut b_words) {
-        let x = u64::from_ne_bytes([x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7]]);
-        let y = u64::from_ne_bytes([y[0], y[1], y[2], y[3], y[4], y[5], y[6], y[7]]);
-        if x != y {
-            return false;
-        }
-    }
-    a_words
-        .remainder()
-        .iter()
-        .zip(b_words.remainder())
-        .all(|(x, y)| x == y)
-}
-
-/// Whether an entry's stored bytes are exactly this request's canonical form.
-fn matches_encoded(stored: &[u8], key: &CacheKey<'_>) -> bool {
-    let mut rest = stored;
-    visit_fields(key.user, &key.groups, key.action, |field| {
-        let Some((len, after)) = rest.split_first_chunk::<2>() else {
-            return false;
-        };
-        let len = u16::from_le_bytes(*len) as usize;
-        match (after.get(..len), after.get(len..)) {
-            (Some(bytes), Some(tail)) if same_bytes(bytes, field) => {
-                rest = tail;
-                true
-            }
-            _ => false,
-        }
-    }) && rest.is_empty()
+    out
 }
 
 /// What a lookup found.
 // The key is large on purpose: canonical groups live on the stack so a lookup never allocates.
 #[allow(clippy::large_enum_variant)]
-pub enum Lookup<'a> {
+pub enum Lookup {
     Hit(Arc<Response>),
     /// Not cached; insert the answer with this key.
-    Miss(CacheKey<'a>),
+    Miss(CacheKey),
     /// Never cached (cache disabled, or oversized attributes).
     Bypass,
 }
@@ -413,39 +379,27 @@ impl DecisionCache {
         self.config.capacity
     }
 
-    fn key<'a>(
-        user: &'a str,
-        groups: SmallVec<[&'a str; 16]>,
-        action: ActionRef<'a>,
-    ) -> CacheKey<'a> {
+    fn key(user: &str, groups: &[&str], action: ActionRef<'_>) -> CacheKey {
+        let encoded = encode(user, groups, action);
         let mut h = FxHasher::default();
-        visit_fields(user, &groups, action, |field| {
-            h.write_usize(field.len());
-            h.write(field);
-            true
-        });
+        h.write(&encoded);
         // Fx is fast but weakly mixed; finish with a multiply-xorshift so dashmap's shard
         // selection (high bits) and hashbrown's buckets (low bits) both spread.
         let mut digest = h.finish();
         digest ^= digest >> 33;
         digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
         digest ^= digest >> 33;
-        CacheKey {
-            digest,
-            user,
-            groups,
-            action,
-        }
+        CacheKey { digest, encoded }
     }
 
     /// Looks `request` up whatever revision its entry was computed at.
-    pub fn lookup<'a>(&self, request: &'a Request) -> Lookup<'a> {
+    pub fn lookup(&self, request: &Request) -> Lookup {
         self.lookup_at(request, u64::MAX)
     }
 
     /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
     /// later revision is not a hit (see the module docs).
-    pub fn lookup_at<'a>(&self, request: &'a Request, revision: u64) -> Lookup<'a> {
+    pub fn lookup_at(&self, request: &Request, revision: u64) -> Lookup {
         self.lookup_borrowed_at(
             &request.user.name,
             request.user.groups.iter().map(String::as_str),
@@ -462,7 +416,7 @@ impl DecisionCache {
         groups: impl IntoIterator<Item = &'a str>,
         action: ActionRef<'a>,
         revision: u64,
-    ) -> Lookup<'a> {
+    ) -> Lookup {
         if !self.enabled() {
             return Lookup::Bypass;
         }
@@ -472,9 +426,9 @@ impl DecisionCache {
         {
             return Lookup::Bypass;
         }
-        let key = Self::key(user, canonical_groups(groups), action);
+        let key = Self::key(user, &canonical_groups(groups), action);
         if let Some(entry) = self.shared.map.get(&key.digest) {
-            if entry.revision <= revision && matches_encoded(&entry.key, &key) {
+            if entry.revision <= revision && *entry.key == *key.encoded {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
                     // Write the CLOCK bit only when it changes: a hot entry is read by every
@@ -494,7 +448,7 @@ impl DecisionCache {
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
     /// on since: the decision may already be stale.
-    pub fn insert(&self, key: CacheKey<'_>, response: Arc<Response>, revision: u64) {
+    pub fn insert(&self, key: CacheKey, response: Arc<Response>, revision: u64) {
         if self.len() >= hard_limit(self.config.capacity) {
             // The sweeper is behind: answer uncached rather than grow without bound.
             self.stats.inserts_skipped_full.add(1);
@@ -506,7 +460,8 @@ impl DecisionCache {
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
         };
         let entry = CacheEntry {
-            key: encode(&key),
+            // Sized exactly by `encode`, so this does not reallocate.
+            key: key.encoded.into_boxed_slice(),
             response,
             revision,
             expires: ttl.map(|ttl| Instant::now() + ttl),
