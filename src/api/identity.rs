@@ -47,7 +47,10 @@ impl<'a> Peer<'a> {
         Self {
             metadata: request.metadata(),
             remote_addr: request.remote_addr(),
-            connection: request.extensions().get::<ConnectionInfo>(),
+            connection: request
+                .extensions()
+                .get::<Arc<ConnectionInfo>>()
+                .map(|info| &**info),
         }
     }
 }

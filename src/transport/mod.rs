@@ -2,9 +2,9 @@
 //! port, one axum router holding the gRPC services and the HTTP/JSON endpoints.
 //!
 //! Per connection: accept → [`handshake`] (the TLS seam) → hyper-util's `auto` builder
-//! (detects the HTTP/2 preface, else HTTP/1.1) → the router, with a [`ConnectionInfo`] (and,
-//! for TCP, tonic's `TcpConnectInfo`, so `Request::remote_addr()` works) in every request's
-//! extensions. Shutdown: stop accepting, ask every connection to finish gracefully (HTTP/2
+//! (detects the HTTP/2 preface, else HTTP/1.1) → the router, with the connection's
+//! [`ConnectionInfo`] (one `Arc` per connection) and, for TCP, tonic's `TcpConnectInfo` (so
+//! `Request::remote_addr()` works) in every request's extensions. Shutdown: stop accepting, ask every connection to finish gracefully (HTTP/2
 //! GOAWAY, HTTP/1.1 close after the current response), wait for in-flight requests.
 
 mod addr;
@@ -305,9 +305,12 @@ async fn serve_connection(
         local_addr: info.local_addr,
         remote_addr: Some(remote_addr),
     });
+    // Shared by the connection's requests: each gets a reference count, not a copy (a client
+    // certificate's names would otherwise be copied for every request).
+    let info = Arc::new(info);
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
         let extensions = request.extensions_mut();
-        extensions.insert(info.clone());
+        extensions.insert(Arc::clone(&info));
         if let Some(tcp_info) = &tcp_info {
             extensions.insert(tcp_info.clone());
         }
