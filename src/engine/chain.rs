@@ -9,7 +9,9 @@ use smallvec::SmallVec;
 
 use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::shared::{HitKey, Outcome, SharedResponses};
-use crate::engine::verdict::{run_chain, subject_chain_decision, FirstMatches, Verdict};
+use crate::engine::verdict::{
+    run_chain, subject_chain_decision, super_user, FirstMatches, Verdict,
+};
 use crate::engine::{
     Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, RequestRef, Response,
 };
@@ -23,7 +25,9 @@ use crate::policy::index::{
 use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
 
-/// One compiled policy state plus the chain configuration. Immutable; share it behind an `Arc`.
+/// One compiled policy state plus the chain configuration. Immutable in what it answers (its
+/// only interior state is the table of shared responses, a memo of pure results); share it
+/// behind an `Arc`.
 pub struct Engine {
     config: EngineConfig,
     index: Index,
@@ -106,14 +110,7 @@ impl Engine {
     /// What decides `request`, when that alone determines its response; `None` otherwise.
     /// Walks the chain as `run_chain` does, without wording anything.
     fn outcome(&self, request: RequestRef<'_>) -> Option<Outcome> {
-        let user = request.user;
-        let super_user = self.config.super_users.iter().any(|s| s == user.name)
-            || self
-                .config
-                .super_groups
-                .iter()
-                .any(|g| user.groups.contains(g));
-        if !self.shares_responses || super_user {
+        if !self.shares_responses || super_user(&self.config, request.user).is_some() {
             return None;
         }
         for mode in &self.config.modes {

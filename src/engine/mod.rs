@@ -68,11 +68,6 @@ impl Action {
             Action::NonResource(_) => "",
         }
     }
-
-    /// Upstream `IsReadOnly`: exactly get, list and watch, case-sensitive.
-    pub fn is_read_only(&self) -> bool {
-        matches!(self.verb(), "get" | "list" | "watch")
-    }
 }
 
 /// An [`Action`] borrowed from wherever its strings live (an owned action, or the bytes of a
@@ -131,7 +126,7 @@ impl<'a> ActionRef<'a> {
         }
     }
 
-    /// As [`Action::is_read_only`].
+    /// Upstream `IsReadOnly`: exactly get, list and watch, case-sensitive.
     pub fn is_read_only(&self) -> bool {
         matches!(self.verb(), "get" | "list" | "watch")
     }
@@ -205,17 +200,6 @@ pub enum Groups<'a> {
 
 impl<'a> Groups<'a> {
     pub const NONE: Groups<'static> = Groups::Borrowed(&[]);
-
-    pub fn len(self) -> usize {
-        match self {
-            Groups::Owned(groups) => groups.len(),
-            Groups::Borrowed(groups) => groups.len(),
-        }
-    }
-
-    pub fn is_empty(self) -> bool {
-        self.len() == 0
-    }
 
     pub fn iter(self) -> GroupsIter<'a> {
         match self {

@@ -144,6 +144,25 @@ impl<H: Copy> FirstMatches<H> {
     }
 }
 
+/// Why a subject bypasses the chain: it is a `--super-user`, or in this `--super-group`.
+pub enum SuperUser<'c> {
+    User,
+    Group(&'c str),
+}
+
+/// Whether `user` is a super-user by name or by group (the name first, as [`run_chain`]
+/// explains it).
+pub fn super_user<'c>(config: &'c EngineConfig, user: SubjectRef<'_>) -> Option<SuperUser<'c>> {
+    if config.super_users.iter().any(|s| s == user.name) {
+        return Some(SuperUser::User);
+    }
+    config
+        .super_groups
+        .iter()
+        .find(|g| user.groups.contains(g))
+        .map(|g| SuperUser::Group(g))
+}
+
 /// Super-users first, then each authorizer of the chain; the first Allow or Deny decides, as
 /// upstream's union authorizer. A final NoOpinion joins the reasons and all errors.
 pub fn run_chain(
@@ -151,17 +170,20 @@ pub fn run_chain(
     user: SubjectRef<'_>,
     mut evaluate: impl FnMut(Mode) -> Verdict,
 ) -> Response {
-    if config.super_users.iter().any(|s| s == user.name) {
-        return into_response(Verdict::allow(
-            explain::super_user_reason(user.name),
-            explain::simple_rule_ref(explain::SUPER_USER, user.name),
-        ));
-    }
-    if let Some(group) = config.super_groups.iter().find(|g| user.groups.contains(g)) {
-        return into_response(Verdict::allow(
-            explain::super_group_reason(group),
-            explain::simple_rule_ref(explain::SUPER_USER, group),
-        ));
+    match super_user(config, user) {
+        Some(SuperUser::User) => {
+            return into_response(Verdict::allow(
+                explain::super_user_reason(user.name),
+                explain::simple_rule_ref(explain::SUPER_USER, user.name),
+            ));
+        }
+        Some(SuperUser::Group(group)) => {
+            return into_response(Verdict::allow(
+                explain::super_group_reason(group),
+                explain::simple_rule_ref(explain::SUPER_USER, group),
+            ));
+        }
+        None => {}
     }
     let mut reasons = Vec::new();
     let mut errors = Vec::new();
