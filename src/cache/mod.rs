@@ -149,11 +149,73 @@ struct CacheEntry {
 
 /// A request prepared for the cache: its canonical form (see [`encode`]) written once, from
 /// the request's strings wherever they live (an owned [`Request`] or a request still on the
-/// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go; a
-/// miss stores them as the entry's key without copying.
+/// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go;
+/// a miss copies them once, into the entry's key.
 pub struct CacheKey {
     digest: u64,
-    encoded: Vec<u8>,
+    encoded: EncodedKey,
+}
+
+/// A canonical form, on the stack up to [`KEY_INLINE_BYTES`] so that a lookup does not
+/// allocate (a user in ten groups with a resource action is about 230 bytes); a longer one
+/// is allocated once, at its exact size.
+// Large on purpose: the inline bytes are the point.
+#[allow(clippy::large_enum_variant)]
+pub enum EncodedKey {
+    Inline {
+        len: usize,
+        bytes: [u8; KEY_INLINE_BYTES],
+    },
+    Heap(Vec<u8>),
+}
+const KEY_INLINE_BYTES: usize = 384;
+
+impl std::ops::Deref for EncodedKey {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            EncodedKey::Inline { len, bytes } => bytes.get(..*len).unwrap_or_default(),
+            EncodedKey::Heap(bytes) => bytes,
+        }
+    }
+}
+
+impl PartialEq for EncodedKey {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl std::fmt::Debug for EncodedKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        (**self).fmt(f)
+    }
+}
+
+impl EncodedKey {
+    /// The entry's key: one allocation of exactly the key's length.
+    fn into_boxed_slice(self) -> Box<[u8]> {
+        match self {
+            EncodedKey::Inline { .. } => Box::from(&*self),
+            EncodedKey::Heap(bytes) => bytes.into_boxed_slice(),
+        }
+    }
+}
+
+/// Writes one length-prefixed field at `*at`; `false` (nothing written) if it does not fit.
+fn put_field(dst: &mut [u8], at: &mut usize, field: &[u8]) -> bool {
+    let end = *at + 2 + field.len();
+    let Some((len, body)) = dst
+        .get_mut(*at..end)
+        .and_then(|slot| slot.split_first_chunk_mut::<2>())
+    else {
+        return false;
+    };
+    *len = (field.len() as u16).to_le_bytes();
+    body.copy_from_slice(field);
+    *at = end;
+    true
 }
 
 /// The groups of a request sorted and de-duplicated (callers usually send them so already;
@@ -220,8 +282,8 @@ fn visit_fields(
 
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
-/// Allocated once, at its exact size.
-fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> Vec<u8> {
+/// Sized exactly before it is written (see [`EncodedKey`]).
+fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> EncodedKey {
     // The attributes, every field's two length bytes, the group count's decimal digits and the
     // one-byte action tag (see `visit_fields`).
     let action_fields = match action {
@@ -233,18 +295,27 @@ fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> Vec<u8> {
         .len()
         .checked_ilog10()
         .map_or(1, |log| log as usize + 1);
-    let size = attribute_bytes(user, groups, action);
-    let mut out = Vec::with_capacity(size + 2 * fields + count_digits + 1);
+    let size = attribute_bytes(user, groups, action) + 2 * fields + count_digits + 1;
+    if size <= KEY_INLINE_BYTES {
+        let mut bytes = [0u8; KEY_INLINE_BYTES];
+        let mut len = 0;
+        if visit_fields(user, groups, action, |field| {
+            put_field(&mut bytes, &mut len, field)
+        }) {
+            return EncodedKey::Inline { len, bytes };
+        }
+    }
+    let mut out = Vec::with_capacity(size);
     visit_fields(user, groups, action, |field| {
         out.extend_from_slice(&(field.len() as u16).to_le_bytes());
         out.extend_from_slice(field);
         true
     });
-    out
+    EncodedKey::Heap(out)
 }
 
 /// What a lookup found.
-// The key is large on purpose: canonical groups live on the stack so a lookup never allocates.
+// The key is large on purpose: its bytes live on the stack so a lookup does not allocate.
 #[allow(clippy::large_enum_variant)]
 pub enum Lookup {
     Hit(Arc<Response>),
@@ -460,7 +531,7 @@ impl DecisionCache {
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
         };
         let entry = CacheEntry {
-            // Sized exactly by `encode`, so this does not reallocate.
+            // One allocation of exactly the key's length (`encode` sized a spilled key exactly).
             key: key.encoded.into_boxed_slice(),
             response,
             revision,
