@@ -5,9 +5,9 @@
 #
 #   Authorize, all cache hits;  Authorize, all misses;  BatchAuthorize(100), half misses.
 #
-# Unlike timings, these counts repeat for the same binaries and inputs whatever else the
-# machine is doing, so they are the measure to compare two builds by (see docs/loadgen.md).
-# Takes about four minutes; needs valgrind and curl. Writes target/profile/*.callgrind and
+# These counts move by about half a percent between runs of one build (timings here move by
+# tens of percent), so they are the measure to compare two builds by (see docs/loadgen.md).
+# Takes about two minutes; needs valgrind and curl. Writes target/profile/*.callgrind and
 # prints one table.
 #
 #   scripts/profile.sh
