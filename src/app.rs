@@ -401,8 +401,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             limits.max_concurrent_requests,
             limits.request_timeout,
         ))
-        .map_response(crate::api::error::undecodable_is_invalid_argument)
-        .map_response(crate::api::error::oversized_is_resource_exhausted)
+        .map_response(crate::api::error::caller_faults_keep_their_codes)
         .service(crate::api::http::router(router, http_api));
     for listener in &listeners {
         let addr = listener.local_addr();

@@ -125,48 +125,40 @@ impl From<ApiError> for tonic::Status {
     }
 }
 
-/// Transport-level half of the mapping, applied to every HTTP response as a tower layer:
-/// tonic's codec refuses a message over the size limit with `OUT_OF_RANGE`, where gRPC's
-/// convention (and SPEC §10) is `RESOURCE_EXHAUSTED`. The status of such a refusal travels in
-/// the response headers (a trailers-only response), so rewriting the headers suffices.
-///
-/// INVARIANT: no handler returns `OUT_OF_RANGE` (see [`ApiError`]), so every `OUT_OF_RANGE`
-/// here is a size refusal.
-pub fn oversized_is_resource_exhausted<B>(
-    mut response: tonic::codegen::http::Response<B>,
-) -> tonic::codegen::http::Response<B> {
-    const OUT_OF_RANGE: &str = "11";
-    let headers = response.headers_mut();
-    if headers
-        .get("grpc-status")
-        .is_some_and(|status| status.as_bytes() == OUT_OF_RANGE.as_bytes())
-    {
-        let code = tonic::Code::ResourceExhausted as i32;
-        headers.insert("grpc-status", code.into());
-    }
-    response
-}
+/// The gRPC status header of a trailers-only response, named once: a `&str` key would be
+/// parsed again on every response.
+const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status");
 
-/// Transport-level, like [`oversized_is_resource_exhausted`]: a request body that is not a
-/// valid protobuf message is refused by tonic's codec with `INTERNAL` ("failed to decode
-/// Protobuf message"), but the fault is the caller's: SPEC §10 says malformed input is
-/// `INVALID_ARGUMENT`. The message is kept.
+/// Transport-level half of the mapping, applied to every HTTP response as one tower layer
+/// (one header lookup per response): two refusals tonic's codec makes before any handler runs
+/// are the caller's fault, and get the codes gRPC's convention and SPEC §10 give them.
 ///
-/// INVARIANT: no handler returns `INTERNAL` (see [`ApiError`]).
-pub fn undecodable_is_invalid_argument<B>(
-    mut response: tonic::codegen::http::Response<B>,
-) -> tonic::codegen::http::Response<B> {
+/// * A message over the size limit is refused with `OUT_OF_RANGE`; it becomes
+///   `RESOURCE_EXHAUSTED`.
+/// * A request body that is not a valid protobuf message is refused with `INTERNAL` ("failed to
+///   decode Protobuf message"); it becomes `INVALID_ARGUMENT`.
+///
+/// The status of such a refusal travels in the response headers (a trailers-only response),
+/// so rewriting the headers suffices; the message is kept.
+///
+/// INVARIANT: no handler returns `OUT_OF_RANGE` or `INTERNAL` (see [`ApiError`]), so every
+/// `OUT_OF_RANGE` here is a size refusal and every `INTERNAL` one of the codec's.
+pub fn caller_faults_keep_their_codes<B>(mut response: http::Response<B>) -> http::Response<B> {
+    const OUT_OF_RANGE: &[u8] = b"11";
     const INTERNAL: &[u8] = b"13";
     let headers = response.headers_mut();
-    if headers
-        .get("grpc-status")
-        .is_some_and(|status| status.as_bytes() == INTERNAL)
-        && tonic::Status::from_header_map(headers)
-            .is_some_and(|status| status.message().starts_with("failed to decode Protobuf"))
-    {
-        let code = tonic::Code::InvalidArgument as i32;
-        headers.insert("grpc-status", code.into());
-    }
+    let rewritten = match headers.get(&GRPC_STATUS).map(http::HeaderValue::as_bytes) {
+        Some(OUT_OF_RANGE) => tonic::Code::ResourceExhausted,
+        Some(INTERNAL)
+            if tonic::Status::from_header_map(headers).is_some_and(|status| {
+                status.message().starts_with("failed to decode Protobuf")
+            }) =>
+        {
+            tonic::Code::InvalidArgument
+        }
+        _ => return response,
+    };
+    headers.insert(GRPC_STATUS, (rewritten as i32).into());
     response
 }
 
@@ -190,13 +182,13 @@ mod tests {
     #[test]
     fn oversized_refusals_become_resource_exhausted() {
         let refusal = tonic::Status::out_of_range("too large").into_http::<()>();
-        let mapped = oversized_is_resource_exhausted(refusal);
+        let mapped = caller_faults_keep_their_codes(refusal);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert_eq!(status.message(), "too large");
 
         let other = tonic::Status::invalid_argument("x").into_http::<()>();
-        let mapped = oversized_is_resource_exhausted(other);
+        let mapped = caller_faults_keep_their_codes(other);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
     }
@@ -219,13 +211,13 @@ mod tests {
         let refusal =
             tonic::Status::internal("failed to decode Protobuf message: buffer underflow")
                 .into_http::<()>();
-        let mapped = undecodable_is_invalid_argument(refusal);
+        let mapped = caller_faults_keep_their_codes(refusal);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("buffer underflow"));
 
         let other = tonic::Status::internal("something else").into_http::<()>();
-        let mapped = undecodable_is_invalid_argument(other);
+        let mapped = caller_faults_keep_their_codes(other);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::Internal);
     }

@@ -4,9 +4,10 @@
 //! field paths), check the caller's privilege, take one snapshot, ask the engine, convert the
 //! answer. The engine decides; nothing here does.
 
-use std::sync::Arc;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
+use tonic::metadata::{Ascii, MetadataKey};
 use tonic::{Request, Response, Status};
 
 use crate::api::convert;
@@ -480,7 +481,10 @@ impl AccessReview for GrpcApi {
 /// The time left before the caller's deadline (gRPC `grpc-timeout`: digits then one of
 /// `H M S m u n`), if it sent one.
 pub fn request_deadline<T>(request: &Request<T>) -> Option<Duration> {
-    let value = request.metadata().get("grpc-timeout")?.to_str().ok()?;
+    // Named once: a `&str` key would be parsed on every request.
+    static GRPC_TIMEOUT: LazyLock<MetadataKey<Ascii>> =
+        LazyLock::new(|| MetadataKey::from_static("grpc-timeout"));
+    let value = request.metadata().get(&*GRPC_TIMEOUT)?.to_str().ok()?;
     let (digits, unit) = value.split_at(value.len().checked_sub(1)?);
     let amount: u64 = digits.parse().ok()?;
     Some(match unit {

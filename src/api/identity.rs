@@ -15,11 +15,11 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, LazyLock, Weak};
 
 use subtle::ConstantTimeEq;
 use thiserror::Error;
-use tonic::metadata::MetadataMap;
+use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 
 use crate::api::error::{ApiError, Result};
 use crate::api::state::{ServingState, Snapshot};
@@ -44,13 +44,19 @@ pub struct Peer<'a> {
 
 impl<'a> Peer<'a> {
     pub fn of<T>(request: &'a tonic::Request<T>) -> Self {
+        let connection = request
+            .extensions()
+            .get::<Arc<ConnectionInfo>>()
+            .map(|info| &**info);
         Self {
             metadata: request.metadata(),
-            remote_addr: request.remote_addr(),
-            connection: request
-                .extensions()
-                .get::<Arc<ConnectionInfo>>()
-                .map(|info| &**info),
+            // The accept loop's `ConnectionInfo` knows the caller's address; tonic's
+            // `remote_addr` (another extension lookup) only serves requests from elsewhere.
+            remote_addr: match connection {
+                Some(connection) => connection.remote_addr,
+                None => request.remote_addr(),
+            },
+            connection,
         }
     }
 }
@@ -384,7 +390,10 @@ impl Authenticator for AuthChain {
         {
             return Ok(Self::authenticated(certificate_user(client)));
         }
-        if let Some(header) = peer.metadata.get("authorization") {
+        // Named once: a `&str` key would be parsed on every request.
+        static AUTHORIZATION: LazyLock<MetadataKey<Ascii>> =
+            LazyLock::new(|| MetadataKey::from_static("authorization"));
+        if let Some(header) = peer.metadata.get(&*AUTHORIZATION) {
             let token = bearer_token(header.to_str().ok())?;
             let Some(tokens) = &self.tokens else {
                 return Err(ApiError::Unauthenticated(

@@ -112,7 +112,7 @@ impl BatchDecoded<'_> {
 }
 
 /// An undecodable message: `INVALID_ARGUMENT` with prost's description, as every other
-/// service's undecodable request gets (see `api::error::undecodable_is_invalid_argument`).
+/// service's undecodable request gets (see `api::error::caller_faults_keep_their_codes`).
 fn undecodable(error: &prost::DecodeError) -> Status {
     Status::invalid_argument(error.to_string())
 }

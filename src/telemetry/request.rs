@@ -6,6 +6,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -28,8 +29,15 @@ pub struct RequestTelemetryLayer {
     export_spans: bool,
 }
 
+/// Set once any layer exports spans: the handlers' span records then have a live span to
+/// write to even at the default log level.
+static SPANS_EXPORTED: AtomicBool = AtomicBool::new(false);
+
 impl RequestTelemetryLayer {
     pub fn new(metrics: Arc<Metrics>, webhook_path: &str, export_spans: bool) -> Self {
+        if export_spans {
+            SPANS_EXPORTED.store(true, Ordering::Relaxed);
+        }
         Self {
             metrics,
             webhook_path: Arc::from(webhook_path),
@@ -140,8 +148,19 @@ impl<F: Future> Future for Timed<F> {
     }
 }
 
+/// Whether the current request may have a live span: its span is `info` when spans are
+/// exported and `debug` otherwise, so at the default level (`info`, not exporting) it has
+/// none, and looking the current span up (a registry lookup and a reference count, on every
+/// request) would find it disabled.
+fn request_span_may_be_live() -> bool {
+    SPANS_EXPORTED.load(Ordering::Relaxed) || tracing::level_enabled!(tracing::Level::DEBUG)
+}
+
 /// Adds the authenticated caller to the current request's span.
 pub fn record_caller(name: &str) {
+    if !request_span_may_be_live() {
+        return;
+    }
     let span = Span::current();
     if !span.is_disabled() {
         span.record("caller", name);
@@ -150,6 +169,9 @@ pub fn record_caller(name: &str) {
 
 /// Adds a decision to the current request's span.
 pub fn record_decision(decision: Decision, cached: bool, revision: u64) {
+    if !request_span_may_be_live() {
+        return;
+    }
     let span = Span::current();
     if !span.is_disabled() {
         span.record("decision", decision_label(decision));

@@ -3,8 +3,8 @@
 //!
 //! Per connection: accept → [`handshake`] (the TLS seam) → hyper-util's `auto` builder
 //! (detects the HTTP/2 preface, else HTTP/1.1) → the router, with the connection's
-//! [`ConnectionInfo`] (one `Arc` per connection) and, for TCP, tonic's `TcpConnectInfo` (so
-//! `Request::remote_addr()` works) in every request's extensions. Shutdown: stop accepting, ask every connection to finish gracefully (HTTP/2
+//! [`ConnectionInfo`] (one `Arc` per connection, holding the addresses) in every request's
+//! extensions. Shutdown: stop accepting, ask every connection to finish gracefully (HTTP/2
 //! GOAWAY, HTTP/1.1 close after the current response), wait for in-flight requests.
 
 mod addr;
@@ -20,7 +20,6 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, UnixListener};
-use tonic::transport::server::TcpConnectInfo;
 use tower::ServiceExt as _;
 
 pub use addr::ListenAddr;
@@ -301,19 +300,12 @@ async fn serve_connection(
             return;
         }
     };
-    let tcp_info = info.remote_addr.map(|remote_addr| TcpConnectInfo {
-        local_addr: info.local_addr,
-        remote_addr: Some(remote_addr),
-    });
     // Shared by the connection's requests: each gets a reference count, not a copy (a client
-    // certificate's names would otherwise be copied for every request).
+    // certificate's names would otherwise be copied for every request). It is the only
+    // extension inserted: it holds the addresses tonic's `TcpConnectInfo` would.
     let info = Arc::new(info);
     let service = hyper::service::service_fn(move |mut request: http::Request<_>| {
-        let extensions = request.extensions_mut();
-        extensions.insert(Arc::clone(&info));
-        if let Some(tcp_info) = &tcp_info {
-            extensions.insert(tcp_info.clone());
-        }
+        request.extensions_mut().insert(Arc::clone(&info));
         service.clone().oneshot(request)
     });
     let connection = builder.serve_connection(TokioIo::new(io), service);

@@ -229,8 +229,8 @@ mod tests {
     }
 
     /// Over the real accept loop: an HTTP review reaches the gRPC handler's authenticator with
-    /// the headers as metadata, the remote address (tonic's `TcpConnectInfo`) and the
-    /// `ConnectionInfo` of the listener it arrived on.
+    /// the headers as metadata, the remote address and the `ConnectionInfo` of the listener it
+    /// arrived on.
     #[tokio::test]
     async fn http_requests_carry_headers_and_connection_to_the_authenticator() {
         use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
