@@ -278,7 +278,7 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Decision, ResourceAttributes};
+    use crate::engine::{Decision, EncodedOnce, ResourceAttributes};
 
     fn caller() -> UserInfo {
         UserInfo {
@@ -324,6 +324,7 @@ mod tests {
             allowed_by: Vec::new(),
             denied_by: Vec::new(),
             errors: Vec::new(),
+            encoded: EncodedOnce::default(),
         };
         log.review("Authorize", &caller(), &subject, &action, &response, 7);
         drop(log);

@@ -86,6 +86,7 @@ mod tests {
                 source: Arc::from("p.yaml:3"),
             }],
             errors: vec!["role missing".into()],
+            encoded: crate::engine::EncodedOnce::default(),
         };
         assert_eq!(
             decision(&response),

@@ -577,46 +577,52 @@ pub struct Answer {
     response: Arc<Response>,
     cached: bool,
     revision: u64,
-    /// `Response::evaluation_error`, joined once (empty, and unallocated, when there is none).
-    evaluation_error: String,
 }
 
 impl Answer {
     pub fn new(decided: Decided, revision: u64) -> Self {
         Self {
-            evaluation_error: decided.response.evaluation_error(),
             response: decided.response,
             cached: decided.cached,
             revision,
         }
     }
 
-    fn decision(&self) -> u64 {
-        convert::decision(self.response.decision) as i32 as u64
+    /// Fields 1 to 7, which depend on the response alone: encoded once per `Arc<Response>`
+    /// and kept in it, so a cache hit or a shared response copies them instead of encoding
+    /// the reason and every rule reference again.
+    fn response_fields(&self) -> &[u8] {
+        let response = &*self.response;
+        response.encoded.get_or_init(|| {
+            let decision = convert::decision(response.decision) as i32 as u64;
+            let evaluation_error = response.evaluation_error();
+            let len = varint_field_len(1, decision)
+                + bool_field_len(2, response.decision == Decision::Allow)
+                + bool_field_len(3, response.decision == Decision::Deny)
+                + string_field_len(4, &response.reason)
+                + string_field_len(5, &evaluation_error)
+                + rule_refs_len(6, &response.allowed_by)
+                + rule_refs_len(7, &response.denied_by);
+            let mut buf = Vec::with_capacity(len);
+            put_varint_field(&mut buf, 1, decision);
+            put_bool_field(&mut buf, 2, response.decision == Decision::Allow);
+            put_bool_field(&mut buf, 3, response.decision == Decision::Deny);
+            put_string_field(&mut buf, 4, &response.reason);
+            put_string_field(&mut buf, 5, &evaluation_error);
+            put_rule_refs(&mut buf, 6, &response.allowed_by);
+            put_rule_refs(&mut buf, 7, &response.denied_by);
+            buf.into_boxed_slice()
+        })
     }
 
     fn body_len(&self) -> usize {
-        let response = &*self.response;
-        varint_field_len(1, self.decision())
-            + bool_field_len(2, response.decision == Decision::Allow)
-            + bool_field_len(3, response.decision == Decision::Deny)
-            + string_field_len(4, &response.reason)
-            + string_field_len(5, &self.evaluation_error)
-            + rule_refs_len(6, &response.allowed_by)
-            + rule_refs_len(7, &response.denied_by)
+        self.response_fields().len()
             + varint_field_len(8, self.revision)
             + bool_field_len(9, self.cached)
     }
 
     fn encode_body(&self, buf: &mut impl BufMut) {
-        let response = &*self.response;
-        put_varint_field(buf, 1, self.decision());
-        put_bool_field(buf, 2, response.decision == Decision::Allow);
-        put_bool_field(buf, 3, response.decision == Decision::Deny);
-        put_string_field(buf, 4, &response.reason);
-        put_string_field(buf, 5, &self.evaluation_error);
-        put_rule_refs(buf, 6, &response.allowed_by);
-        put_rule_refs(buf, 7, &response.denied_by);
+        buf.put_slice(self.response_fields());
         put_varint_field(buf, 8, self.revision);
         put_bool_field(buf, 9, self.cached);
     }

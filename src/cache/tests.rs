@@ -1,5 +1,5 @@
 use super::*;
-use crate::engine::{ResourceAttributes, UserInfo};
+use crate::engine::{EncodedOnce, ResourceAttributes, UserInfo};
 use crate::policy::impact::SubjectKey;
 
 fn request(user: &str, groups: &[&str], namespace: &str) -> Request {
@@ -25,6 +25,7 @@ fn response(decision: Decision) -> Arc<Response> {
         allowed_by: Vec::new(),
         denied_by: Vec::new(),
         errors: Vec::new(),
+        encoded: EncodedOnce::default(),
     })
 }
 

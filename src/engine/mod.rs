@@ -15,7 +15,7 @@ pub mod verdict;
 use std::collections::BTreeMap;
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 pub use chain::Engine;
 
@@ -358,6 +358,47 @@ pub struct Response {
     pub denied_by: Vec<RuleRef>,
     /// Evaluation errors (missing roles, unevaluable restrictions). Never fatal.
     pub errors: Vec<String>,
+    /// The API's serialized form of the fields above, written once and reused by every answer
+    /// holding this same `Arc<Response>` (cache hits, shared responses). The engine never
+    /// reads it.
+    pub encoded: EncodedOnce,
+}
+
+/// A serialized form of one value, computed by the first reader that needs it and kept for
+/// the value's life. It is a cache, not part of the value: it compares equal whatever it
+/// holds, and a clone starts empty (the clone may be changed before it is encoded).
+#[derive(Default)]
+pub struct EncodedOnce(OnceLock<Box<[u8]>>);
+
+impl EncodedOnce {
+    /// The bytes `encode` writes, computed on the first call only. Callers must always pass
+    /// the same encoding of the same value.
+    pub fn get_or_init(&self, encode: impl FnOnce() -> Box<[u8]>) -> &[u8] {
+        self.0.get_or_init(encode)
+    }
+}
+
+impl Clone for EncodedOnce {
+    fn clone(&self) -> Self {
+        Self::default()
+    }
+}
+
+impl PartialEq for EncodedOnce {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for EncodedOnce {}
+
+impl fmt::Debug for EncodedOnce {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0.get() {
+            Some(bytes) => write!(f, "EncodedOnce({} bytes)", bytes.len()),
+            None => f.write_str("EncodedOnce(empty)"),
+        }
+    }
 }
 
 impl Response {
@@ -448,5 +489,43 @@ impl Authorize for Engine {
 
     fn who_can(&self, action: &Action) -> AllowedSubjects {
         self.allowed_subjects(action)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn response(reason: &str) -> Response {
+        Response {
+            decision: Decision::Allow,
+            reason: reason.to_string(),
+            allowed_by: Vec::new(),
+            denied_by: Vec::new(),
+            errors: Vec::new(),
+            encoded: EncodedOnce::default(),
+        }
+    }
+
+    /// The encoding is computed once, and never makes two responses differ: a clone (which
+    /// may be changed) starts without it.
+    #[test]
+    fn encoded_once_is_a_cache_not_part_of_the_response() {
+        let first = response("because");
+        let mut calls = 0;
+        for _ in 0..2 {
+            let bytes = first.encoded.get_or_init(|| {
+                calls += 1;
+                Box::from(&b"one"[..])
+            });
+            assert_eq!(bytes, b"one");
+        }
+        assert_eq!(calls, 1);
+        assert_eq!(first, response("because"));
+        assert_ne!(first, response("otherwise"));
+
+        let mut clone = first.clone();
+        clone.reason = "otherwise".to_string();
+        assert_eq!(clone.encoded.get_or_init(|| Box::from(&b"two"[..])), b"two");
     }
 }

@@ -4,7 +4,7 @@
 //! differential tests compare.
 
 use crate::engine::explain;
-use crate::engine::{Decision, EngineConfig, Mode, Response, RuleRef, SubjectRef};
+use crate::engine::{Decision, EncodedOnce, EngineConfig, Mode, Response, RuleRef, SubjectRef};
 use crate::policy::rbac::RuleEffect;
 
 /// What one authorizer said.
@@ -210,6 +210,7 @@ pub fn run_chain(
         allowed_by: Vec::new(),
         denied_by: Vec::new(),
         errors,
+        encoded: EncodedOnce::default(),
     }
 }
 
@@ -220,6 +221,7 @@ fn into_response(verdict: Verdict) -> Response {
         allowed_by: verdict.allowed_by,
         denied_by: verdict.denied_by,
         errors: verdict.errors,
+        encoded: EncodedOnce::default(),
     }
 }
 

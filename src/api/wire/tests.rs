@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::Request;
+use crate::engine::{EncodedOnce, Request};
 
 /// Strings as clients send them, with the edge cases validation and UTF-8 care about.
 fn text() -> impl Strategy<Value = String> {
@@ -198,7 +198,9 @@ proptest! {
         };
     }
 
-    /// Replies are byte for byte what prost writes for `convert::authorize_response`.
+    /// Replies are byte for byte what prost writes for `convert::authorize_response`. The batch
+    /// answers share each single answer's `Arc<Response>` (so its encoded fields, kept in the
+    /// response) but not its revision or cached flag, as a later cache hit does.
     #[test]
     fn replies_encode_as_prost(
         answers in proptest::collection::vec(decided(), 0..5),
@@ -214,8 +216,10 @@ proptest! {
             reply.encode_wire(&mut single);
             prop_assert_eq!(reply.encoded_len(), single.len());
             prop_assert_eq!(&single, &expected.encode_to_vec());
-            expected_batch.responses.push(expected);
-            mine.push(Answer::new(decided, revision));
+            let later = Decided { cached: !decided.cached, ..decided };
+            let later_revision = revision.wrapping_add(1);
+            expected_batch.responses.push(convert::authorize_response(&later, later_revision));
+            mine.push(Answer::new(later, later_revision));
         }
         let batch = BatchAuthorizeReply::new(mine);
         batch.encode_wire(&mut batch_bytes);
@@ -262,6 +266,7 @@ fn decided() -> impl Strategy<Value = Decided> {
                     allowed_by,
                     denied_by,
                     errors,
+                    encoded: EncodedOnce::default(),
                 }),
                 cached,
             },
