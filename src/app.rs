@@ -413,6 +413,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         http2_max_header_list_size: limits.http2_max_header_list_size,
         http2_keepalive_interval: limits.http2_keepalive_interval,
         http2_keepalive_timeout: limits.http2_keepalive_timeout,
+        tcp_keepalive: limits.tcp_keepalive,
         max_connection_age: limits.max_connection_age,
         max_connections: limits.max_connections,
     };

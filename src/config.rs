@@ -425,13 +425,20 @@ pub struct LimitArgs {
     #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
     pub http2_max_header_list_size: u32,
 
-    /// How often an HTTP/2 ping checks that an idle connection's client is still there.
-    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
-    pub http2_keepalive_interval: Duration,
+    /// Optional: how often an HTTP/2 ping checks that an idle connection's client is still
+    /// there (for clients behind proxies that answer TCP keepalive themselves). Off by
+    /// default: TCP keepalive finds vanished clients at no cost per request.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Option<Duration>,
 
     /// How long a ping may go unanswered before the connection is closed.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub http2_keepalive_timeout: Duration,
+
+    /// Silence on a TCP connection before the kernel starts keepalive probes (every 10 s; three
+    /// unanswered close the connection), so a client that vanished without closing is found.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub tcp_keepalive: Duration,
 
     /// Watch streams open at once (they hold no request slot while streaming); one more is
     /// refused with RESOURCE_EXHAUSTED.
@@ -469,8 +476,9 @@ pub struct ServeLimits {
     pub request_timeout: Duration,
     pub http2_max_concurrent_streams: u32,
     pub http2_max_header_list_size: u32,
-    pub http2_keepalive_interval: Duration,
+    pub http2_keepalive_interval: Option<Duration>,
     pub http2_keepalive_timeout: Duration,
+    pub tcp_keepalive: Duration,
     pub max_connection_age: Option<Duration>,
     pub max_watches: usize,
     pub max_connections: usize,
@@ -502,10 +510,13 @@ impl LimitArgs {
             "http2-max-concurrent-streams",
             u64::from(self.http2_max_concurrent_streams),
         )?;
-        positive(
-            "request-timeout",
-            u64::try_from(self.request_timeout.as_millis()).unwrap_or(u64::MAX),
-        )?;
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        positive("request-timeout", millis(self.request_timeout))?;
+        if let Some(interval) = self.http2_keepalive_interval {
+            positive("http2-keepalive-interval", millis(interval))?;
+        }
+        // The kernel counts keepalive idle time in whole seconds.
+        positive("tcp-keepalive", self.tcp_keepalive.as_secs())?;
         Ok(ServeLimits {
             max_concurrent_requests: self.max_concurrent_requests,
             request_timeout: self.request_timeout,
@@ -513,6 +524,7 @@ impl LimitArgs {
             http2_max_header_list_size: self.http2_max_header_list_size,
             http2_keepalive_interval: self.http2_keepalive_interval,
             http2_keepalive_timeout: self.http2_keepalive_timeout,
+            tcp_keepalive: self.tcp_keepalive,
             max_connection_age: self.max_connection_age,
             max_connections: self.max_connections,
             max_watches: self.max_watches,
@@ -1035,6 +1047,8 @@ mod tests {
         };
         assert_eq!(s.limits.max_concurrent_requests, 1024);
         assert_eq!(s.limits.request_timeout, Duration::from_secs(30));
+        assert_eq!(s.limits.http2_keepalive_interval, None);
+        assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(30));
         assert_eq!(s.audit, None);
 
         let cli = Cli::try_parse_from([
@@ -1046,6 +1060,10 @@ mod tests {
             "250ms",
             "--audit-log",
             "/tmp/a.jsonl",
+            "--http2-keepalive-interval",
+            "20s",
+            "--tcp-keepalive",
+            "2m",
         ])
         .unwrap();
         let Settings::Serve(s) = cli.settings().unwrap() else {
@@ -1053,6 +1071,11 @@ mod tests {
         };
         assert_eq!(s.limits.max_concurrent_requests, 3);
         assert_eq!(s.limits.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            s.limits.http2_keepalive_interval,
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(120));
         assert_eq!(
             s.audit,
             Some(AuditSettings {
@@ -1065,6 +1088,8 @@ mod tests {
             ["--max-concurrent-requests", "0"],
             ["--request-timeout", "0s"],
             ["--audit-queue", "0"],
+            ["--http2-keepalive-interval", "0s"],
+            ["--tcp-keepalive", "500ms"],
         ] {
             let cli = Cli::try_parse_from(["authzd", "serve", bad[0], bad[1]]).unwrap();
             let err = cli.settings().unwrap_err();

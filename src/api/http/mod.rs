@@ -263,8 +263,9 @@ mod tests {
             crate::transport::ConnectionLimits {
                 http2_max_concurrent_streams: 16,
                 http2_max_header_list_size: 16 * 1024,
-                http2_keepalive_interval: std::time::Duration::from_secs(30),
+                http2_keepalive_interval: None,
                 http2_keepalive_timeout: std::time::Duration::from_secs(10),
+                tcp_keepalive: std::time::Duration::from_secs(30),
                 max_connection_age: None,
                 max_connections: 16,
             },
