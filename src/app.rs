@@ -382,7 +382,6 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let router = tonic::service::Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
-        .add_service(authorizer)
         .add_service(access_review)
         .add_service(admin)
         .add_service(envoy)
@@ -402,7 +401,10 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             limits.request_timeout,
         ))
         .map_response(crate::api::error::caller_faults_keep_their_codes)
-        .service(crate::api::http::router(router, http_api));
+        .service(crate::api::dispatch::ServiceFirst::new(
+            authorizer,
+            crate::api::http::router(router, http_api),
+        ));
     for listener in &listeners {
         let addr = listener.local_addr();
         eprintln!("authzd listening on {addr}");

@@ -4,6 +4,7 @@
 //! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
 //! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`state`];
+//! * [`dispatch`]: the Authorizer's calls straight to it, the rest through the router;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
@@ -13,6 +14,7 @@
 
 pub mod admin;
 pub mod convert;
+pub mod dispatch;
 pub mod envoy;
 pub mod error;
 pub mod grpc;
