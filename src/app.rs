@@ -400,7 +400,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             limits.max_concurrent_requests,
             limits.request_timeout,
         ))
-        .map_response(crate::api::error::caller_faults_keep_their_codes)
+        .map_response(crate::api::error::caller_faults_get_their_codes)
         .service(crate::api::dispatch::ServiceFirst::new(
             authorizer,
             crate::api::http::router(router, http_api),

@@ -516,7 +516,12 @@ impl LimitArgs {
             positive("http2-keepalive-interval", millis(interval))?;
         }
         // The kernel counts keepalive idle time in whole seconds.
-        positive("tcp-keepalive", self.tcp_keepalive.as_secs())?;
+        if self.tcp_keepalive.as_secs() == 0 {
+            return Err(usage_error(
+                "serve",
+                "--tcp-keepalive must be at least 1s".to_string(),
+            ));
+        }
         Ok(ServeLimits {
             max_concurrent_requests: self.max_concurrent_requests,
             request_timeout: self.request_timeout,

@@ -143,7 +143,7 @@ const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status
 ///
 /// INVARIANT: no handler returns `OUT_OF_RANGE` or `INTERNAL` (see [`ApiError`]), so every
 /// `OUT_OF_RANGE` here is a size refusal and every `INTERNAL` one of the codec's.
-pub fn caller_faults_keep_their_codes<B>(mut response: http::Response<B>) -> http::Response<B> {
+pub fn caller_faults_get_their_codes<B>(mut response: http::Response<B>) -> http::Response<B> {
     const OUT_OF_RANGE: &[u8] = b"11";
     const INTERNAL: &[u8] = b"13";
     let headers = response.headers_mut();
@@ -182,13 +182,13 @@ mod tests {
     #[test]
     fn oversized_refusals_become_resource_exhausted() {
         let refusal = tonic::Status::out_of_range("too large").into_http::<()>();
-        let mapped = caller_faults_keep_their_codes(refusal);
+        let mapped = caller_faults_get_their_codes(refusal);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::ResourceExhausted);
         assert_eq!(status.message(), "too large");
 
         let other = tonic::Status::invalid_argument("x").into_http::<()>();
-        let mapped = caller_faults_keep_their_codes(other);
+        let mapped = caller_faults_get_their_codes(other);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
     }
@@ -211,13 +211,13 @@ mod tests {
         let refusal =
             tonic::Status::internal("failed to decode Protobuf message: buffer underflow")
                 .into_http::<()>();
-        let mapped = caller_faults_keep_their_codes(refusal);
+        let mapped = caller_faults_get_their_codes(refusal);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::InvalidArgument);
         assert!(status.message().contains("buffer underflow"));
 
         let other = tonic::Status::internal("something else").into_http::<()>();
-        let mapped = caller_faults_keep_their_codes(other);
+        let mapped = caller_faults_get_their_codes(other);
         let status = tonic::Status::from_header_map(mapped.headers()).unwrap();
         assert_eq!(status.code(), tonic::Code::Internal);
     }

@@ -112,7 +112,7 @@ impl BatchDecoded<'_> {
 }
 
 /// An undecodable message: `INVALID_ARGUMENT` with prost's description, as every other
-/// service's undecodable request gets (see `api::error::caller_faults_keep_their_codes`).
+/// service's undecodable request gets (see `api::error::caller_faults_get_their_codes`).
 fn undecodable(error: &prost::DecodeError) -> Status {
     Status::invalid_argument(error.to_string())
 }
@@ -595,20 +595,13 @@ impl Answer {
         let response = &*self.response;
         response.encoded.get_or_init(|| {
             let decision = convert::decision(response.decision) as i32 as u64;
-            let evaluation_error = response.evaluation_error();
-            let len = varint_field_len(1, decision)
-                + bool_field_len(2, response.decision == Decision::Allow)
-                + bool_field_len(3, response.decision == Decision::Deny)
-                + string_field_len(4, &response.reason)
-                + string_field_len(5, &evaluation_error)
-                + rule_refs_len(6, &response.allowed_by)
-                + rule_refs_len(7, &response.denied_by);
-            let mut buf = Vec::with_capacity(len);
+            // Once per response, so the buffer may grow as it goes (and shrink to fit).
+            let mut buf = Vec::new();
             put_varint_field(&mut buf, 1, decision);
             put_bool_field(&mut buf, 2, response.decision == Decision::Allow);
             put_bool_field(&mut buf, 3, response.decision == Decision::Deny);
             put_string_field(&mut buf, 4, &response.reason);
-            put_string_field(&mut buf, 5, &evaluation_error);
+            put_string_field(&mut buf, 5, &response.evaluation_error());
             put_rule_refs(&mut buf, 6, &response.allowed_by);
             put_rule_refs(&mut buf, 7, &response.denied_by);
             buf.into_boxed_slice()
@@ -726,13 +719,6 @@ fn rule_ref_len(rule: &RuleRef) -> usize {
         + string_field_len(3, &rule.role)
         + varint_field_len(4, u64::from(rule.rule_index))
         + string_field_len(5, &rule.source)
-}
-
-fn rule_refs_len(field: u32, rules: &[RuleRef]) -> usize {
-    rules
-        .iter()
-        .map(|rule| len_field_len(field, rule_ref_len(rule)))
-        .sum()
 }
 
 fn put_varint(buf: &mut impl BufMut, mut value: u64) {

@@ -261,7 +261,7 @@ async fn accept_loop(
         .max_header_list_size(limits.http2_max_header_list_size)
         // Pings find clients that vanished without closing, through proxies that answer TCP
         // keepalive themselves. Opt-in: with them on, hyper records every frame for the ping
-        // timer (about 1.7% of an Authorize's instructions, measured with scripts/profile.sh).
+        // timer (1.4% to 1.7% of an Authorize's instructions in two scripts/profile.sh runs).
         .keep_alive_interval(limits.http2_keepalive_interval)
         .keep_alive_timeout(limits.http2_keepalive_timeout);
     let mut connections = tokio::task::JoinSet::new();
