@@ -1,5 +1,6 @@
-//! The decision cache: a sharded concurrent map (dashmap) in front of the engine, with the same
-//! interface, revocation-aware and precise invalidation, and CLOCK eviction.
+//! The decision cache: a sharded concurrent map (hashbrown tables, one lock per shard, keys
+//! packed in one buffer per shard) in front of the engine, with the same interface,
+//! revocation-aware and precise invalidation, and CLOCK eviction.
 //!
 //! The cache knows keys, decisions and revisions — never policy. What a change affects arrives
 //! as an [`Impact`] (subjects and namespaces) computed by the policy layer.
@@ -40,10 +41,11 @@
 use std::hash::Hasher;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::sync::{PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
-use dashmap::mapref::entry::Entry as MapEntry;
-use dashmap::DashMap;
+use hashbrown::hash_table::Entry as TableEntry;
+use hashbrown::HashTable;
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
@@ -136,9 +138,13 @@ pub enum InvalidationCause {
 }
 
 struct CacheEntry {
-    /// The canonical request bytes (see [`encode`]), kept to tell digest collisions from hits
-    /// with one comparison, and decoded by invalidation to find the subject and namespace.
-    key: Box<[u8]>,
+    /// The digest of the key (see [`DecisionCache::key`]): the table's hash, kept to rehash.
+    digest: u64,
+    /// Where the entry's canonical request bytes (see [`encode`]) are in its shard's
+    /// [`Shard::keys`]: compared on every hit to tell digest collisions from hits, and decoded
+    /// by invalidation to find the subject and namespace.
+    key_at: u32,
+    key_len: u32,
     response: Arc<Response>,
     /// The revision the response was computed at.
     revision: u64,
@@ -190,16 +196,6 @@ impl PartialEq for EncodedKey {
 impl std::fmt::Debug for EncodedKey {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         (**self).fmt(f)
-    }
-}
-
-impl EncodedKey {
-    /// The entry's key: one allocation of exactly the key's length.
-    fn into_boxed_slice(self) -> Box<[u8]> {
-        match self {
-            EncodedKey::Inline { .. } => Box::from(&*self),
-            EncodedKey::Heap(bytes) => bytes.into_boxed_slice(),
-        }
     }
 }
 
@@ -348,17 +344,141 @@ fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
     Some((user, groups, namespace))
 }
 
-type EntryMap = DashMap<u64, CacheEntry, std::hash::BuildHasherDefault<PassThroughHasher>>;
-
 /// Shards of the map: many, so that a sweep (eviction, invalidation) holds any one shard's lock
 /// only over a few hundred entries at the default size.
 const SHARDS: usize = 128;
 
+/// One shard: its entries, and all their keys back to back in one buffer. Keys are what a
+/// cache under misses churns: one allocation each would be freed by the sweeper thread and
+/// reallocated by the request threads, cycling the allocator's pages; here an insert appends
+/// to memory the shard already holds, and removals leave garbage that [`Shard::compact`]
+/// reclaims in place.
+struct Shard {
+    entries: HashTable<CacheEntry>,
+    keys: Vec<u8>,
+    /// Bytes of `keys` that no entry names any more.
+    garbage: usize,
+}
+
+impl Shard {
+    fn key_of(&self, entry: &CacheEntry) -> &[u8] {
+        let at = entry.key_at as usize;
+        self.keys
+            .get(at..at + entry.key_len as usize)
+            .unwrap_or_default()
+    }
+
+    /// Appends `key`, returning where it starts; `None` if offsets would not fit in a `u32`
+    /// (a shard of gigabytes of keys: the insert is skipped instead).
+    fn push_key(&mut self, key: &[u8]) -> Option<(u32, u32)> {
+        let at = u32::try_from(self.keys.len()).ok()?;
+        let len = u32::try_from(key.len()).ok()?;
+        at.checked_add(len)?;
+        self.keys.extend_from_slice(key);
+        Some((at, len))
+    }
+
+    /// Keeps the entries for which `keep` (given each entry and its key) says so, and
+    /// reclaims the key space once enough of it is garbage. Returns how many were removed.
+    fn retain(&mut self, mut keep: impl FnMut(&CacheEntry, &[u8]) -> bool) -> usize {
+        let Shard {
+            entries,
+            keys,
+            garbage,
+        } = self;
+        let before = entries.len();
+        entries.retain(|entry| {
+            let at = entry.key_at as usize;
+            let key = keys
+                .get(at..at + entry.key_len as usize)
+                .unwrap_or_default();
+            let kept = keep(entry, key);
+            if !kept {
+                *garbage += entry.key_len as usize;
+            }
+            kept
+        });
+        let removed = before - entries.len();
+        // Compacting moves every live key, so wait until garbage is a quarter of the buffer:
+        // each byte is then moved a bounded number of times over its life.
+        if self.garbage * 4 > self.keys.len() {
+            self.compact();
+        }
+        removed
+    }
+
+    /// Moves the live keys to the front of the buffer, in the order they were written, and
+    /// drops the garbage. The buffer keeps its capacity: the next inserts reuse it.
+    fn compact(&mut self) {
+        let mut live: Vec<&mut CacheEntry> = self.entries.iter_mut().collect();
+        live.sort_unstable_by_key(|entry| entry.key_at);
+        let mut write = 0usize;
+        for entry in live {
+            let (at, len) = (entry.key_at as usize, entry.key_len as usize);
+            self.keys.copy_within(at..at + len, write);
+            // `write` ≤ `at`, which fit in a u32.
+            entry.key_at = write as u32;
+            write += len;
+        }
+        self.keys.truncate(write);
+        self.garbage = 0;
+    }
+}
+
+/// A shard behind its own lock, on its own cache lines so that neighbouring shards' lock words
+/// do not share one.
+#[repr(align(128))]
+struct ShardLock(RwLock<Shard>);
+
+/// Each shard's table is sized at start for its share of the hard limit (up to this many
+/// entries in all): a growing table rehashes under its write lock, on the request path, and
+/// leaves the old table's memory to the allocator. Past this, tables grow as they fill.
+const PRESIZED_ENTRIES_MAX: usize = 1 << 20;
+
+/// The entries one shard's table is sized for at start.
+fn presized_entries(capacity: usize) -> usize {
+    // A shard's share varies a little with the digests; an eighth more covers it.
+    let share = hard_limit(capacity.min(PRESIZED_ENTRIES_MAX)).div_ceil(SHARDS);
+    share + share / 8
+}
+
+impl ShardLock {
+    fn with_capacity(entries: usize) -> Self {
+        Self(RwLock::new(Shard {
+            entries: HashTable::with_capacity(entries),
+            keys: Vec::new(),
+            garbage: 0,
+        }))
+    }
+
+    // A panic while a shard is locked cannot leave it inconsistent in a way that matters to
+    // readers (every entry is self-contained and checked on use), so poisoning is ignored.
+    fn read(&self) -> RwLockReadGuard<'_, Shard> {
+        self.0.read().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn write(&self) -> RwLockWriteGuard<'_, Shard> {
+        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
 /// What the background sweeper shares with the cache (it holds a weak reference, and stops
 /// when the cache is dropped).
 struct Shared {
-    map: EntryMap,
+    shards: Box<[ShardLock]>,
     len: AtomicUsize,
+    /// The CLOCK hand: the shard the next eviction sweep starts at.
+    hand: AtomicUsize,
+}
+
+impl Shared {
+    /// The shard of a digest. Bits from the middle: hashbrown takes a table's bucket from the
+    /// low bits and its tag from the top seven, and a shard must not fix either.
+    fn shard(&self, digest: u64) -> &ShardLock {
+        let index = (digest >> 40) as usize % SHARDS;
+        // `shards` has SHARDS elements; the modulo keeps the index in range.
+        &self.shards[index]
+    }
 }
 
 pub struct DecisionCache {
@@ -381,24 +501,6 @@ impl Drop for DecisionCache {
     }
 }
 
-/// The map's keys are already well-mixed 64-bit digests.
-#[derive(Default)]
-pub struct PassThroughHasher(u64);
-
-impl Hasher for PassThroughHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for b in bytes {
-            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = n;
-    }
-}
-
 fn attribute_bytes(user: &str, groups: &[&str], action: ActionRef<'_>) -> usize {
     let action = match action {
         ActionRef::Resource(r) => {
@@ -418,8 +520,11 @@ fn attribute_bytes(user: &str, groups: &[&str], action: ActionRef<'_>) -> usize 
 impl DecisionCache {
     pub fn new(config: CacheConfig) -> Self {
         let shared = Arc::new(Shared {
-            map: DashMap::with_hasher_and_shard_amount(Default::default(), SHARDS),
+            shards: (0..SHARDS)
+                .map(|_| ShardLock::with_capacity(presized_entries(config.capacity)))
+                .collect(),
             len: AtomicUsize::new(0),
+            hand: AtomicUsize::new(0),
         });
         let stats = Arc::new(CacheStats::default());
         let sweeper = (config.capacity > 0)
@@ -454,8 +559,8 @@ impl DecisionCache {
         let encoded = encode(user, groups, action);
         let mut h = FxHasher::default();
         h.write(&encoded);
-        // Fx is fast but weakly mixed; finish with a multiply-xorshift so dashmap's shard
-        // selection (high bits) and hashbrown's buckets (low bits) both spread.
+        // Fx is fast but weakly mixed; finish with a multiply-xorshift so the shard (middle
+        // bits), hashbrown's buckets (low bits) and its tags (top bits) all spread.
         let mut digest = h.finish();
         digest ^= digest >> 33;
         digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
@@ -498,8 +603,9 @@ impl DecisionCache {
             return Lookup::Bypass;
         }
         let key = Self::key(user, &canonical_groups(groups), action);
-        if let Some(entry) = self.shared.map.get(&key.digest) {
-            if entry.revision <= revision && *entry.key == *key.encoded {
+        let shard = self.shared.shard(key.digest).read();
+        if let Some(entry) = shard.entries.find(key.digest, |e| e.digest == key.digest) {
+            if entry.revision <= revision && shard.key_of(entry) == &*key.encoded {
                 let fresh = entry.expires.is_none_or(|at| Instant::now() < at);
                 if fresh {
                     // Write the CLOCK bit only when it changes: a hot entry is read by every
@@ -530,34 +636,44 @@ impl DecisionCache {
             Decision::Allow => self.config.allow_ttl,
             Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
         };
+        let expires = ttl.map(|ttl| Instant::now() + ttl);
+        let digest = key.digest;
+        let mut shard = self.shared.shard(digest).write();
+        // INVARIANT: the revision check happens under the shard's write lock (see module docs).
+        if self.accepting_revision.load(Ordering::SeqCst) != revision {
+            self.stats.stale_inserts_refused.add(1);
+            return;
+        }
+        let Some((key_at, key_len)) = shard.push_key(&key.encoded) else {
+            self.stats.inserts_skipped_full.add(1);
+            return;
+        };
         let entry = CacheEntry {
-            // One allocation of exactly the key's length (`encode` sized a spilled key exactly).
-            key: key.encoded.into_boxed_slice(),
+            digest,
+            key_at,
+            key_len,
             response,
             revision,
-            expires: ttl.map(|ttl| Instant::now() + ttl),
+            expires,
             referenced: AtomicBool::new(false),
         };
-        // INVARIANT: the revision check happens under the shard's write lock (see module docs).
-        match self.shared.map.entry(key.digest) {
-            MapEntry::Occupied(mut occupied) => {
-                if self.accepting_revision.load(Ordering::SeqCst) != revision {
-                    self.stats.stale_inserts_refused.add(1);
-                    return;
-                }
-                occupied.insert(entry);
+        let Shard {
+            entries, garbage, ..
+        } = &mut *shard;
+        match entries.entry(digest, |e| e.digest == digest, |e| e.digest) {
+            TableEntry::Occupied(mut occupied) => {
+                // The same request again, or another with the same digest: the newer wins.
+                *garbage += occupied.get().key_len as usize;
+                *occupied.get_mut() = entry;
             }
-            MapEntry::Vacant(vacant) => {
-                if self.accepting_revision.load(Ordering::SeqCst) != revision {
-                    self.stats.stale_inserts_refused.add(1);
-                    return;
-                }
-                // Count the entry while still holding the shard lock: a concurrent
-                // invalidation or eviction can only remove it (and subtract) after this.
-                let _locked = vacant.insert(entry);
+            TableEntry::Vacant(vacant) => {
+                vacant.insert(entry);
+                // Counted while still holding the shard lock: a concurrent invalidation or
+                // eviction can only remove the entry (and subtract) after this.
                 self.shared.len.fetch_add(1, Ordering::Relaxed);
             }
         }
+        drop(shard);
         self.stats.inserts.add(1);
         if self.len() > self.config.capacity {
             self.request_eviction();
@@ -575,16 +691,16 @@ impl DecisionCache {
             return 0;
         }
         let mut removed = 0usize;
-        self.shared.map.retain(|_, entry| {
-            // An entry that does not decode cannot be attributed: drop it (fail safe).
-            let affected = decode_subject(&entry.key).is_none_or(|(user, groups, namespace)| {
-                impact.affects(user, groups.iter().copied(), namespace)
+        for shard in self.shared.shards.iter() {
+            let mut shard = shard.write();
+            removed += shard.retain(|_, key| {
+                // An entry that does not decode cannot be attributed: drop it (fail safe).
+                let affected = decode_subject(key).is_none_or(|(user, groups, namespace)| {
+                    impact.affects(user, groups.iter().copied(), namespace)
+                });
+                !affected
             });
-            if affected {
-                removed += 1;
-            }
-            !affected
-        });
+        }
         self.shared.len.fetch_sub(removed, Ordering::Relaxed);
         let counter = match cause {
             InvalidationCause::Apply => &self.stats.invalidated_by_apply,
@@ -645,7 +761,9 @@ fn spawn_sweeper(
 }
 
 /// CLOCK (second chance) down to 7/8 of capacity: entries hit since the last sweep survive one
-/// more round, so hot entries stay. Shard by shard, so readers wait for one small shard at most.
+/// more round, so hot entries stay. Shard by shard, so readers wait for one small shard at most;
+/// each shard gives up its share of the excess in proportion to its size, so shards stay even
+/// (no shard is emptied while another grows its table), starting where the last sweep stopped.
 fn sweep(shared: &Shared, stats: &CacheStats, capacity: usize) {
     let target = capacity - capacity / 8;
     for _pass in 0..2 {
@@ -653,15 +771,40 @@ fn sweep(shared: &Shared, stats: &CacheStats, capacity: usize) {
         if len <= target {
             break;
         }
-        let excess = len - target;
+        let mut excess = len - target;
+        let mut unvisited = len;
         let mut removed = 0usize;
-        shared.map.retain(|_, entry| {
-            if removed >= excess || entry.referenced.swap(false, Ordering::Relaxed) {
-                return true;
-            }
-            removed += 1;
-            false
-        });
+        let start = shared.hand.load(Ordering::Relaxed);
+        let mut visited = 0;
+        while excess > 0 && visited < SHARDS {
+            let index = (start + visited) % SHARDS;
+            visited += 1;
+            let Some(shard) = shared.shards.get(index) else {
+                continue;
+            };
+            let mut shard = shard.write();
+            let here = shard.entries.len();
+            // What is still to evict, spread over what is still to visit; an entry this shard
+            // keeps for its reference bit moves its share on to the next shards.
+            let quota = excess
+                .saturating_mul(here)
+                .div_ceil(unvisited.max(1))
+                .min(excess);
+            unvisited = unvisited.saturating_sub(here);
+            let mut taken = 0usize;
+            let evicted = shard.retain(|entry, _| {
+                if taken >= quota || entry.referenced.swap(false, Ordering::Relaxed) {
+                    return true;
+                }
+                taken += 1;
+                false
+            });
+            excess = excess.saturating_sub(evicted);
+            removed += evicted;
+        }
+        shared
+            .hand
+            .store((start + visited) % SHARDS, Ordering::Relaxed);
         shared.len.fetch_sub(removed, Ordering::Relaxed);
         stats.evictions.add(removed as u64);
     }

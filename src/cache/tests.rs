@@ -156,6 +156,91 @@ fn eviction_bounds_size_and_keeps_hot_entries() {
     assert!(c.stats.evictions.get() > 0);
 }
 
+/// Each shard's entry count, and checks its key buffer's bookkeeping on the way: the live
+/// bytes are exactly the entries' keys, and garbage never stays above a quarter.
+fn shard_sizes(c: &DecisionCache) -> Vec<usize> {
+    c.shared
+        .shards
+        .iter()
+        .map(|shard| {
+            let shard = shard.read();
+            let live: usize = shard.entries.iter().map(|e| e.key_len as usize).sum();
+            assert_eq!(shard.keys.len() - shard.garbage, live);
+            assert!(shard.garbage * 4 <= shard.keys.len() || shard.garbage == 0);
+            shard.entries.len()
+        })
+        .collect()
+}
+
+/// Invalidations leave garbage in the shards' key buffers and compaction moves the survivors'
+/// keys: every survivor must still hit (its key compared where it now lives) and still decode
+/// for the next invalidation, and every removed entry must miss.
+#[test]
+fn compaction_keeps_every_surviving_key() {
+    let c = cache(100_000);
+    let requests: Vec<Request> = (0..4000)
+        .map(|i| {
+            let team = format!("team-{}", i % 7);
+            request(&format!("user-{i}"), &[&team], &format!("ns-{}", i % 13))
+        })
+        .collect();
+    for r in &requests {
+        put(&c, r, 1);
+    }
+    let mut alive = vec![true; requests.len()];
+    // Revoke one team at a time: each invalidation removes a sixth to a half of what is left,
+    // so some shards compact and others only collect garbage.
+    for team in 0..6 {
+        let mut impact = Impact::default();
+        impact
+            .cluster
+            .insert(SubjectKey::Group(format!("team-{team}").into()));
+        c.begin_revision(2 + team as u64);
+        let removed = c.invalidate(&impact, InvalidationCause::Apply);
+        assert_eq!(
+            removed,
+            (0..requests.len()).filter(|i| i % 7 == team).count()
+        );
+        for (i, r) in requests.iter().enumerate() {
+            if i % 7 == team {
+                alive[i] = false;
+            }
+            assert_eq!(
+                is_hit(&c, r),
+                alive[i],
+                "request {i} after revoking team-{team}"
+            );
+        }
+        let sizes = shard_sizes(&c);
+        assert_eq!(sizes.iter().sum::<usize>(), c.len());
+    }
+    assert_eq!(c.len(), alive.iter().filter(|a| **a).count());
+}
+
+/// Eviction takes from every shard in proportion to its size. Taking whole shards in turn (as
+/// a plain walk would) empties some while the rest keep growing their tables.
+#[test]
+fn eviction_spreads_over_the_shards() {
+    let capacity = 100 * SHARDS;
+    let c = cache(capacity);
+    for i in 0..capacity + capacity / 8 {
+        if let Lookup::Miss(key) = c.lookup(&request(&format!("user-{i}"), &[], "ns")) {
+            c.insert(key, response(Decision::Allow), 1);
+        }
+    }
+    sweep(&c.shared, &c.stats, capacity);
+    let target = capacity - capacity / 8;
+    let sizes = shard_sizes(&c);
+    assert_eq!(sizes.iter().sum::<usize>(), c.len());
+    assert!(c.len() <= target, "size {} after a sweep", c.len());
+    let average = c.len() / SHARDS;
+    let smallest = sizes.iter().copied().min().unwrap_or_default();
+    assert!(
+        smallest * 2 >= average,
+        "a shard kept {smallest} entries against an average of {average}"
+    );
+}
+
 #[test]
 fn ttl_expires_entries() {
     let c = DecisionCache::new(CacheConfig {
