@@ -399,12 +399,16 @@ impl Shard {
             kept
         });
         let removed = before - entries.len();
-        // Compacting moves every live key, so wait until garbage is a quarter of the buffer:
-        // each byte is then moved a bounded number of times over its life.
+        self.compact_if_wasteful();
+        removed
+    }
+
+    /// Compacts once garbage passes a quarter of the buffer. Compacting moves every live key,
+    /// so waiting that long moves each byte a bounded number of times over its life.
+    fn compact_if_wasteful(&mut self) {
         if self.garbage * 4 > self.keys.len() {
             self.compact();
         }
-        removed
     }
 
     /// Moves the live keys to the front of the buffer, in the order they were written, and
@@ -662,9 +666,12 @@ impl DecisionCache {
         } = &mut *shard;
         match entries.entry(digest, |e| e.digest == digest, |e| e.digest) {
             TableEntry::Occupied(mut occupied) => {
-                // The same request again, or another with the same digest: the newer wins.
+                // The same request again (expired, or two misses racing), or another with the
+                // same digest: the newer wins. Replacements alone (no sweep need ever run) must
+                // not grow the buffer without bound, so they compact too.
                 *garbage += occupied.get().key_len as usize;
                 *occupied.get_mut() = entry;
+                shard.compact_if_wasteful();
             }
             TableEntry::Vacant(vacant) => {
                 vacant.insert(entry);

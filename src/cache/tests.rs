@@ -255,6 +255,38 @@ fn ttl_expires_entries() {
     assert!(!is_hit(&c, &req));
 }
 
+/// An entry replaced again and again (here: expired and recomputed) leaves its old key behind
+/// each time; the shard must reclaim it even though the cache never fills, so no sweep runs.
+#[test]
+fn replaced_entries_do_not_grow_the_key_buffer() {
+    let c = DecisionCache::new(CacheConfig {
+        capacity: 1000,
+        allow_ttl: Some(Duration::ZERO),
+        deny_ttl: None,
+    });
+    c.begin_revision(1);
+    let req = request("alice", &["dev", "ops"], "ns");
+    for _ in 0..10_000 {
+        let Lookup::Miss(key) = c.lookup(&req) else {
+            panic!("an expired entry must miss");
+        };
+        c.insert(key, response(Decision::Allow), 1);
+    }
+    assert_eq!(c.len(), 1);
+    let buffered: usize = c.shared.shards.iter().map(|s| s.read().keys.len()).sum();
+    let one_key = encode(
+        "alice",
+        &["dev", "ops"],
+        request("alice", &[], "ns").action.as_borrowed(),
+    )
+    .len();
+    assert!(
+        buffered <= 2 * one_key,
+        "{buffered} bytes of keys buffered for one entry of {one_key}"
+    );
+    shard_sizes(&c);
+}
+
 /// Many threads insert decisions computed at the old revision while a change happens; once
 /// `invalidate` returns, not one affected entry may remain or appear.
 #[test]
