@@ -6,6 +6,12 @@
 //! keeps (cache counters, the revision, reload errors) are not duplicated: [`Metrics::render`]
 //! copies them into the exposition at scrape time.
 //!
+//! The counts the request path bumps (decisions, requests, requests in flight) are kept the
+//! same way, in striped counters ([`crate::cache::Counter`]) that [`Metrics::render`] copies
+//! out: an exporter counter or gauge update is two atomic read-modify-writes on lines every
+//! worker writes (the value and its generation; a gauge's float takes a compare-exchange loop),
+//! five times per request. Only the latency histogram records through the exporter.
+//!
 //! The recorder is owned, not installed globally, so several servers in one process (tests)
 //! keep separate figures.
 
@@ -14,6 +20,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
+use crate::cache::Counter as Tally;
 use crate::engine::Decision;
 
 /// Latency buckets in seconds: a cached decision takes microseconds, a `min_revision` wait or a
@@ -245,11 +252,14 @@ struct ScrapeInstruments {
 /// The server's instruments and the recorder that renders them.
 pub struct Metrics {
     handle: PrometheusHandle,
-    /// `[api][decision]`.
-    decisions: Vec<[Counter; 3]>,
+    /// `[api][decision]`: the exported counters, and the tallies copied into them at scrape.
+    decisions: Vec<[(Counter, Tally); 3]>,
     request_seconds: Vec<Histogram>,
-    requests: Vec<Counter>,
+    requests: Vec<(Counter, Tally)>,
     in_flight: Gauge,
+    /// Requests started and finished; in flight is the difference, at scrape.
+    started: Tally,
+    finished: Tally,
     scrape: ScrapeInstruments,
 }
 
@@ -284,13 +294,14 @@ impl Metrics {
             .iter()
             .map(|api| {
                 DECISIONS.map(|decision| {
-                    counter(
+                    let exported = counter(
                         "authzd_decisions_total",
                         vec![
                             Label::new("api", api.label()),
                             Label::new("decision", decision_label(decision)),
                         ],
-                    )
+                    );
+                    (exported, Tally::default())
                 })
             })
             .collect();
@@ -309,10 +320,11 @@ impl Metrics {
         let requests = Route::ALL
             .iter()
             .map(|route| {
-                counter(
+                let exported = counter(
                     "authzd_requests_total",
                     vec![Label::new("route", route.label())],
-                )
+                );
+                (exported, Tally::default())
             })
             .collect();
         let scrape = ScrapeInstruments {
@@ -335,6 +347,8 @@ impl Metrics {
             request_seconds,
             requests,
             in_flight,
+            started: Tally::default(),
+            finished: Tally::default(),
             scrape,
             handle,
         }
@@ -357,22 +371,22 @@ impl Metrics {
 
     fn decisions_counted(&self, api: DecisionApi, decision: Decision, count: u64) {
         if let Some(row) = self.decisions.get(api as usize) {
-            row[decision_index(decision)].increment(count);
+            row[decision_index(decision)].1.add(count);
         }
     }
 
     /// A request entered the server; pair with [`Metrics::request_finished`].
     pub fn request_started(&self) {
-        self.in_flight.increment(1.0);
+        self.started.add(1);
     }
 
     pub fn request_finished(&self, route: Route, elapsed: Duration) {
-        self.in_flight.decrement(1.0);
+        self.finished.add(1);
         if let Some(histogram) = self.request_seconds.get(route.index()) {
             histogram.record(elapsed.as_secs_f64());
         }
-        if let Some(counter) = self.requests.get(route.index()) {
-            counter.increment(1);
+        if let Some((_, tally)) = self.requests.get(route.index()) {
+            tally.add(1);
         }
     }
 
@@ -403,6 +417,14 @@ impl Metrics {
         s.cache_invalidations.absolute(figures.cache_invalidations);
         s.cache_stale_inserts_refused
             .absolute(figures.cache_stale_inserts_refused);
+        for (exported, tally) in self.decisions.iter().flatten().chain(&self.requests) {
+            exported.absolute(tally.get());
+        }
+        // Finished is read first: a request finishing between the two reads then counts as
+        // still in flight, and the figure never goes below zero.
+        let finished = self.finished.get();
+        let started = self.started.get();
+        self.in_flight.set(started.saturating_sub(finished) as f64);
         self.handle.render()
     }
 }
