@@ -156,7 +156,12 @@ struct CacheEntry {
 /// A request prepared for the cache: its canonical form (see [`encode`]) written once, from
 /// the request's strings wherever they live (an owned [`Request`] or a request still on the
 /// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go;
-/// a miss copies them once, into the entry's key.
+/// a miss copies them once, into its shard's key buffer.
+///
+/// The hot path ([`CachedEngine::decide_borrowed`]) keeps one on its stack and has it filled
+/// in place ([`DecisionCache::probe`]) and read in place ([`DecisionCache::insert_ref`]):
+/// at about 400 bytes, each move would be a `memcpy`.
+#[derive(Default)]
 pub struct CacheKey {
     digest: u64,
     encoded: EncodedKey,
@@ -164,7 +169,9 @@ pub struct CacheKey {
 
 /// A canonical form, on the stack up to [`KEY_INLINE_BYTES`] so that a lookup does not
 /// allocate (a user in ten groups with a resource action is about 230 bytes); a longer one
-/// is allocated once, at its exact size.
+/// is allocated once, at its exact size. (A `SmallVec<[u8; _]>` would do the same, but its
+/// `extend_from_slice` is an insert: two library calls per field where this makes one; it
+/// cost about 1.7k instructions per request in `scripts/profile.sh`.)
 // Large on purpose: the inline bytes are the point.
 #[allow(clippy::large_enum_variant)]
 pub enum EncodedKey {
@@ -175,6 +182,15 @@ pub enum EncodedKey {
     Heap(Vec<u8>),
 }
 const KEY_INLINE_BYTES: usize = 384;
+
+impl Default for EncodedKey {
+    fn default() -> Self {
+        EncodedKey::Inline {
+            len: 0,
+            bytes: [0; KEY_INLINE_BYTES],
+        }
+    }
+}
 
 impl std::ops::Deref for EncodedKey {
     type Target = [u8];
@@ -278,8 +294,16 @@ fn visit_fields(
 
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
-/// Sized exactly before it is written (see [`EncodedKey`]).
+#[cfg(test)]
 fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> EncodedKey {
+    let mut out = EncodedKey::default();
+    encode_into(&mut out, user, groups, action);
+    out
+}
+
+/// [`encode`] into `out`, sized exactly before it is written: `out`'s inline buffer if it
+/// fits (a default key's), else one allocation.
+fn encode_into(out: &mut EncodedKey, user: &str, groups: &[&str], action: ActionRef<'_>) {
     // The attributes, every field's two length bytes, the group count's decimal digits and the
     // one-byte action tag (see `visit_fields`).
     let action_fields = match action {
@@ -293,21 +317,27 @@ fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> EncodedKey {
         .map_or(1, |log| log as usize + 1);
     let size = attribute_bytes(user, groups, action) + 2 * fields + count_digits + 1;
     if size <= KEY_INLINE_BYTES {
-        let mut bytes = [0u8; KEY_INLINE_BYTES];
-        let mut len = 0;
-        if visit_fields(user, groups, action, |field| {
-            put_field(&mut bytes, &mut len, field)
-        }) {
-            return EncodedKey::Inline { len, bytes };
+        if let EncodedKey::Inline { len, bytes } = out {
+            *len = 0;
+            if visit_fields(user, groups, action, |field| put_field(bytes, len, field)) {
+                return;
+            }
         }
     }
-    let mut out = Vec::with_capacity(size);
+    let mut heap = Vec::with_capacity(size);
     visit_fields(user, groups, action, |field| {
-        out.extend_from_slice(&(field.len() as u16).to_le_bytes());
-        out.extend_from_slice(field);
+        heap.extend_from_slice(&(field.len() as u16).to_le_bytes());
+        heap.extend_from_slice(field);
         true
     });
-    EncodedKey::Heap(out)
+    *out = EncodedKey::Heap(heap);
+}
+
+/// What [`DecisionCache::probe`] found; on a miss the caller's key holds the request.
+pub enum Probe {
+    Hit(Arc<Response>),
+    Miss,
+    Bypass,
 }
 
 /// What a lookup found.
@@ -559,17 +589,25 @@ impl DecisionCache {
         self.config.capacity
     }
 
+    #[cfg(test)]
     fn key(user: &str, groups: &[&str], action: ActionRef<'_>) -> CacheKey {
-        let encoded = encode(user, groups, action);
+        let mut key = CacheKey::default();
+        Self::fill_key(&mut key, user, groups, action);
+        key
+    }
+
+    /// Writes the canonical form of the request into `key`, and its digest.
+    fn fill_key(key: &mut CacheKey, user: &str, groups: &[&str], action: ActionRef<'_>) {
+        encode_into(&mut key.encoded, user, groups, action);
         let mut h = FxHasher::default();
-        h.write(&encoded);
+        h.write(&key.encoded);
         // Fx is fast but weakly mixed; finish with a multiply-xorshift so the shard (middle
         // bits), hashbrown's buckets (low bits) and its tags (top bits) all spread.
         let mut digest = h.finish();
         digest ^= digest >> 33;
         digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
         digest ^= digest >> 33;
-        CacheKey { digest, encoded }
+        key.digest = digest;
     }
 
     /// Looks `request` up whatever revision its entry was computed at.
@@ -597,16 +635,34 @@ impl DecisionCache {
         action: ActionRef<'a>,
         revision: u64,
     ) -> Lookup {
+        let mut key = CacheKey::default();
+        match self.probe(&mut key, user, groups, action, revision) {
+            Probe::Hit(response) => Lookup::Hit(response),
+            Probe::Miss => Lookup::Miss(key),
+            Probe::Bypass => Lookup::Bypass,
+        }
+    }
+
+    /// [`Self::lookup_borrowed_at`] writing the request's key into `key`, which the caller
+    /// keeps for [`Self::insert_ref`] on a miss.
+    pub fn probe<'a>(
+        &self,
+        key: &mut CacheKey,
+        user: &'a str,
+        groups: impl IntoIterator<Item = &'a str>,
+        action: ActionRef<'a>,
+        revision: u64,
+    ) -> Probe {
         if !self.enabled() {
-            return Lookup::Bypass;
+            return Probe::Bypass;
         }
         let groups: SmallVec<[&str; 16]> = groups.into_iter().collect();
         if groups.len() > MAX_CACHEABLE_GROUPS
             || attribute_bytes(user, &groups, action) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
         {
-            return Lookup::Bypass;
+            return Probe::Bypass;
         }
-        let key = Self::key(user, &canonical_groups(groups), action);
+        Self::fill_key(key, user, &canonical_groups(groups), action);
         let shard = self.shared.shard(key.digest).read();
         if let Some(entry) = shard.entries.find(key.digest, |e| e.digest == key.digest) {
             if entry.revision <= revision && shard.key_of(entry) == &*key.encoded {
@@ -618,18 +674,23 @@ impl DecisionCache {
                         entry.referenced.store(true, Ordering::Relaxed);
                     }
                     self.stats.hits.add(1);
-                    return Lookup::Hit(entry.response.clone());
+                    return Probe::Hit(entry.response.clone());
                 }
                 self.stats.expirations.add(1);
             }
         }
         self.stats.misses.add(1);
-        Lookup::Miss(key)
+        Probe::Miss
     }
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
     /// on since: the decision may already be stale.
     pub fn insert(&self, key: CacheKey, response: Arc<Response>, revision: u64) {
+        self.insert_ref(&key, response, revision);
+    }
+
+    /// [`Self::insert`] from a key the caller keeps.
+    pub fn insert_ref(&self, key: &CacheKey, response: Arc<Response>, revision: u64) {
         if self.len() >= hard_limit(self.config.capacity) {
             // The sweeper is behind: answer uncached rather than grow without bound.
             self.stats.inserts_skipped_full.add(1);
@@ -835,25 +896,27 @@ impl CachedEngine<'_> {
     /// key it inserts).
     pub fn decide_borrowed(&self, request: RequestRef<'_>) -> crate::engine::Decided {
         let user = request.user;
-        match self.cache.lookup_borrowed_at(
+        let mut key = CacheKey::default();
+        match self.cache.probe(
+            &mut key,
             user.name,
             user.groups.iter(),
             request.action,
             self.revision,
         ) {
-            Lookup::Hit(response) => crate::engine::Decided {
+            Probe::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,
             },
-            Lookup::Miss(key) => {
+            Probe::Miss => {
                 let response = self.engine.authorize_shared(request);
-                self.cache.insert(key, response.clone(), self.revision);
+                self.cache.insert_ref(&key, response.clone(), self.revision);
                 crate::engine::Decided {
                     response,
                     cached: false,
                 }
             }
-            Lookup::Bypass => crate::engine::Decided {
+            Probe::Bypass => crate::engine::Decided {
                 response: self.engine.authorize_shared(request),
                 cached: false,
             },
