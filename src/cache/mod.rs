@@ -159,7 +159,7 @@ struct CacheEntry {
 /// a miss copies them once, into its shard's key buffer.
 ///
 /// The hot path ([`CachedEngine::decide_borrowed`]) keeps one on its stack and has it filled
-/// in place ([`DecisionCache::probe`]) and read in place ([`DecisionCache::insert_ref`]):
+/// in place ([`DecisionCache::probe`]) and read in place ([`DecisionCache::insert`]):
 /// at about 400 bytes, each move would be a `memcpy`.
 #[derive(Default)]
 pub struct CacheKey {
@@ -379,10 +379,9 @@ fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
 const SHARDS: usize = 128;
 
 /// One shard: its entries, and all their keys back to back in one buffer. Keys are what a
-/// cache under misses churns: one allocation each would be freed by the sweeper thread and
-/// reallocated by the request threads, cycling the allocator's pages; here an insert appends
-/// to memory the shard already holds, and removals leave garbage that [`Shard::compact`]
-/// reclaims in place.
+/// cache under misses churns: one allocation each is a malloc on the request thread and a
+/// free on the sweeper's; here an insert appends to memory the shard already holds, and
+/// removals leave garbage that [`Shard::compact`] reclaims in place.
 struct Shard {
     entries: HashTable<CacheEntry>,
     keys: Vec<u8>,
@@ -390,12 +389,17 @@ struct Shard {
     garbage: usize,
 }
 
+/// `entry`'s key in its shard's key buffer `keys` (empty if the offsets were ever wrong, which
+/// then compares unequal to every request and decodes to nothing: a miss, or a fail-safe drop).
+fn key_in<'k>(keys: &'k [u8], entry: &CacheEntry) -> &'k [u8] {
+    let at = entry.key_at as usize;
+    keys.get(at..at + entry.key_len as usize)
+        .unwrap_or_default()
+}
+
 impl Shard {
     fn key_of(&self, entry: &CacheEntry) -> &[u8] {
-        let at = entry.key_at as usize;
-        self.keys
-            .get(at..at + entry.key_len as usize)
-            .unwrap_or_default()
+        key_in(&self.keys, entry)
     }
 
     /// Appends `key`, returning where it starts; `None` if offsets would not fit in a `u32`
@@ -418,11 +422,7 @@ impl Shard {
         } = self;
         let before = entries.len();
         entries.retain(|entry| {
-            let at = entry.key_at as usize;
-            let key = keys
-                .get(at..at + entry.key_len as usize)
-                .unwrap_or_default();
-            let kept = keep(entry, key);
+            let kept = keep(entry, key_in(keys, entry));
             if !kept {
                 *garbage += entry.key_len as usize;
             }
@@ -485,14 +485,30 @@ impl ShardLock {
         }))
     }
 
-    // A panic while a shard is locked cannot leave it inconsistent in a way that matters to
-    // readers (every entry is self-contained and checked on use), so poisoning is ignored.
+    // Nothing under a shard's lock is expected to panic. Were a compaction cut short, an entry
+    // could name another entry's key bytes: a lookup still cannot hit it (the bytes must equal
+    // the request's and its digest the entry's), but invalidation would decode the wrong
+    // subject. So a writer that finds the lock poisoned drops the shard's entries (see
+    // `write`), and readers carry on.
     fn read(&self) -> RwLockReadGuard<'_, Shard> {
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn write(&self) -> RwLockWriteGuard<'_, Shard> {
-        self.0.write().unwrap_or_else(PoisonError::into_inner)
+    /// The shard for writing; a poisoned one is emptied first (its entries subtracted from
+    /// `len`, the cache's count).
+    fn write(&self, len: &AtomicUsize) -> RwLockWriteGuard<'_, Shard> {
+        match self.0.write() {
+            Ok(shard) => shard,
+            Err(poisoned) => {
+                let mut shard = poisoned.into_inner();
+                len.fetch_sub(shard.entries.len(), Ordering::Relaxed);
+                shard.entries.clear();
+                shard.keys.clear();
+                shard.garbage = 0;
+                self.0.clear_poison();
+                shard
+            }
+        }
     }
 }
 
@@ -618,33 +634,23 @@ impl DecisionCache {
     /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
     /// later revision is not a hit (see the module docs).
     pub fn lookup_at(&self, request: &Request, revision: u64) -> Lookup {
-        self.lookup_borrowed_at(
+        let mut key = CacheKey::default();
+        match self.probe(
+            &mut key,
             &request.user.name,
             request.user.groups.iter().map(String::as_str),
             request.action.as_borrowed(),
             revision,
-        )
-    }
-
-    /// [`Self::lookup_at`] for a request given by its parts, borrowed from wherever they live
-    /// (the bytes of a request on the wire): a hit copies nothing.
-    pub fn lookup_borrowed_at<'a>(
-        &self,
-        user: &'a str,
-        groups: impl IntoIterator<Item = &'a str>,
-        action: ActionRef<'a>,
-        revision: u64,
-    ) -> Lookup {
-        let mut key = CacheKey::default();
-        match self.probe(&mut key, user, groups, action, revision) {
+        ) {
             Probe::Hit(response) => Lookup::Hit(response),
             Probe::Miss => Lookup::Miss(key),
             Probe::Bypass => Lookup::Bypass,
         }
     }
 
-    /// [`Self::lookup_borrowed_at`] writing the request's key into `key`, which the caller
-    /// keeps for [`Self::insert_ref`] on a miss.
+    /// [`Self::lookup_at`] for a request given by its parts, borrowed from wherever they live
+    /// (the bytes of a request on the wire): a hit copies nothing. The request's key is
+    /// written into `key`, which the caller keeps for [`Self::insert`] on a miss.
     pub fn probe<'a>(
         &self,
         key: &mut CacheKey,
@@ -685,12 +691,7 @@ impl DecisionCache {
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
     /// on since: the decision may already be stale.
-    pub fn insert(&self, key: CacheKey, response: Arc<Response>, revision: u64) {
-        self.insert_ref(&key, response, revision);
-    }
-
-    /// [`Self::insert`] from a key the caller keeps.
-    pub fn insert_ref(&self, key: &CacheKey, response: Arc<Response>, revision: u64) {
+    pub fn insert(&self, key: &CacheKey, response: Arc<Response>, revision: u64) {
         if self.len() >= hard_limit(self.config.capacity) {
             // The sweeper is behind: answer uncached rather than grow without bound.
             self.stats.inserts_skipped_full.add(1);
@@ -703,7 +704,7 @@ impl DecisionCache {
         };
         let expires = ttl.map(|ttl| Instant::now() + ttl);
         let digest = key.digest;
-        let mut shard = self.shared.shard(digest).write();
+        let mut shard = self.shared.shard(digest).write(&self.shared.len);
         // INVARIANT: the revision check happens under the shard's write lock (see module docs).
         if self.accepting_revision.load(Ordering::SeqCst) != revision {
             self.stats.stale_inserts_refused.add(1);
@@ -760,7 +761,7 @@ impl DecisionCache {
         }
         let mut removed = 0usize;
         for shard in self.shared.shards.iter() {
-            let mut shard = shard.write();
+            let mut shard = shard.write(&self.shared.len);
             removed += shard.retain(|_, key| {
                 // An entry that does not decode cannot be attributed: drop it (fail safe).
                 let affected = decode_subject(key).is_none_or(|(user, groups, namespace)| {
@@ -850,7 +851,7 @@ fn sweep(shared: &Shared, stats: &CacheStats, capacity: usize) {
             let Some(shard) = shared.shards.get(index) else {
                 continue;
             };
-            let mut shard = shard.write();
+            let mut shard = shard.write(&shared.len);
             let here = shard.entries.len();
             // What is still to evict, spread over what is still to visit; an entry this shard
             // keeps for its reference bit moves its share on to the next shards.
@@ -910,7 +911,7 @@ impl CachedEngine<'_> {
             },
             Probe::Miss => {
                 let response = self.engine.authorize_shared(request);
-                self.cache.insert_ref(&key, response.clone(), self.revision);
+                self.cache.insert(&key, response.clone(), self.revision);
                 crate::engine::Decided {
                     response,
                     cached: false,

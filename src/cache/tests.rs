@@ -40,7 +40,7 @@ fn cache(capacity: usize) -> DecisionCache {
 
 fn put(cache: &DecisionCache, req: &Request, revision: u64) {
     match cache.lookup(req) {
-        Lookup::Miss(key) => cache.insert(key, response(Decision::Allow), revision),
+        Lookup::Miss(key) => cache.insert(&key, response(Decision::Allow), revision),
         Lookup::Hit(_) => panic!("unexpected hit"),
         Lookup::Bypass => panic!("unexpected bypass"),
     }
@@ -86,7 +86,7 @@ fn inserts_computed_on_an_older_revision_are_refused() {
         panic!("expected miss")
     };
     c.begin_revision(2);
-    c.insert(key, response(Decision::Allow), 1);
+    c.insert(&key, response(Decision::Allow), 1);
     assert!(!is_hit(&c, &req));
     assert_eq!(c.stats.stale_inserts_refused.get(), 1);
 }
@@ -138,7 +138,7 @@ fn eviction_bounds_size_and_keeps_hot_entries() {
         assert!(is_hit(&c, &hot), "hot entry evicted at {i}");
         // Misses may be answered uncached while the sweeper catches up; never above the bound.
         if let Lookup::Miss(key) = c.lookup(&request(&format!("cold-{i}"), &[], "ns")) {
-            c.insert(key, response(Decision::Allow), 1);
+            c.insert(&key, response(Decision::Allow), 1);
         }
         assert!(
             c.len() <= hard_limit(80),
@@ -225,7 +225,7 @@ fn eviction_spreads_over_the_shards() {
     let c = cache(capacity);
     for i in 0..capacity + capacity / 8 {
         if let Lookup::Miss(key) = c.lookup(&request(&format!("user-{i}"), &[], "ns")) {
-            c.insert(key, response(Decision::Allow), 1);
+            c.insert(&key, response(Decision::Allow), 1);
         }
     }
     sweep(&c.shared, &c.stats, capacity);
@@ -239,6 +239,33 @@ fn eviction_spreads_over_the_shards() {
         smallest * 2 >= average,
         "a shard kept {smallest} entries against an average of {average}"
     );
+}
+
+/// A panic under a shard's write lock (none is expected) may leave its keys half-compacted;
+/// the next writer drops that shard's entries, keeping the count right, instead of decoding
+/// keys it can no longer trust.
+#[test]
+fn a_poisoned_shard_is_emptied_by_its_next_writer() {
+    let c = cache(100);
+    let req = request("alice", &[], "ns");
+    put(&c, &req, 1);
+    put(&c, &request("bob", &[], "ns"), 1);
+    let digest = DecisionCache::key("alice", &[], req.action.as_borrowed()).digest;
+    let shard = c.shared.shard(digest);
+    let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let _locked = shard.write(&c.shared.len);
+        panic!("poison the shard");
+    }));
+    assert!(panicked.is_err());
+    // Readers carry on.
+    assert!(is_hit(&c, &req));
+    // An invalidation that does not touch alice still writes every shard.
+    let mut impact = Impact::default();
+    impact.cluster.insert(SubjectKey::User("carol".into()));
+    c.begin_revision(2);
+    c.invalidate(&impact, InvalidationCause::Apply);
+    assert!(!is_hit(&c, &req));
+    assert_eq!(c.len(), shard_sizes(&c).iter().sum::<usize>());
 }
 
 #[test]
@@ -270,7 +297,7 @@ fn replaced_entries_do_not_grow_the_key_buffer() {
         let Lookup::Miss(key) = c.lookup(&req) else {
             panic!("an expired entry must miss");
         };
-        c.insert(key, response(Decision::Allow), 1);
+        c.insert(&key, response(Decision::Allow), 1);
     }
     assert_eq!(c.len(), 1);
     let buffered: usize = c.shared.shards.iter().map(|s| s.read().keys.len()).sum();
@@ -302,7 +329,7 @@ fn racing_inserts_never_survive_an_invalidation() {
                     while !stop.load(Ordering::Relaxed) {
                         let req = request("alice", &[], &format!("ns-{t}-{i}"));
                         if let Lookup::Miss(key) = c.lookup(&req) {
-                            c.insert(key, response(Decision::Allow), 1);
+                            c.insert(&key, response(Decision::Allow), 1);
                         }
                         // The size counter never goes below zero (it once did, transiently).
                         assert!(c.len() < usize::MAX / 2, "size counter underflowed");
@@ -406,7 +433,7 @@ fn a_digest_collision_is_a_miss() {
         digest: key_of(&asked).digest,
         encoded: key_of(&stored).encoded,
     };
-    cache.insert(colliding, response(Decision::Allow), 0);
+    cache.insert(&colliding, response(Decision::Allow), 0);
     assert_eq!(cache.len(), 1);
     assert!(matches!(cache.lookup(&asked), Lookup::Miss(_)));
 }
