@@ -15,6 +15,7 @@ pub mod audit;
 pub mod cache;
 pub mod client;
 pub mod config;
+pub mod counter;
 pub mod engine;
 pub mod loadgen;
 pub mod policy;

@@ -49,6 +49,7 @@ use hashbrown::HashTable;
 use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
+use crate::counter::Counter;
 use crate::engine::{Action, ActionRef, Decision, Request, RequestRef, Response};
 use crate::policy::impact::Impact;
 
@@ -75,39 +76,6 @@ impl Default for CacheConfig {
             allow_ttl: None,
             deny_ttl: None,
         }
-    }
-}
-
-/// A counter striped over cache-padded cells so that concurrent increments from different
-/// threads do not contend on one cache line (the hit path bumps one on every request).
-#[derive(Debug, Default)]
-pub struct Counter {
-    stripes: [Padded; STRIPES],
-}
-
-const STRIPES: usize = 8;
-
-#[derive(Debug, Default)]
-#[repr(align(128))]
-struct Padded(AtomicU64);
-
-thread_local! {
-    /// This thread's stripe, assigned round-robin on first use.
-    static STRIPE: usize = NEXT_STRIPE.fetch_add(1, Ordering::Relaxed) % STRIPES;
-}
-static NEXT_STRIPE: AtomicUsize = AtomicUsize::new(0);
-
-impl Counter {
-    pub fn add(&self, n: u64) {
-        let stripe = STRIPE.with(|s| *s);
-        self.stripes[stripe].0.fetch_add(n, Ordering::Relaxed);
-    }
-
-    pub fn get(&self) -> u64 {
-        self.stripes
-            .iter()
-            .map(|s| s.0.load(Ordering::Relaxed))
-            .sum()
     }
 }
 

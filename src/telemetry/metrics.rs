@@ -7,7 +7,7 @@
 //! copies them into the exposition at scrape time.
 //!
 //! The counts the request path bumps (decisions, requests, requests in flight) are kept the
-//! same way, in striped counters ([`crate::cache::Counter`]) that [`Metrics::render`] copies
+//! same way, in striped counters ([`crate::counter::Counter`]) that [`Metrics::render`] copies
 //! out: an exporter counter or gauge update is two atomic read-modify-writes on lines every
 //! worker writes (the value and its generation; a gauge's float takes a compare-exchange loop),
 //! five times per request. Only the latency histogram records through the exporter.
@@ -20,7 +20,7 @@ use std::time::Duration;
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
-use crate::cache::Counter as Tally;
+use crate::counter::Counter as Tally;
 use crate::engine::Decision;
 
 /// Latency buckets in seconds: a cached decision takes microseconds, a `min_revision` wait or a
