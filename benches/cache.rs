@@ -9,9 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use authzd::cache::{CacheConfig, CachedEngine, DecisionCache, Lookup};
-use authzd::engine::{
-    Action, Authorize, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
-};
+use authzd::engine::{Authorize, Engine, EngineConfig};
+use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
 

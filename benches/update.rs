@@ -11,11 +11,12 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use authzd::engine::{Decision, Engine, EngineConfig, Request};
+use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::delta::{ChangedKind, ChangedObject, PolicyDelta};
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, RoleKind, RoleRef, Source, Subject,
 };
+use authzd::request::Request;
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -116,7 +117,7 @@ fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
     let changed = ChangedObject::of_binding(&binding);
     after.bindings.push(binding);
     let mut request = synth::allowed_request(shape);
-    if let authzd::engine::Action::Resource(r) = &mut request.action {
+    if let authzd::request::Action::Resource(r) = &mut request.action {
         r.namespace = synth::namespace(shape.namespaces - 1);
     }
     cases.push(Case {

@@ -22,7 +22,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
-use crate::engine::{Action, AllowedSubjects, Response, UserInfo};
+use crate::engine::{AllowedSubjects, Response};
+use crate::request::{Action, UserInfo};
 
 /// Why the audit log could not be opened.
 #[derive(Debug, thiserror::Error)]
@@ -278,7 +279,8 @@ fn civil_from_days(days: u64) -> (u64, u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Decision, EncodedOnce, ResourceAttributes};
+    use crate::engine::{Decision, EncodedOnce};
+    use crate::request::ResourceAttributes;
 
     fn caller() -> UserInfo {
         UserInfo {

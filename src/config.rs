@@ -8,10 +8,9 @@ use clap::error::ErrorKind;
 use clap::{ArgGroup, Args, CommandFactory, Parser, Subcommand};
 
 use crate::cache::CacheConfig;
-use crate::engine::{
-    Action, EngineConfig, Mode, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
-};
+use crate::engine::{EngineConfig, Mode};
 use crate::policy::load::LoadOptions;
+use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 use crate::store::{ObjectKind, ObjectRef};
 use crate::telemetry::LogFormat;
 use crate::transport::ListenAddr;

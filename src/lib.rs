@@ -20,6 +20,7 @@ pub mod engine;
 pub mod loadgen;
 pub mod policy;
 pub mod proto_codec;
+pub mod request;
 pub mod store;
 pub mod synth;
 pub mod telemetry;

@@ -11,10 +11,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::engine::{Action, Request, ResourceAttributes, UserInfo};
 use crate::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
+use crate::request::{Action, Request, ResourceAttributes, UserInfo};
 
 /// The size and form of a synthetic policy.
 #[derive(Clone, Copy, Debug)]

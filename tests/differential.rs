@@ -14,14 +14,13 @@ mod common;
 use std::sync::Arc;
 
 use authzd::engine::reference::ReferenceEvaluator;
-use authzd::engine::{
-    Action, Decision, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
-};
+use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::delta::{ChangedObject, PolicyDelta};
 use authzd::policy::index::RULE_INDEX_THRESHOLD;
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
+use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use common::*;
 use proptest::prelude::*;
 

@@ -58,12 +58,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use authzd::engine::reference::ReferenceEvaluator;
-use authzd::engine::{
-    Action, AllowedSubjects, Decision, Engine, EngineConfig, Mode, NonResourceAttributes, Request,
-    ResourceAttributes, Response, RuleRef, UserInfo,
-};
+use authzd::engine::{AllowedSubjects, Decision, Engine, EngineConfig, Mode, Response, RuleRef};
 use authzd::policy::load::{load_sources, LoadError, LoadErrors, LoadOptions};
 use authzd::policy::model::PolicySet;
+use authzd::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 use serde::Deserialize;
 
 const UPDATE_ENV: &str = "AUTHZD_GOLDEN_UPDATE";

@@ -6,9 +6,10 @@
 
 mod common;
 
-use authzd::engine::{Engine, Request};
+use authzd::engine::Engine;
 use authzd::policy::impact::{impact_of_change, impact_of_objects, Impact};
 use authzd::policy::model::{Binding, PolicySet, Role};
+use authzd::request::Request;
 use common::*;
 use proptest::prelude::*;
 
@@ -62,7 +63,7 @@ fn assert_covered(
     new: &PolicySet,
     impact: &Impact,
     config: &authzd::engine::EngineConfig,
-    requests: &[(authzd::engine::UserInfo, authzd::engine::Action)],
+    requests: &[(authzd::request::UserInfo, authzd::request::Action)],
 ) -> Result<(), TestCaseError> {
     let before = Engine::new(old, config.clone());
     let after = Engine::new(new, config.clone());

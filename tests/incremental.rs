@@ -11,13 +11,12 @@ mod common;
 
 use std::sync::Arc;
 
-use authzd::engine::{
-    Action, Decision, Engine, EngineConfig, Request, ResourceAttributes, UserInfo,
-};
+use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::delta::{ChangedKind, ChangedObject, DeltaError, NamespaceDelta, PolicyDelta};
 use authzd::policy::model::{
     AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
+use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use authzd::synth::{self, Shape};
 use common::*;
 use proptest::prelude::*;

@@ -17,7 +17,8 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::str::FromStr;
 
 use anyhow::{anyhow, bail, Context as _, Result};
-use authzd::engine::{Action, Decision, Request, ResourceAttributes, UserInfo};
+use authzd::engine::Decision;
+use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use authzd::policy::model::{BindingKind, PolicyRule, PolicySet, RoleKind};
 use authzd::synth::{self, Shape};
 

@@ -92,7 +92,7 @@ impl AdminApi {
     fn audit_write(
         &self,
         rpc: &str,
-        caller: &crate::engine::UserInfo,
+        caller: &crate::request::UserInfo,
         request: impl FnOnce() -> serde_json::Value,
         outcome: std::result::Result<(u64, serde_json::Value), &Status>,
     ) {
@@ -112,7 +112,7 @@ impl AdminApi {
 
     /// Every caller is authenticated; reads then need the matching RBAC verb
     /// ([`Self::admit`]), writes the checks of [`AdminWriteGuard`].
-    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<crate::engine::UserInfo>> {
+    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<crate::request::UserInfo>> {
         self.authenticator.authenticate(&Peer::of(request))
     }
 
@@ -120,7 +120,7 @@ impl AdminApi {
     /// snapshot.
     fn admit(
         &self,
-        caller: &Arc<crate::engine::UserInfo>,
+        caller: &Arc<crate::request::UserInfo>,
         privileges: &[Privilege<'_>],
     ) -> Result<()> {
         let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
@@ -153,7 +153,7 @@ enum WriteOp {
 /// uncached for the same reason.
 struct AdminWriteGuard<'a> {
     state: &'a ServingState,
-    caller: &'a crate::engine::UserInfo,
+    caller: &'a crate::request::UserInfo,
     op: WriteOp,
 }
 
@@ -161,7 +161,7 @@ impl WriteGuard for AdminWriteGuard<'_> {
     fn check(
         &self,
         current: &crate::policy::model::PolicySet,
-        objects: &[crate::policy::load::PolicyObject],
+        objects: &[crate::policy::model::PolicyObject],
     ) -> std::result::Result<(), String> {
         let snapshot = self
             .state
@@ -274,7 +274,7 @@ impl AdminApi {
     /// Parses and applies one manifest (the write itself, without the auditing around it).
     async fn apply_manifest(
         &self,
-        caller: &crate::engine::UserInfo,
+        caller: &crate::request::UserInfo,
         wire: &proto::ApplyRequest,
     ) -> std::result::Result<(u64, Vec<ObjectRef>), Status> {
         if wire.manifest.trim().is_empty() {

@@ -11,8 +11,9 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{
     MAX_EXTRA_KEYS, MAX_EXTRA_VALUES, MAX_GROUPS, MAX_PATH_BYTES, MAX_STRING_BYTES,
 };
-use crate::engine::{self, AllowedSubjects, Decided, Decision, Response, RuleRef};
+use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::proto;
+use crate::request;
 
 /// Where a field lives: `{scope}{field}`, e.g. `user.` + `groups`. Formatted only when an
 /// error is reported.
@@ -81,7 +82,7 @@ impl From<proto::UserInfo> for WireSubject {
 /// Validates a subject. `scope` is `"user."` when the subject is nested (Authorize) and `""`
 /// on a review; `name_field` is what the user name is called there (`name` or `user`). A subject must name a user or at least one group: an
 /// authorization question about nobody is a client bug.
-pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engine::UserInfo> {
+pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<request::UserInfo> {
     check_identity(
         scope,
         name_field,
@@ -118,7 +119,7 @@ pub fn subject(scope: &str, name_field: &str, wire: WireSubject) -> Result<engin
         }
         extra.insert(key, values.values);
     }
-    Ok(engine::UserInfo {
+    Ok(request::UserInfo {
         name: wire.name,
         uid: wire.uid,
         groups: wire.groups,
@@ -160,7 +161,7 @@ pub fn review_subject(
     uid: String,
     groups: Vec<String>,
     extra: HashMap<String, proto::ExtraValues>,
-) -> Result<engine::UserInfo> {
+) -> Result<request::UserInfo> {
     subject(
         "",
         "user",
@@ -174,12 +175,12 @@ pub fn review_subject(
 }
 
 /// Validates an action (field `action`).
-pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
+pub fn action(action: Option<proto::Action>) -> Result<request::Action> {
     use proto::action::Kind;
     match action.and_then(|a| a.kind) {
         None => Err(ApiError::invalid("action", Invalid::MissingAction)),
         Some(Kind::ResourceAttributes(r)) => {
-            let attributes = engine::ResourceAttributes {
+            let attributes = request::ResourceAttributes {
                 namespace: r.namespace,
                 verb: r.verb,
                 group: r.group,
@@ -188,12 +189,12 @@ pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
                 subresource: r.subresource,
                 name: r.name,
             };
-            let action = engine::Action::Resource(attributes);
+            let action = request::Action::Resource(attributes);
             check_action(action.as_borrowed())?;
             Ok(action)
         }
         Some(Kind::NonResourceAttributes(n)) => {
-            let action = engine::Action::NonResource(engine::NonResourceAttributes {
+            let action = request::Action::NonResource(request::NonResourceAttributes {
                 path: n.path,
                 verb: n.verb,
             });
@@ -204,9 +205,9 @@ pub fn action(action: Option<proto::Action>) -> Result<engine::Action> {
 }
 
 /// Validates the attributes of an action (field `action`), wherever they are borrowed from.
-pub fn check_action(action: engine::ActionRef<'_>) -> Result<()> {
+pub fn check_action(action: request::ActionRef<'_>) -> Result<()> {
     match action {
-        engine::ActionRef::Resource(r) => {
+        request::ActionRef::Resource(r) => {
             let at = At {
                 scope: "action.resource_attributes.",
             };
@@ -223,7 +224,7 @@ pub fn check_action(action: engine::ActionRef<'_>) -> Result<()> {
                 at.check_len(field, value, MAX_STRING_BYTES)?;
             }
         }
-        engine::ActionRef::NonResource { path, verb } => {
+        request::ActionRef::NonResource { path, verb } => {
             let at = At {
                 scope: "action.non_resource_attributes.",
             };
@@ -239,16 +240,16 @@ pub fn check_action(action: engine::ActionRef<'_>) -> Result<()> {
 /// Validates the action of a local review against the review's namespace (upstream's
 /// LocalSubjectAccessReview rules): the namespace is required, an empty attribute namespace
 /// takes the review's, a different one is an error, and non-resource actions are refused.
-pub fn local_action(namespace: &str, wire: Option<proto::Action>) -> Result<engine::Action> {
+pub fn local_action(namespace: &str, wire: Option<proto::Action>) -> Result<request::Action> {
     let top = At { scope: "" };
     top.check_len("namespace", namespace, MAX_STRING_BYTES)?;
     top.check_non_empty("namespace", namespace)?;
     match action(wire)? {
-        engine::Action::NonResource(_) => Err(top.invalid(
+        request::Action::NonResource(_) => Err(top.invalid(
             "action.non_resource_attributes",
             Invalid::NonResourceInLocalReview,
         )),
-        engine::Action::Resource(mut r) => {
+        request::Action::Resource(mut r) => {
             if r.namespace.is_empty() {
                 r.namespace = namespace.to_string();
             } else if r.namespace != namespace {
@@ -260,17 +261,17 @@ pub fn local_action(namespace: &str, wire: Option<proto::Action>) -> Result<engi
                     },
                 ));
             }
-            Ok(engine::Action::Resource(r))
+            Ok(request::Action::Resource(r))
         }
     }
 }
 
 /// Validates one `AuthorizeRequest`.
-pub fn authorize_request(wire: proto::AuthorizeRequest) -> Result<engine::Request> {
+pub fn authorize_request(wire: proto::AuthorizeRequest) -> Result<request::Request> {
     let Some(user) = wire.user else {
         return Err(ApiError::invalid("user", Invalid::NoSubject));
     };
-    Ok(engine::Request {
+    Ok(request::Request {
         user: subject("user.", "name", user.into())?,
         action: action(wire.action)?,
     })

@@ -34,8 +34,10 @@ use crate::api::convert::{self, WireSubject};
 use crate::api::error::Result;
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::state::ServingState;
-use crate::engine::{self, Authorize as _, UserInfo};
+use crate::engine::Authorize as _;
 use crate::proto;
+use crate::request;
+use crate::request::UserInfo;
 use crate::telemetry::metrics::DecisionApi;
 use crate::telemetry::request::{record_caller, record_decision};
 
@@ -227,12 +229,12 @@ impl PathTemplate {
     }
 
     /// The resource attributes (all but the verb) `path` (no query) names, if it matches.
-    fn capture(&self, path: &str) -> Option<engine::ResourceAttributes> {
+    fn capture(&self, path: &str) -> Option<request::ResourceAttributes> {
         let parts: Vec<&str> = split_path(path).collect();
         if parts.len() != self.segments.len() {
             return None;
         }
-        let mut attributes = engine::ResourceAttributes::default();
+        let mut attributes = request::ResourceAttributes::default();
         for (segment, part) in self.segments.iter().zip(parts) {
             match segment {
                 Segment::Literal(literal) if literal == part => {}
@@ -354,7 +356,7 @@ impl EnvoyApi {
     }
 
     /// The engine request the checked HTTP request stands for.
-    fn engine_request(&self, check: &CheckRequest) -> Result<engine::Request, Refusal> {
+    fn engine_request(&self, check: &CheckRequest) -> Result<request::Request, Refusal> {
         let attributes = check.attributes.as_ref();
         let http = attributes
             .and_then(|a| a.request.as_ref())
@@ -384,12 +386,12 @@ impl EnvoyApi {
             }
         };
         let action = self.action(http)?;
-        Ok(engine::Request { user, action })
+        Ok(request::Request { user, action })
     }
 
     /// Path (without query) and method as a resource request when a template matches, else as a
     /// non-resource request; validated as the authz.v1 API validates actions.
-    fn action(&self, http: &HttpRequest) -> Result<engine::Action, Refusal> {
+    fn action(&self, http: &HttpRequest) -> Result<request::Action, Refusal> {
         if http.method.is_empty() {
             return Err(Refusal::Invalid("the check names no HTTP method".into()));
         }
@@ -511,15 +513,15 @@ fn refused(status: Status, code: HttpStatusCode, reason: &str) -> CheckResponse 
 
 /// `user "bob" cannot get path "/admin"` / `... cannot list resource "pods" in namespace
 /// "default"`, then the engine's reason when it gave one (the kube-apiserver Forbidden shape).
-fn forbidden_reason(request: &engine::Request, engine_reason: &str) -> String {
+fn forbidden_reason(request: &request::Request, engine_reason: &str) -> String {
     let who = if request.user.name.is_empty() {
         format!("groups {:?}", request.user.groups)
     } else {
         format!("user {:?}", request.user.name)
     };
     let what = match &request.action {
-        engine::Action::NonResource(n) => format!("{} path {:?}", n.verb, n.path),
-        engine::Action::Resource(r) => {
+        request::Action::NonResource(n) => format!("{} path {:?}", n.verb, n.path),
+        request::Action::Resource(r) => {
             let mut what = format!("{} resource {:?}", r.verb, r.resource);
             if !r.subresource.is_empty() {
                 what.push_str(&format!(" subresource {:?}", r.subresource));

@@ -21,9 +21,11 @@ use crate::api::wire::{
     BatchDecoded, Decoded,
 };
 use crate::audit::AuditLog;
-use crate::engine::{self, Authorize as _, UserInfo};
+use crate::engine::Authorize as _;
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
+use crate::request;
+use crate::request::UserInfo;
 use crate::telemetry::metrics::{DecisionApi, DecisionTally};
 use crate::telemetry::request::{record_caller, record_decision};
 
@@ -189,7 +191,7 @@ impl GrpcApi {
         rpc: &str,
         caller: &UserInfo,
         snapshot: &Snapshot,
-        action: &engine::Action,
+        action: &request::Action,
     ) -> proto::ResourceAccessReviewResponse {
         let subjects = snapshot.engine.who_can(action);
         if let Some(audit) = &self.audit {
@@ -203,10 +205,10 @@ impl GrpcApi {
         caller: &UserInfo,
         snapshot: &Snapshot,
         user: UserInfo,
-        action: engine::Action,
+        action: request::Action,
         api: DecisionApi,
     ) -> proto::SubjectAccessReviewResponse {
-        let request = engine::Request { user, action };
+        let request = request::Request { user, action };
         let decided = self.state.authorizer(snapshot).decide(&request);
         self.state
             .metrics()

@@ -23,9 +23,8 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 
 use crate::api::error::{ApiError, Result};
 use crate::api::state::{ServingState, Snapshot};
-use crate::engine::{
-    Action, Authorize as _, Engine, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
-};
+use crate::engine::{Authorize as _, Engine};
+use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 use crate::store::ObjectKind;
 use crate::transport::{ClientIdentity, ConnectionInfo};
 

@@ -216,8 +216,8 @@ mod tests {
 #[cfg(test)]
 mod store_tests {
     use super::*;
-    use crate::engine::{Action, Request, ResourceAttributes, UserInfo};
     use crate::policy::load::{parse_manifest, LoadOptions};
+    use crate::request::{Action, Request, ResourceAttributes, UserInfo};
     use crate::store::dir::DirectoryBackend;
     use crate::store::{ObjectKind, ObjectRef, Store};
 

@@ -50,8 +50,9 @@ use rustc_hash::FxHasher;
 use smallvec::SmallVec;
 
 use crate::counter::Counter;
-use crate::engine::{Action, ActionRef, Decision, Request, RequestRef, Response};
+use crate::engine::{Decision, Response};
 use crate::policy::impact::Impact;
+use crate::request::{Action, ActionRef, Request, RequestRef};
 
 /// Requests whose attributes add up to this many bytes or more are never cached (upstream's
 /// webhook `shouldCache` uses the same bound): the caller controls them, and caching them would

@@ -1,6 +1,7 @@
 use super::*;
-use crate::engine::{EncodedOnce, ResourceAttributes, UserInfo};
+use crate::engine::EncodedOnce;
 use crate::policy::impact::SubjectKey;
+use crate::request::{ResourceAttributes, UserInfo};
 
 fn request(user: &str, groups: &[&str], namespace: &str) -> Request {
     Request {
@@ -409,7 +410,7 @@ fn canonical_encoding_is_unambiguous_and_decodes() {
             name: "bob".into(),
             ..Default::default()
         },
-        action: Action::NonResource(crate::engine::NonResourceAttributes {
+        action: Action::NonResource(crate::request::NonResourceAttributes {
             path: "/healthz".into(),
             verb: "get".into(),
         }),

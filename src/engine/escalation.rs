@@ -21,16 +21,15 @@
 
 use std::collections::BTreeSet;
 
-use crate::engine::{
-    Action, Decision, Engine, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
-};
+use crate::engine::{Decision, Engine};
 use crate::policy::aggregate::aggregated_rules;
-use crate::policy::load::PolicyObject;
+use crate::policy::model::PolicyObject;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
 use crate::policy::rbac::{
     api_group_matches, is_negated, non_resource_url_entry_matches, resource_matches,
     resource_name_matches, verb_matches,
 };
+use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 

@@ -4,15 +4,15 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use crate::engine::chain::{run_chain, FirstMatches, Verdict};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
-use crate::engine::verdict::{run_chain, FirstMatches, Verdict};
-use crate::engine::{
-    Action, AllowedSubjects, Decision, EngineConfig, Mode, Request, Response, UserInfo,
-};
+use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
+use crate::policy::describe;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, RoleKind, Subject};
 use crate::policy::rbac::{restriction_error, rule_effect};
+use crate::request::{Action, Request, UserInfo};
 
 pub struct ReferenceEvaluator {
     policy: PolicySet,
@@ -86,7 +86,7 @@ impl ReferenceEvaluator {
                 continue;
             };
             let Some(rules) = self.role_rules(binding) else {
-                errors.push(explain::missing_role_error(binding));
+                errors.push(describe::missing_role_error(binding));
                 continue;
             };
             let cluster = binding.kind == BindingKind::ClusterRoleBinding;
@@ -94,7 +94,7 @@ impl ReferenceEvaluator {
                 let (effect, restricted) = rule_effect(rule, &request.action);
                 if restricted {
                     errors.push(restriction_error(
-                        &explain::role_id(binding),
+                        &describe::role_id(binding),
                         index,
                         rule.deny,
                     ));
@@ -104,7 +104,7 @@ impl ReferenceEvaluator {
         }
         matches.into_verdict(
             errors,
-            |word, (binding, subject, _)| explain::rbac_reason(word, binding, subject),
+            |word, (binding, subject, _)| describe::rbac_reason(word, binding, subject),
             |(binding, _, index)| explain::rbac_rule_ref(binding, index),
         )
     }
@@ -246,13 +246,13 @@ impl ReferenceEvaluator {
             }
             match self.role_rules(binding) {
                 None => {
-                    errors.insert(explain::missing_role_error(binding));
+                    errors.insert(describe::missing_role_error(binding));
                 }
                 Some(rules) => {
                     for (index, rule) in rules.iter().enumerate() {
                         if rule_effect(rule, action).1 {
                             errors.insert(restriction_error(
-                                &explain::role_id(binding),
+                                &describe::role_id(binding),
                                 index,
                                 rule.deny,
                             ));

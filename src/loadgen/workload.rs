@@ -22,8 +22,8 @@ use tonic::Status;
 
 use super::answer::AuthorizeAnswer;
 use super::{LoadgenError, Mix};
-use crate::engine;
 use crate::proto;
+use crate::request;
 use crate::synth::{self, Shape};
 
 /// Distinct hot requests per probe kind (allowed, denied, unmatched).
@@ -207,9 +207,9 @@ impl Rng {
     }
 }
 
-fn to_proto_action(action: &engine::Action) -> proto::Action {
+fn to_proto_action(action: &request::Action) -> proto::Action {
     let kind = match action {
-        engine::Action::Resource(r) => {
+        request::Action::Resource(r) => {
             proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
                 namespace: r.namespace.clone(),
                 verb: r.verb.clone(),
@@ -220,7 +220,7 @@ fn to_proto_action(action: &engine::Action) -> proto::Action {
                 name: r.name.clone(),
             })
         }
-        engine::Action::NonResource(n) => {
+        request::Action::NonResource(n) => {
             proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
                 path: n.path.clone(),
                 verb: n.verb.clone(),
@@ -230,15 +230,15 @@ fn to_proto_action(action: &engine::Action) -> proto::Action {
     proto::Action { kind: Some(kind) }
 }
 
-fn with_name(mut action: engine::Action, name: &str) -> engine::Action {
-    if let engine::Action::Resource(r) = &mut action {
+fn with_name(mut action: request::Action, name: &str) -> request::Action {
+    if let request::Action::Resource(r) = &mut action {
         r.name = name.to_string();
     }
     action
 }
 
 /// The `AuthorizeRequest` the load generator sends for `request`, naming resource `name`.
-pub(crate) fn authorize_message(request: &engine::Request, name: &str) -> proto::AuthorizeRequest {
+pub(crate) fn authorize_message(request: &request::Request, name: &str) -> proto::AuthorizeRequest {
     proto::AuthorizeRequest {
         user: Some(proto::UserInfo {
             name: request.user.name.clone(),
@@ -251,7 +251,7 @@ pub(crate) fn authorize_message(request: &engine::Request, name: &str) -> proto:
 }
 
 /// The probe requests of `shape`, with the decision each must get.
-pub fn probes(shape: &Shape) -> [(engine::Request, Expect); 3] {
+pub fn probes(shape: &Shape) -> [(request::Request, Expect); 3] {
     [
         (synth::allowed_request(shape), Expect::Allow),
         (synth::denied_request(shape), Expect::Deny),
@@ -523,7 +523,7 @@ mod tests {
         let engine = Engine::new(&synth::policy(&shape, 42), EngineConfig::default());
         for (request, expect) in probes(&shape) {
             for name in ["", "hot-3", "00000000000001ff"] {
-                let request = engine::Request {
+                let request = request::Request {
                     action: with_name(request.action.clone(), name),
                     ..request.clone()
                 };

@@ -1,8 +1,8 @@
 //! ABAC matching, exactly as upstream `pkg/auth/authorizer/abac/abac.go`, over lines already
 //! converted to the internal (v1beta1) shape by the loader.
 
-use crate::engine::{ActionRef, Groups, RequestRef};
 use crate::policy::model::AbacRule;
+use crate::request::{ActionRef, Groups, RequestRef};
 
 /// `subjectMatches`: a set user must equal the name (or be `*`), a set group must be one of the
 /// user's groups (or `*`); both must hold when both are set; neither set matches nobody.

@@ -11,9 +11,9 @@ use std::sync::Arc;
 
 use rustc_hash::{FxHashMap, FxHashSet};
 
-use crate::engine::explain::{self, BindingFacts};
 use crate::policy::aggregate::aggregated_rules_of;
 use crate::policy::delta::{DeltaError, PolicyDelta};
+use crate::policy::describe::{self, BindingFacts};
 use crate::policy::index::{
     filing_keys, AbacPartition, BindingEntry, BindingId, BoundSubject, ClusterRoles, Grant, Index,
     NameGrants, NameMap, NamespacePartition, RoleEntry, RoleId, RoleTarget, RuleLoc, RulesByVerb,
@@ -281,8 +281,8 @@ fn build_scope(
         }
 
         let ids = (
-            Arc::from(explain::binding_id(binding)),
-            shared.share(&explain::role_id(binding)),
+            Arc::from(describe::binding_id(binding)),
+            shared.share(&describe::role_id(binding)),
             shared.share(&binding.namespace),
             shared.source(&binding.source),
         );

@@ -78,12 +78,12 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use crate::engine::explain::{self, BindingFacts};
-use crate::engine::{ActionRef, Groups};
+use crate::policy::describe::{self, BindingFacts};
 use crate::policy::model::{
     AbacRule, BindingKind, PolicyRule, RoleKind, Subject, SERVICE_ACCOUNT_PREFIX,
 };
 use crate::policy::rbac::is_negated;
+use crate::request::{ActionRef, Groups};
 
 /// A binding's position within its scope (cluster scope, or one namespace).
 pub type BindingId = u32;
@@ -137,8 +137,8 @@ pub struct BindingEntry {
 
 impl BindingEntry {
     /// `binding_id` must end with `name` and `role_id` with `role_name` (as
-    /// [`explain::binding_id`] and
-    /// [`explain::role_id`] write them).
+    /// [`describe::binding_id`] and
+    /// [`describe::role_id`] write them).
     pub fn new(
         facts: BindingFacts<'_>,
         ids: (Arc<str>, Arc<str>, Arc<str>, Arc<str>),
@@ -262,13 +262,13 @@ impl BoundSubject {
         }
     }
 
-    /// Upstream `describeSubject`, as [`explain::describe_subject`] words the subject as
+    /// Upstream `describeSubject`, as [`describe::describe_subject`] words the subject as
     /// written.
     pub fn describe(&self) -> String {
         let name = self.text.get(self.name_at as usize..).unwrap_or("");
         match self.kind {
-            BoundKind::User => explain::describe_subject_parts("User", name, ""),
-            BoundKind::Group => explain::describe_subject_parts("Group", name, ""),
+            BoundKind::User => describe::describe_subject_parts("User", name, ""),
+            BoundKind::Group => describe::describe_subject_parts("Group", name, ""),
             BoundKind::ServiceAccount => {
                 // `system:serviceaccount:NS:NAME`: NS sits between the prefix and `:NAME`.
                 let end = (self.name_at as usize).saturating_sub(1);
@@ -276,14 +276,14 @@ impl BoundSubject {
                     .text
                     .get(SERVICE_ACCOUNT_PREFIX.len()..end)
                     .unwrap_or("");
-                explain::describe_subject_parts("ServiceAccount", name, namespace)
+                describe::describe_subject_parts("ServiceAccount", name, namespace)
             }
             BoundKind::NamespacelessServiceAccount => {
-                explain::describe_subject_parts("ServiceAccount", name, "")
+                describe::describe_subject_parts("ServiceAccount", name, "")
             }
             BoundKind::Other => {
                 let kind = self.text.get(..self.name_at as usize).unwrap_or("");
-                explain::describe_subject_parts(kind, name, "")
+                describe::describe_subject_parts(kind, name, "")
             }
         }
     }
@@ -960,7 +960,7 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{Action, NonResourceAttributes, ResourceAttributes};
+    use crate::request::{Action, NonResourceAttributes, ResourceAttributes};
 
     fn rule(verbs: &[&str], resources: &[&str], urls: &[&str]) -> PolicyRule {
         let strings = |v: &[&str]| v.iter().map(|s| s.to_string()).collect();
@@ -1124,7 +1124,7 @@ mod tests {
                 let context = format!("{written:?} in {binding_namespace:?}");
                 assert_eq!(
                     bound.describe(),
-                    explain::describe_subject(written, binding_namespace),
+                    describe::describe_subject(written, binding_namespace),
                     "{context}"
                 );
                 let expected = match (written.user_name(binding_namespace), written.group_name()) {
@@ -1163,8 +1163,8 @@ mod tests {
                 };
                 let facts = BindingFacts::of(&binding);
                 let ids = (
-                    Arc::from(explain::binding_id(&binding)),
-                    Arc::from(explain::role_id(&binding)),
+                    Arc::from(describe::binding_id(&binding)),
+                    Arc::from(describe::role_id(&binding)),
                     Arc::from(namespace),
                     Arc::from("p.yaml:3"),
                 );
@@ -1173,8 +1173,8 @@ mod tests {
                 assert_eq!(entry.role_name(), "pod-reader");
                 assert_eq!(entry.facts().describe(), binding.describe());
                 assert_eq!(
-                    explain::missing_role_error_of(&entry.facts()),
-                    explain::missing_role_error(&binding)
+                    describe::missing_role_error_of(&entry.facts()),
+                    describe::missing_role_error(&binding)
                 );
                 assert_eq!(entry.cluster, kind == BindingKind::ClusterRoleBinding);
             }

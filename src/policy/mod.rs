@@ -4,6 +4,7 @@ pub mod abac;
 pub mod aggregate;
 pub mod compile;
 pub mod delta;
+pub mod describe;
 pub mod impact;
 pub mod index;
 pub mod load;

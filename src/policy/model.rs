@@ -305,6 +305,45 @@ impl PolicySet {
     }
 }
 
+/// A role or binding read from a manifest.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PolicyObject {
+    Role(Role),
+    Binding(Binding),
+}
+
+impl PolicyObject {
+    /// `Role`, `ClusterRole`, `RoleBinding` or `ClusterRoleBinding`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            PolicyObject::Role(r) => r.kind.as_str(),
+            PolicyObject::Binding(b) => b.kind.as_str(),
+        }
+    }
+
+    /// Empty for cluster-scoped objects.
+    pub fn namespace(&self) -> &str {
+        match self {
+            PolicyObject::Role(r) => &r.namespace,
+            PolicyObject::Binding(b) => &b.namespace,
+        }
+    }
+
+    pub fn name(&self) -> &str {
+        match self {
+            PolicyObject::Role(r) => &r.name,
+            PolicyObject::Binding(b) => &b.name,
+        }
+    }
+
+    pub fn source(&self) -> &Source {
+        match self {
+            PolicyObject::Role(r) => &r.source,
+            PolicyObject::Binding(b) => &b.source,
+        }
+    }
+}
+
 #[cfg(test)]
 mod quoting_tests {
     use proptest::prelude::*;

@@ -11,8 +11,8 @@
 //! These functions are the single definition of rule semantics: the reference evaluator calls
 //! them on every rule it walks; the compiled index only narrows which rules it calls them on.
 
-use crate::engine::{Action, ActionRef};
 use crate::policy::model::PolicyRule;
+use crate::request::{Action, ActionRef};
 
 const NEGATION: char = '-';
 
@@ -212,7 +212,7 @@ pub fn restriction_error(role: &str, rule_index: usize, deny: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::ResourceAttributes;
+    use crate::request::ResourceAttributes;
 
     fn rule(verbs: &[&str], groups: &[&str], resources: &[&str]) -> PolicyRule {
         PolicyRule {

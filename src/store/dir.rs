@@ -15,10 +15,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::policy::load::{
-    load_paths, load_sources, Format, LoadErrors, LoadOptions, PolicyObject,
-};
-use crate::policy::model::{Binding, PolicySet, Role};
+use crate::policy::load::{load_paths, load_sources, Format, LoadErrors, LoadOptions};
+use crate::policy::model::{Binding, PolicyObject, PolicySet, Role};
 use crate::policy::render;
 use crate::store::{objects, Backend, ObjectRef, ObjectView, Result, StoreError};
 

@@ -24,7 +24,8 @@ use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 use crate::cache::InvalidationCause;
 use crate::policy::delta::{ChangedKind, ChangedObject};
 use crate::policy::impact::{impact_of_change, impact_of_objects, Impact};
-use crate::policy::load::{LoadErrors, PolicyObject};
+use crate::policy::load::LoadErrors;
+use crate::policy::model::PolicyObject;
 use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
 use crate::policy::render;
 

@@ -6,13 +6,12 @@
 
 use std::collections::BTreeMap;
 
-use authzd::engine::{
-    Action, EngineConfig, Mode, NonResourceAttributes, ResourceAttributes, UserInfo,
-};
+use authzd::engine::{EngineConfig, Mode};
 use authzd::policy::model::{
     AbacRule, Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, PolicySet,
     Role, RoleKind, RoleRef, SelectorOperator, Source, Subject,
 };
+use authzd::request::{Action, NonResourceAttributes, ResourceAttributes, UserInfo};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 

@@ -211,7 +211,7 @@ mod tests {
         fn authenticate(
             &self,
             peer: &crate::api::identity::Peer<'_>,
-        ) -> crate::api::error::Result<std::sync::Arc<crate::engine::UserInfo>> {
+        ) -> crate::api::error::Result<std::sync::Arc<crate::request::UserInfo>> {
             let token = peer
                 .metadata
                 .get("authorization")

@@ -7,7 +7,8 @@ use std::collections::HashMap;
 use proptest::prelude::*;
 
 use super::*;
-use crate::engine::{EncodedOnce, Request};
+use crate::engine::EncodedOnce;
+use crate::request::Request;
 
 /// Strings as clients send them, with the edge cases validation and UTF-8 care about.
 fn text() -> impl Strategy<Value = String> {

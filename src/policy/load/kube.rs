@@ -14,9 +14,10 @@ use crate::policy::model::{
 };
 
 use super::node::{self, Fields, Node, Problems};
-use super::{label, Cx, PolicyObject};
+use super::rules::{check_name, restrictions, validate_rule, API_GROUP};
+use super::{label, Cx, SEED003_KINDS};
+use crate::policy::model::PolicyObject;
 
-pub(super) const API_GROUP: &str = "rbac.authorization.k8s.io";
 const API_VERSIONS: [&str; 3] = [
     "rbac.authorization.k8s.io/v1",
     "rbac.authorization.k8s.io/v1beta1",
@@ -155,7 +156,7 @@ fn parse_with(node: &Node, parent: Parent<'_>, cx: &mut Cx<'_>) {
         check_api_version(&api_version, &kind, node.line, &mut p);
         parse_single(f, k, &api_version, p, cx);
     } else {
-        let hint = if super::seed003::KINDS.contains(&kind.as_str()) {
+        let hint = if SEED003_KINDS.contains(&kind.as_str()) {
             " (seed-003 documents have no `apiVersion`)"
         } else {
             ""
@@ -232,19 +233,6 @@ fn parse_metadata(node: Option<&Node>, p: &mut Problems) -> Meta {
     f.ignore(&IGNORED_METADATA);
     f.finish(p);
     meta
-}
-
-/// Upstream `ValidatePathSegmentName`: names end up in paths (and in `name/namespace`
-/// descriptions), so `/`, `%`, `.` and `..` are refused.
-pub(super) fn check_name(value: &str, path: &str, line: u32, p: &mut Problems) {
-    if value == "." || value == ".." {
-        p.push(line, format!("`{path}` may not be `{value}`"));
-    } else if value.contains(['/', '%']) {
-        p.push(
-            line,
-            format!("`{path}` `{value}` may not contain `/` or `%`"),
-        );
-    }
 }
 
 fn parse_single(
@@ -388,101 +376,6 @@ fn parse_rule(node: &Node, path: &str, namespaced: bool, p: &mut Problems) -> Op
     f.finish(p);
     validate_rule(&rule, path, "resources", namespaced, node.line, p);
     Some(rule)
-}
-
-/// `attributeRestrictions` as canonical JSON.
-pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> String {
-    match serde_json::to_string(&node.to_json()) {
-        Ok(s) => s,
-        Err(e) => {
-            p.push(
-                node.line,
-                format!("`{path}.attributeRestrictions` cannot be stored: {e}"),
-            );
-            String::new()
-        }
-    }
-}
-
-/// Upstream's `ValidatePolicyRule`, plus the negation checks described in the module docs of
-/// `load`. `path` names the rule (`rules[0]`).
-pub(super) fn validate_rule(
-    rule: &PolicyRule,
-    path: &str,
-    resources_field: &str,
-    namespaced: bool,
-    line: u32,
-    p: &mut Problems,
-) {
-    if rule.verbs.is_empty() {
-        p.push(line, format!("`{path}.verbs` must list at least one verb"));
-    }
-    for (field, entries) in [("verbs", &rule.verbs), (resources_field, &rule.resources)] {
-        for (i, entry) in entries.iter().enumerate() {
-            if entry == "-" {
-                p.push(
-                    line,
-                    format!("`{path}.{field}[{i}]` is a bare `-`, which negates nothing"),
-                );
-            }
-        }
-        if !entries.is_empty() && entries.iter().all(|e| e.starts_with('-')) {
-            p.push(
-                line,
-                format!(
-                    "`{path}.{field}` has only negated entries, so the rule matches nothing (add `*`)"
-                ),
-            );
-        }
-    }
-    for (field, entries) in [
-        ("apiGroups", &rule.api_groups),
-        ("resourceNames", &rule.resource_names),
-        ("nonResourceURLs", &rule.non_resource_urls),
-    ] {
-        for (i, entry) in entries.iter().enumerate() {
-            if entry.starts_with('-') {
-                p.push(
-                    line,
-                    format!(
-                        "`{path}.{field}[{i}]` `{entry}`: negation is only supported in `verbs` and `resources`"
-                    ),
-                );
-            }
-        }
-    }
-    if !rule.non_resource_urls.is_empty() {
-        if namespaced {
-            p.push(
-                line,
-                format!("`{path}.nonResourceURLs` is not allowed in a namespaced `Role`"),
-            );
-        }
-        if !rule.api_groups.is_empty()
-            || !rule.resources.is_empty()
-            || !rule.resource_names.is_empty()
-        {
-            p.push(
-                line,
-                format!("`{path}` cannot apply to both `{resources_field}` and `nonResourceURLs`"),
-            );
-        }
-    } else {
-        if rule.api_groups.is_empty() {
-            p.push(
-                line,
-                format!(
-                    "`{path}.apiGroups` must list at least one API group (`\"\"` is the core group)"
-                ),
-            );
-        }
-        if rule.resources.is_empty() {
-            p.push(
-                line,
-                format!("`{path}.{resources_field}` must list at least one resource"),
-            );
-        }
-    }
 }
 
 fn parse_aggregation(node: &Node, p: &mut Problems) -> Vec<LabelSelector> {

@@ -46,6 +46,7 @@
 mod abac;
 mod kube;
 mod node;
+mod rules;
 mod seed003;
 
 use std::collections::{HashMap, HashSet};
@@ -55,9 +56,13 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::policy::model::{Binding, PolicySet, Role, Source};
+use crate::policy::model::{PolicyObject, PolicySet, Source};
 
 use node::{Node, Problems, Value};
+
+/// The seed-003 document kinds, read by `seed003` only when the document has no `apiVersion`
+/// (with one, `kube` reads it and names seed 003 in its error).
+const SEED003_KINDS: [&str; 4] = ["role", "roleBinding", "Policy", "PolicyBinding"];
 
 /// Largest policy file authzd reads (16 MiB).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -112,45 +117,6 @@ impl fmt::Display for LoadErrors {
 }
 
 impl std::error::Error for LoadErrors {}
-
-/// A role or binding read from a manifest.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum PolicyObject {
-    Role(Role),
-    Binding(Binding),
-}
-
-impl PolicyObject {
-    /// `Role`, `ClusterRole`, `RoleBinding` or `ClusterRoleBinding`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            PolicyObject::Role(r) => r.kind.as_str(),
-            PolicyObject::Binding(b) => b.kind.as_str(),
-        }
-    }
-
-    /// Empty for cluster-scoped objects.
-    pub fn namespace(&self) -> &str {
-        match self {
-            PolicyObject::Role(r) => &r.namespace,
-            PolicyObject::Binding(b) => &b.namespace,
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        match self {
-            PolicyObject::Role(r) => &r.name,
-            PolicyObject::Binding(b) => &b.name,
-        }
-    }
-
-    pub fn source(&self) -> &Source {
-        match self {
-            PolicyObject::Role(r) => &r.source,
-            PolicyObject::Binding(b) => &b.source,
-        }
-    }
-}
 
 /// What a file holds, chosen by its extension.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -440,7 +406,7 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
             },
         )) = kind
         {
-            if !has_api_version && seed003::KINDS.contains(&kind.as_str()) {
+            if !has_api_version && SEED003_KINDS.contains(&kind.as_str()) {
                 seed003::parse(node, kind, cx);
                 return;
             }

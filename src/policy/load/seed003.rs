@@ -21,12 +21,10 @@
 
 use crate::policy::model::{Binding, BindingKind, PolicyRule, Role, RoleKind, RoleRef, Subject};
 
-use super::kube::{check_name, restrictions, validate_rule, API_GROUP};
 use super::node::{Fields, Node, Problems, Value};
-use super::{label, Cx, PolicyObject};
-
-/// The kinds this module reads (only when the document has no apiVersion).
-pub(super) const KINDS: [&str; 4] = ["role", "roleBinding", "Policy", "PolicyBinding"];
+use super::rules::{check_name, restrictions, validate_rule, API_GROUP};
+use super::{label, Cx};
+use crate::policy::model::PolicyObject;
 
 pub(super) fn parse(node: &Node, kind: &str, cx: &mut Cx<'_>) {
     let mut p = Problems::default();

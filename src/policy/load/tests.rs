@@ -5,8 +5,8 @@ use std::fs;
 
 use super::*;
 use crate::policy::model::{
-    BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, RoleKind, SelectorOperator,
-    Subject,
+    Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyObject, PolicyRule, Role,
+    RoleKind, SelectorOperator, Subject,
 };
 
 fn sources(files: &[(&str, &str)]) -> Vec<(String, String)> {

@@ -1,0 +1,470 @@
+//! The serving engine: the authorizer chain over the compiled index.
+
+use std::cell::OnceCell;
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use rustc_hash::FxHashMap;
+use smallvec::SmallVec;
+
+use crate::engine::chain::{run_chain, subject_chain_decision, super_user, FirstMatches, Verdict};
+use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::shared::{HitKey, Outcome, SharedResponses};
+use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
+use crate::policy::abac;
+use crate::policy::compile::{apply, compile};
+use crate::policy::delta::{DeltaError, PolicyDelta};
+use crate::policy::describe;
+use crate::policy::index::{
+    BindingEntry, BoundSubject, Grant, Index, NamespacePartition, RuleProbe, ScopeBindings,
+    ScopeGrants, SubjectName,
+};
+use crate::policy::model::{PolicyRule, PolicySet};
+use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
+use crate::request::{Action, Request, RequestRef};
+
+/// One compiled policy state plus the chain configuration. Immutable in what it answers (its
+/// only interior state is the table of shared responses, a memo of pure results); share it
+/// behind an `Arc`.
+pub struct Engine {
+    config: EngineConfig,
+    index: Index,
+    /// Responses shared by requests decided the same way (see [`shared`](super::shared)).
+    shared: SharedResponses,
+    /// Whether the chain is made of RBAC and ABAC only, the chains whose responses are shared.
+    shares_responses: bool,
+}
+
+/// A rule reached by a request: the binding, the index of the subject that reached it, and the
+/// rule's position in its role.
+type Hit<'a> = (&'a BindingEntry, u32, usize);
+
+/// A binding reached through one of the request's subjects.
+type Candidates = SmallVec<[Grant; 16]>;
+
+impl Engine {
+    /// A full build of `policy`.
+    pub fn new(policy: &PolicySet, config: EngineConfig) -> Self {
+        Self::with_index(compile(policy), config)
+    }
+
+    fn with_index(index: Index, config: EngineConfig) -> Self {
+        let shares_responses = config
+            .modes
+            .iter()
+            .all(|mode| matches!(mode, Mode::Rbac | Mode::Abac));
+        Self {
+            index,
+            config,
+            shared: SharedResponses::default(),
+            shares_responses,
+        }
+    }
+
+    /// The engine for the policy this one was built from with `delta` applied: only the
+    /// partitions the delta carries are rebuilt, all others are shared with `self`. Answers
+    /// exactly as `Engine::new` of the new policy would. `self` is left as it was.
+    pub fn update(&self, delta: &PolicyDelta) -> Result<Engine, DeltaError> {
+        Ok(Self::with_index(
+            apply(&self.index, delta)?,
+            self.config.clone(),
+        ))
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.config
+    }
+
+    pub fn index(&self) -> &Index {
+        &self.index
+    }
+
+    pub fn authorize(&self, request: &Request) -> Response {
+        self.authorize_borrowed(request.as_borrowed())
+    }
+
+    /// [`Self::authorize`] for a request borrowed from wherever its strings live: nothing of
+    /// the request is copied.
+    pub fn authorize_borrowed(&self, request: RequestRef<'_>) -> Response {
+        run_chain(&self.config, request.user, |mode| match mode {
+            Mode::Rbac => self.rbac(request),
+            _ => self.abac(request),
+        })
+    }
+
+    /// [`Self::authorize_borrowed`], shared: a request decided the same way as an earlier one
+    /// (same rules, same subjects, no errors) gets the same `Arc`, so no explanation is built
+    /// or allocated for it. Anything else (super-users, errors, `AlwaysAllow`/`AlwaysDeny` in
+    /// the chain) is answered by [`Self::authorize_borrowed`] itself.
+    pub fn authorize_shared(&self, request: RequestRef<'_>) -> Arc<Response> {
+        match self.outcome(request) {
+            Some(outcome) => self
+                .shared
+                .get_or_build(outcome, || self.authorize_borrowed(request)),
+            None => Arc::new(self.authorize_borrowed(request)),
+        }
+    }
+
+    /// What decides `request`, when that alone determines its response; `None` otherwise.
+    /// Walks the chain as `run_chain` does, without wording anything.
+    fn outcome(&self, request: RequestRef<'_>) -> Option<Outcome> {
+        if !self.shares_responses || super_user(&self.config, request.user).is_some() {
+            return None;
+        }
+        for mode in &self.config.modes {
+            match mode {
+                Mode::Rbac => {
+                    let (matches, errors) = self.rbac_matches(request);
+                    if !errors.is_empty() {
+                        return None;
+                    }
+                    if let Some((decision, allow, deny)) = matches.deciding_pair() {
+                        return Some(Outcome::Rbac {
+                            decision,
+                            allow: allow.map(hit_key),
+                            deny: deny.map(hit_key),
+                        });
+                    }
+                }
+                Mode::Abac => {
+                    if let Some(line) = self.abac_line(request) {
+                        return Some(Outcome::Abac { line });
+                    }
+                }
+                Mode::AlwaysAllow | Mode::AlwaysDeny => return None,
+            }
+        }
+        Some(Outcome::NoOpinion)
+    }
+
+    fn rbac(&self, request: RequestRef<'_>) -> Verdict {
+        let (matches, errors) = self.rbac_matches(request);
+        matches.into_verdict(
+            errors,
+            |word, (entry, subject, _)| {
+                let subject = entry.subjects.get(subject as usize);
+                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
+                describe::rbac_reason_of(word, &entry.facts(), &subject)
+            },
+            |(entry, _, index)| crate::engine::RuleRef {
+                authorizer: explain::RBAC,
+                binding: entry.binding_id.clone(),
+                role: entry.role_id.clone(),
+                rule_index: u32::try_from(index).unwrap_or(u32::MAX),
+                source: entry.source.clone(),
+            },
+        )
+    }
+
+    /// The first allowing and denying rules RBAC finds for `request`, and its errors.
+    fn rbac_matches(&self, request: RequestRef<'_>) -> (FirstMatches<Hit<'_>>, Vec<String>) {
+        let namespace = request.action.namespace();
+        let local = if namespace.is_empty() {
+            None
+        } else {
+            self.index.namespace(namespace)
+        };
+        let target = MatchTarget::new(request.action);
+        // Built on the first role big enough to have a rule index, so requests meeting only
+        // small roles never pay for it.
+        let probe = OnceCell::new();
+        let mut errors = Vec::new();
+        let mut matches = FirstMatches::default();
+        // Canonical binding order: cluster bindings first, then the namespace's, each by
+        // position; per binding the first subject that applies, exactly as a walk over all
+        // bindings would meet them.
+        let mut cluster = Candidates::new();
+        let mut namespaced = Candidates::new();
+        ScopeGrants::collect(
+            &self.index.cluster.grants,
+            local.map(|ns| &ns.scope.grants),
+            request.user.name,
+            request.user.groups,
+            &mut cluster,
+            &mut namespaced,
+        );
+        if !cluster.is_empty() {
+            self.evaluate(
+                &self.index.cluster,
+                None,
+                &mut cluster,
+                (&target, &probe),
+                &mut errors,
+                &mut matches,
+            );
+        }
+        if let Some(local) = local.filter(|_| !namespaced.is_empty()) {
+            self.evaluate(
+                &local.scope,
+                Some(local),
+                &mut namespaced,
+                (&target, &probe),
+                &mut errors,
+                &mut matches,
+            );
+        }
+        (matches, errors)
+    }
+
+    /// Evaluates the roles of one scope's candidate grants in canonical order; within a role,
+    /// the rules that can match in rule order (all of a small role's, a big role's index
+    /// candidates), so the first allowing and denying rules are those a full walk finds.
+    fn evaluate<'a, 't>(
+        &'a self,
+        scope: &'a ScopeBindings,
+        local: Option<&'a NamespacePartition>,
+        candidates: &mut Candidates,
+        (target, probe): (&'t MatchTarget<'t>, &'t OnceCell<RuleProbe<'t>>),
+        errors: &mut Vec<String>,
+        matches: &mut FirstMatches<Hit<'a>>,
+    ) {
+        candidates.sort_unstable();
+        candidates.dedup_by_key(|g| g.binding);
+        for grant in candidates.iter() {
+            let entry = scope.binding(grant.binding);
+            let Some(role) = self.index.role_entry(local, entry) else {
+                errors.push(describe::missing_role_error_of(&entry.facts()));
+                continue;
+            };
+            let probe = || probe.get_or_init(|| RuleProbe::new(target.action, target.combined()));
+            for (index, rule) in role.candidates(probe) {
+                let (effect, restricted) = rule_effect_on(rule, target);
+                if restricted {
+                    errors.push(restriction_error(&entry.role_id, index, rule.deny));
+                }
+                matches.record(effect, entry.cluster, (entry, grant.subject, index));
+            }
+        }
+    }
+
+    fn abac(&self, request: RequestRef<'_>) -> Verdict {
+        match self.abac_line(request) {
+            Some(line) => {
+                let rule = &self.index.abac.rules[line as usize];
+                Verdict::allow(
+                    explain::abac_reason(rule),
+                    explain::abac_rule_ref(rule, line as usize),
+                )
+            }
+            None => Verdict::no_opinion(ABAC_NO_MATCH, Vec::new()),
+        }
+    }
+
+    /// The first ABAC line (in file order) that allows `request`.
+    fn abac_line(&self, request: RequestRef<'_>) -> Option<u32> {
+        let abac = &*self.index.abac;
+        let mut lines: SmallVec<[u32; 16]> = SmallVec::new();
+        if let Some(found) = abac.by_user.get(request.user.name) {
+            lines.extend_from_slice(found);
+        }
+        for group in request.user.groups.iter() {
+            if let Some(found) = abac.by_group.get(group) {
+                lines.extend_from_slice(found);
+            }
+        }
+        lines.sort_unstable();
+        lines.dedup();
+        lines
+            .into_iter()
+            .find(|&line| abac::rule_allows(&abac.rules[line as usize], request))
+    }
+
+    /// Who can do this: starts from the rules filed under the action's verb and resource keys,
+    /// follows each matching rule to the in-scope bindings of its role, and decides each
+    /// subject reached on its own through the chain.
+    pub fn allowed_subjects(&self, action: &Action) -> AllowedSubjects {
+        let mut user_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
+        let mut group_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
+        let mut errors = BTreeSet::new();
+        if self.config.modes.contains(&Mode::Rbac) {
+            self.rbac_subjects(action, &mut user_matches, &mut group_matches, &mut errors);
+        }
+
+        let mut abac_users = BTreeSet::new();
+        let mut abac_groups = BTreeSet::new();
+        if self.config.modes.contains(&Mode::Abac) {
+            for rule in &self.index.abac.rules {
+                if !abac::rule_allows_action(rule, action.as_borrowed()) {
+                    continue;
+                }
+                // A user with no groups matches lines naming only the user; a user bound
+                // nowhere matches, through one group, lines naming only that group.
+                match (rule.user.is_empty(), rule.group.is_empty()) {
+                    (false, true) => {
+                        abac_users.insert(rule.user.as_str());
+                    }
+                    (true, false) => {
+                        abac_groups.insert(rule.group.as_str());
+                    }
+                    _ => {}
+                }
+            }
+        }
+
+        let modes = &self.config.modes;
+        let decide = |matches: Option<&FirstMatches<()>>, abac_allows: bool| {
+            let rbac = matches.map_or(Decision::NoOpinion, FirstMatches::decision);
+            subject_chain_decision(modes, rbac, abac_allows)
+        };
+        let mut result = AllowedSubjects::default();
+        let mut users: BTreeSet<&str> = user_matches.keys().copied().collect();
+        users.extend(abac_users.iter().copied());
+        let mut allowed_users = BTreeSet::new();
+        let mut denied_users = BTreeSet::new();
+        for user in users {
+            match decide(user_matches.get(user), abac_users.contains(user)) {
+                Decision::Allow => allowed_users.insert(user.to_string()),
+                Decision::Deny => denied_users.insert(user.to_string()),
+                Decision::NoOpinion => false,
+            };
+        }
+        let mut groups: BTreeSet<&str> = group_matches.keys().copied().collect();
+        groups.extend(abac_groups.iter().copied());
+        let mut allowed_groups = BTreeSet::new();
+        let mut denied_groups = BTreeSet::new();
+        for group in groups {
+            match decide(group_matches.get(group), abac_groups.contains(group)) {
+                Decision::Allow => allowed_groups.insert(group.to_string()),
+                Decision::Deny => denied_groups.insert(group.to_string()),
+                Decision::NoOpinion => false,
+            };
+        }
+        // Super-users bypass every authorizer, denies included.
+        for user in &self.config.super_users {
+            denied_users.remove(user);
+            allowed_users.insert(user.clone());
+        }
+        for group in &self.config.super_groups {
+            denied_groups.remove(group);
+            allowed_groups.insert(group.clone());
+        }
+        if modes.contains(&Mode::AlwaysAllow) {
+            allowed_users.insert("*".to_string());
+            allowed_groups.insert("*".to_string());
+        }
+        result.users = allowed_users.into_iter().collect();
+        result.groups = allowed_groups.into_iter().collect();
+        result.denied_users = denied_users.into_iter().collect();
+        result.denied_groups = denied_groups.into_iter().collect();
+        result.errors = errors.into_iter().collect();
+        result
+    }
+
+    /// RBAC's view of every subject the action's matching rules reach, plus who-can errors.
+    fn rbac_subjects<'a>(
+        &'a self,
+        action: &Action,
+        user_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
+        group_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
+        errors: &mut BTreeSet<String>,
+    ) {
+        let namespace = action.namespace();
+        let target = MatchTarget::new(action.as_borrowed());
+        let probe = RuleProbe::new(action.as_borrowed(), target.combined());
+        let keys = probe.resource_keys();
+        let cluster = &*self.index.cluster;
+        let local = if namespace.is_empty() {
+            None
+        } else {
+            self.index.namespace(namespace)
+        };
+        // Records what one rule says for every subject of the bindings reaching it.
+        let mut visit =
+            |rule: &PolicyRule,
+             index: usize,
+             entries: &mut dyn Iterator<Item = &'a BindingEntry>| {
+                let (effect, restricted) = rule_effect_on(rule, &target);
+                if effect == RuleEffect::None && !restricted {
+                    return;
+                }
+                for entry in entries {
+                    if restricted {
+                        errors.insert(restriction_error(&entry.role_id, index, rule.deny));
+                    }
+                    if effect == RuleEffect::None {
+                        continue;
+                    }
+                    for subject in &entry.subjects {
+                        let matches = match subject.matches() {
+                            SubjectName::User(user) => user_matches.entry(user).or_default(),
+                            SubjectName::Group(group) => group_matches.entry(group).or_default(),
+                            SubjectName::Nothing => continue,
+                        };
+                        matches.record(effect, entry.cluster, ());
+                    }
+                }
+            };
+
+        // ClusterRole rules, to the cluster bindings and the namespace's bindings of their slot.
+        let cluster_roles = &*self.index.cluster_roles;
+        let local_scope = local.map(|ns| &ns.scope);
+        for loc in cluster_roles.rules.candidate_rules(action.verb(), &keys) {
+            let Some(rule) = cluster_roles
+                .slot_rules(loc.role)
+                .and_then(|rules| rules.get(loc.rule as usize))
+            else {
+                continue;
+            };
+            let mut entries =
+                [Some(cluster), local_scope]
+                    .into_iter()
+                    .flatten()
+                    .flat_map(|scope| {
+                        let ids = scope.by_cluster_slot.get(&loc.role);
+                        ids.into_iter().flatten().map(|id| scope.binding(*id))
+                    });
+            visit(rule, loc.rule as usize, &mut entries);
+        }
+        // The namespace's own Roles, to its bindings of them.
+        if let Some(local) = local {
+            for loc in local.rules.candidate_rules(action.verb(), &keys) {
+                let (Some(role), Some(ids)) = (
+                    local.roles.get(loc.role as usize),
+                    local.scope.by_local_role.get(loc.role as usize),
+                ) else {
+                    continue;
+                };
+                let Some(rule) = role.rules().get(loc.rule as usize) else {
+                    continue;
+                };
+                let mut entries = ids.iter().map(|id| local.scope.binding(*id));
+                visit(rule, loc.rule as usize, &mut entries);
+            }
+        }
+        // Bindings resolved at query time: the rules of their role that can match (all of a
+        // small role's, a big role's index candidates), if the role exists now.
+        let mut missing: Vec<&'a BindingEntry> = Vec::new();
+        let scopes = [(Some(cluster), None), (local_scope, local)];
+        for (scope, partition) in scopes.iter().filter_map(|(s, p)| s.map(|s| (s, *p))) {
+            for id in &scope.deferred {
+                let entry = scope.binding(*id);
+                match self.index.role_entry(partition, entry) {
+                    Some(role) => {
+                        for (index, rule) in role.candidates(|| &probe) {
+                            visit(rule, index, &mut std::iter::once(entry));
+                        }
+                    }
+                    None => missing.push(entry),
+                }
+            }
+            missing.extend(scope.missing.iter().map(|id| scope.binding(*id)));
+            for slot in &cluster_roles.tombstones {
+                for id in scope.by_cluster_slot.get(slot).into_iter().flatten() {
+                    missing.push(scope.binding(*id));
+                }
+            }
+        }
+        for entry in missing {
+            errors.insert(describe::missing_role_error_of(&entry.facts()));
+        }
+    }
+}
+
+/// A hit's identity for [`Outcome`].
+fn hit_key((entry, subject, index): Hit<'_>) -> HitKey {
+    HitKey {
+        entry: std::ptr::from_ref(entry).addr(),
+        subject,
+        rule: u32::try_from(index).unwrap_or(u32::MAX),
+    }
+}

@@ -1,0 +1,232 @@
+//! The question: who asks to do what. The ground floor that policy and engine both stand on
+//! (as Kubernetes keeps `Attributes` in `authorizer/interfaces.go`, imported by `rbac` and
+//! `union`): nothing here names a module above it.
+//!
+//! Requests come owned ([`Request`], decoded from a review) or borrowed ([`RequestRef`], over
+//! an owned request or over the bytes of a request still on the wire). [`RequestRef::
+//! visit_decision_fields`] is the one list of the fields that determine a decision: the
+//! decision cache builds its key from it, so a field added to a request and not to the key
+//! cannot happen in two files.
+
+use std::collections::BTreeMap;
+/// The subject of a request.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct UserInfo {
+    pub name: String,
+    pub uid: String,
+    pub groups: Vec<String>,
+    pub extra: BTreeMap<String, Vec<String>>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ResourceAttributes {
+    pub namespace: String,
+    pub verb: String,
+    /// API group; `""` is the core group.
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct NonResourceAttributes {
+    pub path: String,
+    pub verb: String,
+}
+
+/// What is being done: a resource request or a non-resource request, never both.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Action {
+    Resource(ResourceAttributes),
+    NonResource(NonResourceAttributes),
+}
+
+impl Action {
+    pub fn verb(&self) -> &str {
+        match self {
+            Action::Resource(r) => &r.verb,
+            Action::NonResource(n) => &n.verb,
+        }
+    }
+
+    /// The namespace a resource request targets; `""` for cluster scope and non-resource paths.
+    pub fn namespace(&self) -> &str {
+        match self {
+            Action::Resource(r) => &r.namespace,
+            Action::NonResource(_) => "",
+        }
+    }
+}
+
+/// An [`Action`] borrowed from wherever its strings live (an owned action, or the bytes of a
+/// request on the wire), so a cache lookup needs no copy of it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ActionRef<'a> {
+    Resource(ResourceRef<'a>),
+    NonResource { path: &'a str, verb: &'a str },
+}
+
+/// Borrowed [`ResourceAttributes`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ResourceRef<'a> {
+    pub namespace: &'a str,
+    pub verb: &'a str,
+    pub group: &'a str,
+    pub version: &'a str,
+    pub resource: &'a str,
+    pub subresource: &'a str,
+    pub name: &'a str,
+}
+
+impl Action {
+    pub fn as_borrowed(&self) -> ActionRef<'_> {
+        match self {
+            Action::Resource(r) => ActionRef::Resource(ResourceRef {
+                namespace: &r.namespace,
+                verb: &r.verb,
+                group: &r.group,
+                version: &r.version,
+                resource: &r.resource,
+                subresource: &r.subresource,
+                name: &r.name,
+            }),
+            Action::NonResource(n) => ActionRef::NonResource {
+                path: &n.path,
+                verb: &n.verb,
+            },
+        }
+    }
+}
+
+impl<'a> ActionRef<'a> {
+    pub fn verb(&self) -> &'a str {
+        match self {
+            ActionRef::Resource(r) => r.verb,
+            ActionRef::NonResource { verb, .. } => verb,
+        }
+    }
+
+    /// As [`Action::namespace`].
+    pub fn namespace(&self) -> &'a str {
+        match self {
+            ActionRef::Resource(r) => r.namespace,
+            ActionRef::NonResource { .. } => "",
+        }
+    }
+
+    /// Upstream `IsReadOnly`: exactly get, list and watch, case-sensitive.
+    pub fn is_read_only(&self) -> bool {
+        matches!(self.verb(), "get" | "list" | "watch")
+    }
+
+    pub fn to_action(&self) -> Action {
+        match *self {
+            ActionRef::Resource(r) => Action::Resource(ResourceAttributes {
+                namespace: r.namespace.to_owned(),
+                verb: r.verb.to_owned(),
+                group: r.group.to_owned(),
+                version: r.version.to_owned(),
+                resource: r.resource.to_owned(),
+                subresource: r.subresource.to_owned(),
+                name: r.name.to_owned(),
+            }),
+            ActionRef::NonResource { path, verb } => Action::NonResource(NonResourceAttributes {
+                path: path.to_owned(),
+                verb: verb.to_owned(),
+            }),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Request {
+    pub user: UserInfo,
+    pub action: Action,
+}
+
+impl Request {
+    pub fn as_borrowed(&self) -> RequestRef<'_> {
+        RequestRef {
+            user: self.user.as_borrowed(),
+            action: self.action.as_borrowed(),
+        }
+    }
+}
+
+impl UserInfo {
+    pub fn as_borrowed(&self) -> SubjectRef<'_> {
+        SubjectRef {
+            name: &self.name,
+            groups: Groups::Owned(&self.groups),
+        }
+    }
+}
+
+/// A request as the engine reads it, borrowed from wherever its strings live (an owned
+/// [`Request`], or a request still on the wire), so a cache miss evaluates without copying it.
+/// UID and extra are absent: no authorizer in the chain reads them.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestRef<'a> {
+    pub user: SubjectRef<'a>,
+    pub action: ActionRef<'a>,
+}
+
+/// The subject of a [`RequestRef`]: its name and groups.
+#[derive(Clone, Copy, Debug)]
+pub struct SubjectRef<'a> {
+    pub name: &'a str,
+    pub groups: Groups<'a>,
+}
+
+/// A request's groups as they are held: owned strings (a decoded request) or borrowed ones (a
+/// view of the wire bytes). An enum rather than a type parameter, so the engine is compiled once.
+#[derive(Clone, Copy, Debug)]
+pub enum Groups<'a> {
+    Owned(&'a [String]),
+    Borrowed(&'a [&'a str]),
+}
+
+impl<'a> Groups<'a> {
+    pub const NONE: Groups<'static> = Groups::Borrowed(&[]);
+
+    pub fn iter(self) -> GroupsIter<'a> {
+        match self {
+            Groups::Owned(groups) => GroupsIter::Owned(groups.iter()),
+            Groups::Borrowed(groups) => GroupsIter::Borrowed(groups.iter()),
+        }
+    }
+
+    /// Exact, case-sensitive membership.
+    pub fn contains(self, group: &str) -> bool {
+        self.iter().any(|g| g == group)
+    }
+}
+
+/// The iterator of [`Groups::iter`].
+#[derive(Clone, Debug)]
+pub enum GroupsIter<'a> {
+    Owned(std::slice::Iter<'a, String>),
+    Borrowed(std::slice::Iter<'a, &'a str>),
+}
+
+impl<'a> Iterator for GroupsIter<'a> {
+    type Item = &'a str;
+
+    fn next(&mut self) -> Option<&'a str> {
+        match self {
+            GroupsIter::Owned(groups) => groups.next().map(String::as_str),
+            GroupsIter::Borrowed(groups) => groups.next().copied(),
+        }
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        match self {
+            GroupsIter::Owned(groups) => groups.size_hint(),
+            GroupsIter::Borrowed(groups) => groups.size_hint(),
+        }
+    }
+}
+
+impl ExactSizeIterator for GroupsIter<'_> {}
