@@ -50,11 +50,11 @@ fn cache(c: &mut Criterion) {
     };
     // Fill with 100k distinct decisions.
     for i in 0..100_000 {
-        cached.decide(&request(i % 25_000, i / 25_000));
+        cached.decide(request(i % 25_000, i / 25_000).as_borrowed());
     }
     assert_eq!(cache.len(), 100_000);
     let hot = request(7, 1);
-    assert!(cached.decide(&hot).cached, "expected a hit");
+    assert!(cached.decide(hot.as_borrowed()).cached, "expected a hit");
 
     let mut group = c.benchmark_group("cache");
     group.measurement_time(Duration::from_secs(3));
@@ -65,7 +65,7 @@ fn cache(c: &mut Criterion) {
         })
     });
     group.bench_function("decide-hit/100k-entries", |b| {
-        b.iter(|| cached.decide(black_box(&hot)))
+        b.iter(|| cached.decide(black_box(&hot).as_borrowed()))
     });
     let cold = request(99_999_999, 3);
     group.bench_function("decide-uncached/100k-bindings", |b| {
@@ -96,7 +96,7 @@ fn cache(c: &mut Criterion) {
         let u = (state >> 11) as f64 / (1u64 << 53) as f64;
         // Inverse of the continuous approximation of the Zipf CDF.
         let rank = ((u * harmonic).exp() as usize).clamp(1, 1_000_000);
-        if skewed.decide(&request(rank, rank % 7)).cached {
+        if skewed.decide(request(rank, rank % 7).as_borrowed()).cached {
             hits += 1;
         }
     }

@@ -101,6 +101,31 @@ impl Action {
 }
 
 impl<'a> ActionRef<'a> {
+    /// The action's fields that determine a decision, in canonical order (for a resource
+    /// action the namespace comes first: cache invalidation reads it back from there).
+    pub fn decision_fields(self) -> ActionFields<'a> {
+        match self {
+            ActionRef::Resource(ResourceRef {
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
+            }) => ActionFields::Resource([
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
+            ]),
+            ActionRef::NonResource { path, verb } => ActionFields::NonResource([path, verb]),
+        }
+    }
+
     pub fn verb(&self) -> &'a str {
         match self {
             ActionRef::Resource(r) => r.verb,
@@ -173,6 +198,23 @@ pub struct RequestRef<'a> {
     pub action: ActionRef<'a>,
 }
 
+impl<'a> RequestRef<'a> {
+    /// The one list of what determines a decision: the subject's name, its groups, and the
+    /// action's fields (see [`ActionRef::decision_fields`]). The decision cache builds its key
+    /// from exactly this, so a field that can change an answer is never missing from the key.
+    ///
+    /// INVARIANT: both halves are destructured without `..`, here and in
+    /// [`ActionRef::decision_fields`]: a field added to [`SubjectRef`], [`ActionRef`] or
+    /// [`ResourceRef`] does not compile until it is listed (or stated not to decide).
+    pub fn decision_fields(self) -> (&'a str, Groups<'a>, ActionFields<'a>) {
+        let RequestRef {
+            user: SubjectRef { name, groups },
+            action,
+        } = self;
+        (name, groups, action.decision_fields())
+    }
+}
+
 /// The subject of a [`RequestRef`]: its name and groups.
 #[derive(Clone, Copy, Debug)]
 pub struct SubjectRef<'a> {
@@ -230,3 +272,37 @@ impl<'a> Iterator for GroupsIter<'a> {
 }
 
 impl ExactSizeIterator for GroupsIter<'_> {}
+
+/// An action's deciding fields (from [`ActionRef::decision_fields`]), with a tag naming the
+/// kind of action so that a resource and a non-resource action never read the same.
+#[derive(Clone, Copy, Debug)]
+pub enum ActionFields<'a> {
+    Resource([&'a str; 7]),
+    NonResource([&'a str; 2]),
+}
+
+impl<'a> ActionFields<'a> {
+    /// `r` or `n`: one byte naming the kind of action.
+    pub fn tag(&self) -> &'static [u8] {
+        match self {
+            ActionFields::Resource(_) => b"r",
+            ActionFields::NonResource(_) => b"n",
+        }
+    }
+
+    /// The field values, in canonical order.
+    pub fn values(&self) -> &[&'a str] {
+        match self {
+            ActionFields::Resource(fields) => fields,
+            ActionFields::NonResource(fields) => fields,
+        }
+    }
+
+    /// The namespace of a resource action; `None` for a non-resource one.
+    pub fn namespace(&self) -> Option<&'a str> {
+        match self {
+            ActionFields::Resource([namespace, ..]) => Some(namespace),
+            ActionFields::NonResource(_) => None,
+        }
+    }
+}

@@ -231,14 +231,14 @@ fn main() -> Result<()> {
             engine: &engine,
             revision: 1,
         };
-        cached.decide(&allow);
-        if !cached.decide(&allow).cached {
+        cached.decide(allow.as_borrowed());
+        if !cached.decide(allow.as_borrowed()).cached {
             bail!("authzd cache did not hit");
         }
         emit(
             size,
             "authzd-cached",
-            json!({ "hit_ns": median_ns(args.budget, || { black_box(cached.decide(black_box(&allow))); }) }),
+            json!({ "hit_ns": median_ns(args.budget, || { black_box(cached.decide(black_box(&allow).as_borrowed())); }) }),
         );
         drop(cache);
 

@@ -444,7 +444,10 @@ impl EnvoyApi {
             .state
             .snapshot()
             .ok_or(crate::api::error::ApiError::NotReady)?;
-        let decided = self.state.authorizer(&snapshot).decide(&request);
+        let decided = self
+            .state
+            .authorizer(&snapshot)
+            .decide(request.as_borrowed());
         let response = &decided.response;
         self.state
             .metrics()

@@ -209,7 +209,10 @@ impl GrpcApi {
         api: DecisionApi,
     ) -> proto::SubjectAccessReviewResponse {
         let request = request::Request { user, action };
-        let decided = self.state.authorizer(snapshot).decide(&request);
+        let decided = self
+            .state
+            .authorizer(snapshot)
+            .decide(request.as_borrowed());
         self.state
             .metrics()
             .decision(api, decided.response.decision);

@@ -668,7 +668,7 @@ impl Gate<'_> {
         let decided = self
             .state
             .privilege_authorizer(self.snapshot)
-            .decide(&request);
+            .decide(request.as_borrowed());
         if decided.response.allowed() {
             remember_admitted(self.snapshot, Arc::clone(caller), privilege);
             Ok(())

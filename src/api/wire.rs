@@ -32,7 +32,7 @@ use tonic::Status;
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{MAX_BATCH, MAX_GROUPS};
-use crate::engine::{Decided, Decision, Response, RuleRef};
+use crate::engine::{Authorize, Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::proto_codec::{WireDecode, WireEncode};
 use crate::request;
@@ -250,9 +250,10 @@ impl AuthorizeInput<'_, '_> {
         }
     }
 
-    /// Decides through the cache: a view is never copied, hit or miss.
-    pub fn decide(&self, authorizer: &crate::cache::CachedEngine<'_>) -> Decided {
-        authorizer.decide_borrowed(match self {
+    /// Decides through `authorizer` (the cache, statically dispatched): a view is never
+    /// copied, hit or miss.
+    pub fn decide(&self, authorizer: &impl Authorize) -> Decided {
+        authorizer.decide(match self {
             AuthorizeInput::Borrowed(view) => view.as_request(),
             AuthorizeInput::Owned(request) => request.as_borrowed(),
         })

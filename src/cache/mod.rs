@@ -52,7 +52,7 @@ use smallvec::SmallVec;
 use crate::counter::Counter;
 use crate::engine::{Decision, Response};
 use crate::policy::impact::Impact;
-use crate::request::{Action, ActionRef, Request, RequestRef};
+use crate::request::{Action, ActionFields, Request, RequestRef};
 
 /// Requests whose attributes add up to this many bytes or more are never cached (upstream's
 /// webhook `shouldCache` uses the same bound): the caller controls them, and caching them would
@@ -127,7 +127,7 @@ struct CacheEntry {
 /// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go;
 /// a miss copies them once, into its shard's key buffer.
 ///
-/// The hot path ([`CachedEngine::decide_borrowed`]) keeps one on its stack and has it filled
+/// The hot path (`CachedEngine`'s [`Authorize::decide`](crate::engine::Authorize::decide)) keeps one on its stack and has it filled
 /// in place ([`DecisionCache::probe`]) and read in place ([`DecisionCache::insert`]):
 /// at about 400 bytes, each move would be a `memcpy`.
 #[derive(Default)]
@@ -210,16 +210,14 @@ fn canonical_groups(mut groups: SmallVec<[&str; 16]>) -> SmallVec<[&str; 16]> {
 }
 
 /// The fields of the canonical form, in order: the user, the group count (as a field of its
-/// own), each group, the action tag, then the action's fields. UID and extra are not part of
-/// it: no authorizer in the chain reads them.
+/// own), each group (sorted and de-duplicated), the action's tag, then the action's fields —
+/// exactly [`RequestRef::decision_fields`], the request's one list of what decides.
 fn visit_fields(
     user: &str,
     groups: &[&str],
-    action: ActionRef<'_>,
+    action: &ActionFields<'_>,
     mut visit: impl FnMut(&[u8]) -> bool,
 ) -> bool {
-    const RESOURCE: &[u8] = b"r";
-    const NON_RESOURCE: &[u8] = b"n";
     const COUNTS: [&[u8]; 17] = [
         b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9", b"10", b"11", b"12", b"13",
         b"14", b"15", b"16",
@@ -236,50 +234,27 @@ fn visit_fields(
         }
     };
     // The count is visited as a field so the walk never reads past the groups.
-    if !visit(count)
-        .then_some(())
-        .is_some_and(|()| groups.iter().all(|g| visit(g.as_bytes())))
-    {
-        return false;
-    }
-    match action {
-        ActionRef::Resource(r) => [
-            RESOURCE,
-            r.namespace.as_bytes(),
-            r.verb.as_bytes(),
-            r.group.as_bytes(),
-            r.version.as_bytes(),
-            r.resource.as_bytes(),
-            r.subresource.as_bytes(),
-            r.name.as_bytes(),
-        ]
-        .into_iter()
-        .all(&mut visit),
-        ActionRef::NonResource { path, verb } => [NON_RESOURCE, path.as_bytes(), verb.as_bytes()]
-            .into_iter()
-            .all(&mut visit),
-    }
+    visit(count)
+        && groups.iter().all(|g| visit(g.as_bytes()))
+        && visit(action.tag())
+        && action.values().iter().all(|field| visit(field.as_bytes()))
 }
 
 /// The canonical form of a request as one byte string, each field u16-length-prefixed
 /// (cacheable requests are under [`MAX_CACHEABLE_ATTRIBUTE_BYTES`]): stored in the entry.
 #[cfg(test)]
-fn encode(user: &str, groups: &[&str], action: ActionRef<'_>) -> EncodedKey {
+fn encode(user: &str, groups: &[&str], action: crate::request::ActionRef<'_>) -> EncodedKey {
     let mut out = EncodedKey::default();
-    encode_into(&mut out, user, groups, action);
+    encode_into(&mut out, user, groups, &action.decision_fields());
     out
 }
 
 /// [`encode`] into `out`, sized exactly before it is written: `out`'s inline buffer if it
 /// fits (a default key's), else one allocation.
-fn encode_into(out: &mut EncodedKey, user: &str, groups: &[&str], action: ActionRef<'_>) {
+fn encode_into(out: &mut EncodedKey, user: &str, groups: &[&str], action: &ActionFields<'_>) {
     // The attributes, every field's two length bytes, the group count's decimal digits and the
     // one-byte action tag (see `visit_fields`).
-    let action_fields = match action {
-        ActionRef::Resource(_) => 7,
-        ActionRef::NonResource { .. } => 2,
-    };
-    let fields = 3 + groups.len() + action_fields;
+    let fields = 3 + groups.len() + action.values().len();
     let count_digits = groups
         .len()
         .checked_ilog10()
@@ -520,19 +495,9 @@ impl Drop for DecisionCache {
     }
 }
 
-fn attribute_bytes(user: &str, groups: &[&str], action: ActionRef<'_>) -> usize {
-    let action = match action {
-        ActionRef::Resource(r) => {
-            r.namespace.len()
-                + r.verb.len()
-                + r.group.len()
-                + r.version.len()
-                + r.resource.len()
-                + r.subresource.len()
-                + r.name.len()
-        }
-        ActionRef::NonResource { path, verb } => path.len() + verb.len(),
-    };
+/// The bytes of a request's deciding values (without tag, counts or length prefixes).
+fn attribute_bytes(user: &str, groups: &[&str], action: &ActionFields<'_>) -> usize {
+    let action: usize = action.values().iter().map(|field| field.len()).sum();
     action + user.len() + groups.iter().map(|g| g.len()).sum::<usize>()
 }
 
@@ -575,14 +540,14 @@ impl DecisionCache {
     }
 
     #[cfg(test)]
-    fn key(user: &str, groups: &[&str], action: ActionRef<'_>) -> CacheKey {
+    fn key(user: &str, groups: &[&str], action: crate::request::ActionRef<'_>) -> CacheKey {
         let mut key = CacheKey::default();
-        Self::fill_key(&mut key, user, groups, action);
+        Self::fill_key(&mut key, user, groups, &action.decision_fields());
         key
     }
 
     /// Writes the canonical form of the request into `key`, and its digest.
-    fn fill_key(key: &mut CacheKey, user: &str, groups: &[&str], action: ActionRef<'_>) {
+    fn fill_key(key: &mut CacheKey, user: &str, groups: &[&str], action: &ActionFields<'_>) {
         encode_into(&mut key.encoded, user, groups, action);
         let mut h = FxHasher::default();
         h.write(&key.encoded);
@@ -604,40 +569,28 @@ impl DecisionCache {
     /// later revision is not a hit (see the module docs).
     pub fn lookup_at(&self, request: &Request, revision: u64) -> Lookup {
         let mut key = CacheKey::default();
-        match self.probe(
-            &mut key,
-            &request.user.name,
-            request.user.groups.iter().map(String::as_str),
-            request.action.as_borrowed(),
-            revision,
-        ) {
+        match self.probe(&mut key, request.as_borrowed(), revision) {
             Probe::Hit(response) => Lookup::Hit(response),
             Probe::Miss => Lookup::Miss(key),
             Probe::Bypass => Lookup::Bypass,
         }
     }
 
-    /// [`Self::lookup_at`] for a request given by its parts, borrowed from wherever they live
-    /// (the bytes of a request on the wire): a hit copies nothing. The request's key is
-    /// written into `key`, which the caller keeps for [`Self::insert`] on a miss.
-    pub fn probe<'a>(
-        &self,
-        key: &mut CacheKey,
-        user: &'a str,
-        groups: impl IntoIterator<Item = &'a str>,
-        action: ActionRef<'a>,
-        revision: u64,
-    ) -> Probe {
+    /// [`Self::lookup_at`] for a request borrowed from wherever its strings live (the bytes
+    /// of a request on the wire): a hit copies nothing. The request's key is written into
+    /// `key`, which the caller keeps for [`Self::insert`] on a miss.
+    pub fn probe(&self, key: &mut CacheKey, request: RequestRef<'_>, revision: u64) -> Probe {
         if !self.enabled() {
             return Probe::Bypass;
         }
-        let groups: SmallVec<[&str; 16]> = groups.into_iter().collect();
+        let (user, groups, action) = request.decision_fields();
+        let groups: SmallVec<[&str; 16]> = groups.iter().collect();
         if groups.len() > MAX_CACHEABLE_GROUPS
-            || attribute_bytes(user, &groups, action) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
+            || attribute_bytes(user, &groups, &action) >= MAX_CACHEABLE_ATTRIBUTE_BYTES
         {
             return Probe::Bypass;
         }
-        Self::fill_key(key, user, &canonical_groups(groups), action);
+        Self::fill_key(key, user, &canonical_groups(groups), &action);
         let shard = self.shared.shard(key.digest).read();
         if let Some(entry) = shard.entries.find(key.digest, |e| e.digest == key.digest) {
             if entry.revision <= revision && shard.key_of(entry) == &*key.encoded {
@@ -860,20 +813,11 @@ pub struct CachedEngine<'a> {
     pub revision: u64,
 }
 
-impl CachedEngine<'_> {
-    /// [`Authorize::decide`](crate::engine::Authorize::decide) for a request borrowed from
-    /// wherever its strings live: neither a hit nor a miss copies it (a miss copies only the
-    /// key it inserts).
-    pub fn decide_borrowed(&self, request: RequestRef<'_>) -> crate::engine::Decided {
-        let user = request.user;
+impl crate::engine::Authorize for CachedEngine<'_> {
+    /// Neither a hit nor a miss copies the request (a miss copies only the key it inserts).
+    fn decide(&self, request: RequestRef<'_>) -> crate::engine::Decided {
         let mut key = CacheKey::default();
-        match self.cache.probe(
-            &mut key,
-            user.name,
-            user.groups.iter(),
-            request.action,
-            self.revision,
-        ) {
+        match self.cache.probe(&mut key, request, self.revision) {
             Probe::Hit(response) => crate::engine::Decided {
                 response,
                 cached: true,
@@ -891,12 +835,6 @@ impl CachedEngine<'_> {
                 cached: false,
             },
         }
-    }
-}
-
-impl crate::engine::Authorize for CachedEngine<'_> {
-    fn decide(&self, request: &Request) -> crate::engine::Decided {
-        self.decide_borrowed(request.as_borrowed())
     }
 
     fn who_can(&self, action: &Action) -> crate::engine::AllowedSubjects {

@@ -1,7 +1,7 @@
 use super::*;
 use crate::engine::EncodedOnce;
 use crate::policy::impact::SubjectKey;
-use crate::request::{ResourceAttributes, UserInfo};
+use crate::request::{NonResourceAttributes, ResourceAttributes, UserInfo};
 
 fn request(user: &str, groups: &[&str], namespace: &str) -> Request {
     Request {
@@ -437,4 +437,79 @@ fn a_digest_collision_is_a_miss() {
     cache.insert(&colliding, response(Decision::Allow), 0);
     assert_eq!(cache.len(), 1);
     assert!(matches!(cache.lookup(&asked), Lookup::Miss(_)));
+}
+
+/// The key is built from the request's one list of deciding fields: changing any one of them
+/// (the user, a group, each field of a resource or non-resource action, the kind of action)
+/// gives another key, so no two requests that can be decided differently share an entry.
+#[test]
+fn every_deciding_field_changes_the_key() {
+    let base = ResourceAttributes {
+        namespace: "ns".into(),
+        verb: "get".into(),
+        group: "apps".into(),
+        version: "v1".into(),
+        resource: "deployments".into(),
+        subresource: "scale".into(),
+        name: "web".into(),
+    };
+    let key_of = |user: &str, groups: &[&str], action: &Action| {
+        DecisionCache::key(user, groups, action.as_borrowed())
+            .encoded
+            .to_vec()
+    };
+    let resource = Action::Resource(base.clone());
+    let original = key_of("alice", &["dev"], &resource);
+    assert_ne!(original, key_of("bob", &["dev"], &resource));
+    assert_ne!(original, key_of("alice", &["ops"], &resource));
+    assert_ne!(original, key_of("alice", &[], &resource));
+    let ActionFields::Resource(fields) = resource.as_borrowed().decision_fields() else {
+        panic!("a resource action has resource fields");
+    };
+    for changed in 0..fields.len() {
+        let mut attributes = base.clone();
+        let field = [
+            &mut attributes.namespace,
+            &mut attributes.verb,
+            &mut attributes.group,
+            &mut attributes.version,
+            &mut attributes.resource,
+            &mut attributes.subresource,
+            &mut attributes.name,
+        ]
+        .into_iter()
+        .nth(changed)
+        .unwrap();
+        field.push('x');
+        assert_ne!(
+            original,
+            key_of("alice", &["dev"], &Action::Resource(attributes)),
+            "field {changed} of the resource action is not in the key"
+        );
+    }
+    let non_resource = |path: &str, verb: &str| {
+        Action::NonResource(NonResourceAttributes {
+            path: path.into(),
+            verb: verb.into(),
+        })
+    };
+    let healthz = key_of("alice", &["dev"], &non_resource("/healthz", "get"));
+    assert_ne!(
+        healthz,
+        key_of("alice", &["dev"], &non_resource("/livez", "get"))
+    );
+    assert_ne!(
+        healthz,
+        key_of("alice", &["dev"], &non_resource("/healthz", "post"))
+    );
+    // The tag keeps a non-resource action apart from a resource one with the same strings.
+    let lookalike = Action::Resource(ResourceAttributes {
+        namespace: "/healthz".into(),
+        verb: "get".into(),
+        ..Default::default()
+    });
+    assert_ne!(
+        key_of("alice", &["dev"], &non_resource("/healthz", "get")),
+        key_of("alice", &["dev"], &lookalike)
+    );
 }

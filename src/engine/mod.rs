@@ -18,7 +18,7 @@ use std::sync::{Arc, OnceLock};
 
 pub use indexed::Engine;
 
-use crate::request::{Action, Request};
+use crate::request::{Action, RequestRef};
 
 /// Three-valued, as upstream: a final `NoOpinion` is a deny.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -254,14 +254,16 @@ pub struct Decided {
 /// The interface the API serves from. The engine implements it directly; the decision cache
 /// implements it as a decorator around an engine.
 pub trait Authorize {
-    fn decide(&self, request: &Request) -> Decided;
+    /// Decides a borrowed request: an owned one lends itself with `as_borrowed`, a request
+    /// still on the wire is read in place, so the hot path never copies one.
+    fn decide(&self, request: RequestRef<'_>) -> Decided;
     fn who_can(&self, action: &Action) -> AllowedSubjects;
 }
 
 impl Authorize for Engine {
-    fn decide(&self, request: &Request) -> Decided {
+    fn decide(&self, request: RequestRef<'_>) -> Decided {
         Decided {
-            response: self.authorize_shared(request.as_borrowed()),
+            response: self.authorize_shared(request),
             cached: false,
         }
     }

@@ -4,8 +4,9 @@
 //! ClusterRoleBindings, each namespace's Roles and RoleBindings, and the ABAC lines. A
 //! [`PolicyDelta`] carries, for each partition that changed, that partition's *complete new
 //! contents*; partitions it does not mention are kept as they are.
-//! [`Engine::update`](crate::engine::Engine::update) rebuilds only the partitions the delta
-//! carries, so an update costs what the changed partitions cost, not what the policy costs.
+//! The engine's `update` (a layer above, which this module does not name) rebuilds only the
+//! partitions the delta carries, so an update costs what the changed partitions cost, not what
+//! the policy costs.
 //!
 //! [`PolicyDelta::for_changes`] computes a delta from the new policy and the keys of the
 //! objects that changed (it scans the policy; a store that keeps policy grouped by partition

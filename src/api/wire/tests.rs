@@ -559,7 +559,7 @@ fn batch_buffers_hold_a_hundred_typical_requests_and_answers() {
         .iter()
         .cycle()
         .take(100)
-        .map(|request| Answer::new(engine.decide(request), 1))
+        .map(|request| Answer::new(engine.decide(request.as_borrowed()), 1))
         .collect();
     let reply_len = BatchAuthorizeReply::new(answers).encoded_len();
     assert!(5 + reply_len <= BATCH_REPLY_BUFFER_SIZE, "{reply_len}");
