@@ -17,10 +17,9 @@ use crate::api::identity::{
 };
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
-use crate::api::state::ServingState;
-use crate::api::text;
 use crate::api::wire::service::authorizer_server::AuthorizerServer;
 use crate::audit::AuditLog;
+use crate::client::text;
 use crate::client::{self, ClientError};
 use crate::config::{
     ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
@@ -29,6 +28,7 @@ use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
+use crate::serving::ServingState;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
 use crate::telemetry::request::RequestTelemetryLayer;

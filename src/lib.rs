@@ -21,6 +21,7 @@ pub mod loadgen;
 pub mod policy;
 pub mod proto_codec;
 pub mod request;
+pub mod serving;
 pub mod store;
 pub mod synth;
 pub mod telemetry;

@@ -11,12 +11,12 @@ use tonic::{Request, Response, Status};
 
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
-use crate::api::state::ServingState;
 use crate::audit::AuditLog;
 use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
+use crate::serving::ServingState;
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).

@@ -33,11 +33,11 @@ use tonic::{Request, Response, Status};
 use crate::api::convert::{self, WireSubject};
 use crate::api::error::Result;
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
-use crate::api::state::ServingState;
 use crate::engine::Authorize as _;
 use crate::proto;
 use crate::request;
 use crate::request::UserInfo;
+use crate::serving::ServingState;
 use crate::telemetry::metrics::DecisionApi;
 use crate::telemetry::request::{record_caller, record_decision};
 

@@ -14,7 +14,6 @@ use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
-use crate::api::state::{ServingState, Snapshot};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
     Answer, AuthorizeCall, AuthorizeInput, AuthorizeReply, BatchAuthorizeCall, BatchAuthorizeReply,
@@ -26,6 +25,7 @@ use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::request;
 use crate::request::UserInfo;
+use crate::serving::{ServingState, Snapshot};
 use crate::telemetry::metrics::{DecisionApi, DecisionTally};
 use crate::telemetry::request::{record_caller, record_decision};
 

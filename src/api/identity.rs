@@ -22,9 +22,9 @@ use thiserror::Error;
 use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 
 use crate::api::error::{ApiError, Result};
-use crate::api::state::{ServingState, Snapshot};
 use crate::engine::{Authorize as _, Engine};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
+use crate::serving::{ServingState, Snapshot};
 use crate::store::ObjectKind;
 use crate::transport::{ClientIdentity, ConnectionInfo};
 

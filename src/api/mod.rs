@@ -1,16 +1,15 @@
 //! Wire adapters: they convert and validate, never decide.
 //!
-//! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`state`];
+//! * [`grpc`]: `authz.v1.Authorizer` and `authz.v1.AccessReview` over the [`serving`](crate::serving) core;
 //! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
-//! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`state`];
+//! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`serving`](crate::serving) core;
 //! * [`dispatch`]: the Authorizer's calls straight to it, the rest through the router;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
 //! * [`limits`]: every input limit;
-//! * [`shed`]: load shedding and the request timeout, as a tower layer;
-//! * [`text`]: person-readable answers for the offline CLI.
+//! * [`shed`]: load shedding and the request timeout, as a tower layer.
 
 pub mod admin;
 pub mod convert;
@@ -22,6 +21,4 @@ pub mod http;
 pub mod identity;
 pub mod limits;
 pub mod shed;
-pub mod state;
-pub mod text;
 pub mod wire;

@@ -21,7 +21,6 @@ use arc_swap::ArcSwap;
 use thiserror::Error;
 use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 
-use crate::cache::InvalidationCause;
 use crate::policy::delta::{ChangedKind, ChangedObject};
 use crate::policy::impact::{impact_of_change, impact_of_objects, Impact};
 use crate::policy::load::LoadErrors;
@@ -241,9 +240,19 @@ pub trait Publisher: Send + Sync {
         policy: &PolicySet,
         revision: u64,
         impact: &Impact,
-        cause: InvalidationCause,
+        cause: ChangeCause,
         changed: Option<&[ChangedObject]>,
     );
+}
+
+/// What made the store publish: a write (apply or delete through the API) or a reload of the
+/// whole policy (startup, the directory watcher, SIGHUP). The publisher decides what each
+/// means for what it keeps (the serving core counts invalidations by cause).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ChangeCause {
+    Apply,
+    Delete,
+    Reload,
 }
 
 /// Checks a write against the caller's own permissions (privilege-escalation prevention).
@@ -285,13 +294,7 @@ impl Store {
         publisher: Arc<dyn Publisher>,
     ) -> std::result::Result<Self, LoadErrors> {
         let policy = backend.read_all()?;
-        publisher.publish(
-            &policy,
-            1,
-            &Impact::everything(),
-            InvalidationCause::Reload,
-            None,
-        );
+        publisher.publish(&policy, 1, &Impact::everything(), ChangeCause::Reload, None);
         let (revision_tx, _) = tokio_watch::channel(1);
         let (events_tx, _) = broadcast::channel(1024);
         Ok(Store {
@@ -342,7 +345,7 @@ impl Store {
         old: &PolicySet,
         new: PolicySet,
         impact: &Impact,
-        cause: InvalidationCause,
+        cause: ChangeCause,
         changed: Option<&[ChangedObject]>,
     ) -> u64 {
         let revision = writer.revision + 1;
@@ -407,14 +410,8 @@ impl Store {
             return Ok(None);
         }
         let impact = impact_of_change(&old, &new);
-        let revision = self.publish_change(
-            &mut writer,
-            &old,
-            new,
-            &impact,
-            InvalidationCause::Reload,
-            None,
-        );
+        let revision =
+            self.publish_change(&mut writer, &old, new, &impact, ChangeCause::Reload, None);
         tracing::info!(revision, "policy reloaded");
         Ok(Some(revision))
     }
@@ -457,7 +454,7 @@ impl Store {
             &old,
             new,
             &impact,
-            InvalidationCause::Apply,
+            ChangeCause::Apply,
             Some(&touched),
         );
         Ok((revision, refs))
@@ -486,7 +483,7 @@ impl Store {
             &old,
             new,
             &impact,
-            InvalidationCause::Delete,
+            ChangeCause::Delete,
             Some(&touched),
         ))
     }

@@ -17,7 +17,7 @@ impl Publisher for Recorder {
         policy: &PolicySet,
         revision: u64,
         impact: &Impact,
-        _: InvalidationCause,
+        _: ChangeCause,
         _: Option<&[crate::policy::delta::ChangedObject]>,
     ) {
         self.published

@@ -23,7 +23,7 @@ use http::StatusCode;
 use tokio::sync::watch;
 
 use crate::api::grpc::GrpcApi;
-use crate::api::state::ServingState;
+use crate::serving::ServingState;
 
 pub use document::MAX_DOCUMENT_DEPTH;
 
@@ -164,10 +164,11 @@ mod tests {
 
     use super::*;
     use crate::api::identity::LocalIdentity;
-    use crate::cache::{CacheConfig, InvalidationCause};
+    use crate::cache::CacheConfig;
     use crate::engine::EngineConfig;
     use crate::policy::impact::Impact;
     use crate::policy::model::PolicySet;
+    use crate::store::ChangeCause;
     use crate::store::Publisher as _;
 
     async fn readyz_status(api: &HttpApi) -> StatusCode {
@@ -196,7 +197,7 @@ mod tests {
             &PolicySet::default(),
             1,
             &Impact::default(),
-            InvalidationCause::Reload,
+            ChangeCause::Reload,
             None,
         );
         assert_eq!(readyz_status(&api).await, StatusCode::OK);

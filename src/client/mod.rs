@@ -4,6 +4,10 @@
 //! Errors keep the server's gRPC code and message (`NotFound: Role `dev/x` not found`); a
 //! connection that cannot be made is reported as `Unavailable`, a timeout as
 //! `DeadlineExceeded`, so every failure reads `CODE: MESSAGE`.
+//!
+//! [`text`] renders the offline commands' answers (`check`, `who-can`) the same way.
+
+pub mod text;
 
 use std::future::Future;
 use std::io::{Read, Write};

@@ -1,9 +1,11 @@
-//! The serving state: the compiled policy currently in force, swapped in whole, and the
-//! decision cache in front of it.
+//! The serving core: the compiled policy currently in force, swapped in whole, and the
+//! decision caches in front of it — between the store and cache below and the protocol
+//! adapters (`api`) above, which serve from it and never name the cache's internals.
 //!
 //! The store (the single writer) publishes each new policy state through [`Publisher`]; every
 //! request takes the current [`Snapshot`] with one atomic load and answers from it alone, so a
-//! request never mixes two policies.
+//! request never mixes two policies. [`ServingState::publish`] keeps the order the cache's
+//! no-stale-answer guarantee rests on.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use crate::engine::{Engine, EngineConfig};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
-use crate::store::Publisher;
+use crate::store::{ChangeCause, Publisher};
 use crate::telemetry::metrics::{Metrics, ScrapeFigures};
 
 /// One compiled policy state and the revision it is published as.
@@ -134,9 +136,14 @@ impl Publisher for ServingState {
         policy: &PolicySet,
         revision: u64,
         impact: &Impact,
-        cause: InvalidationCause,
+        cause: ChangeCause,
         changed: Option<&[ChangedObject]>,
     ) {
+        let cause = match cause {
+            ChangeCause::Apply => InvalidationCause::Apply,
+            ChangeCause::Delete => InvalidationCause::Delete,
+            ChangeCause::Reload => InvalidationCause::Reload,
+        };
         // An admin write updates only the index partitions it touched; startup and reloads
         // (which may change anything) compile in full. Either way, before the swap below.
         let engine = match (changed, self.snapshot()) {
@@ -179,13 +186,7 @@ mod tests {
             Some(0)
         );
         let policy = PolicySet::default();
-        state.publish(
-            &policy,
-            1,
-            &Impact::everything(),
-            InvalidationCause::Reload,
-            None,
-        );
+        state.publish(&policy, 1, &Impact::everything(), ChangeCause::Reload, None);
         let waiter = {
             let state = Arc::clone(&state);
             tokio::spawn(async move {
@@ -195,13 +196,7 @@ mod tests {
                     .map(|s| s.revision)
             })
         };
-        state.publish(
-            &policy,
-            2,
-            &Impact::default(),
-            InvalidationCause::Apply,
-            None,
-        );
+        state.publish(&policy, 2, &Impact::default(), ChangeCause::Apply, None);
         assert_eq!(waiter.await.unwrap(), Ok(2));
         assert_eq!(
             state
