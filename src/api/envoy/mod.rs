@@ -34,9 +34,10 @@ use envoy_types::ext_authz::v3::{
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::HttpRequest;
 use tonic::{Request, Response, Status};
 
+use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert::{self, WireSubject};
 use crate::api::error::Result;
-use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
+use crate::api::privilege::{Gate, Privilege};
 use crate::api::state::ServingState;
 use crate::engine::{self, Authorize as _, UserInfo};
 use crate::proto;
