@@ -8,13 +8,14 @@ use tonic_health::server::HealthReporter;
 use tonic_health::ServingStatus;
 
 use crate::api::admin::{AdminApi, StoreCell};
+use crate::api::authn::listener::{
+    listener_access, LocalAccess, UnsafeListener, INSECURE_REMOTE_FLAG,
+};
+use crate::api::authn::token_file::{TokenFile, TokenFileError};
+use crate::api::authn::{AuthChain, Authenticator, LocalIdentity};
 use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
 use crate::api::http::HttpApi;
-use crate::api::identity::{
-    listener_access, AuthChain, Authenticator, LocalAccess, LocalIdentity, TokenFile,
-    TokenFileError, UnsafeListener, INSECURE_REMOTE_FLAG,
-};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
 use crate::api::wire::service::authorizer_server::AuthorizerServer;

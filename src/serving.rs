@@ -35,7 +35,7 @@ const PRIVILEGE_CACHE_CAPACITY: usize = 10_000;
 pub struct ServingState {
     current: ArcSwapOption<Snapshot>,
     cache: DecisionCache,
-    /// Privilege checks (`identity::Gate`): decisions too, cached and invalidated exactly like
+    /// Privilege checks (`privilege::Gate`): decisions too, cached and invalidated exactly like
     /// `cache`, but kept apart so that `cache` and its counters hold only what callers asked.
     privileges: DecisionCache,
     engine_config: EngineConfig,
@@ -99,7 +99,7 @@ impl ServingState {
         }
     }
 
-    /// The privilege-cache decorator over one snapshot: what `identity::Gate` asks.
+    /// The privilege-cache decorator over one snapshot: what `privilege::Gate` asks.
     pub fn privilege_authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
         CachedEngine {
             cache: &self.privileges,

@@ -9,8 +9,9 @@ use tokio_stream::wrappers::{BroadcastStream, WatchStream as ValueStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use crate::api::authn::{Authenticator, Peer};
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
+use crate::api::privilege::{Gate, Privilege};
 use crate::audit::AuditLog;
 use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};

@@ -10,10 +10,11 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey};
 use tonic::{Request, Response, Status};
 
+use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::identity::{Authenticator, Gate, Peer, Privilege};
 use crate::api::limits::MAX_BATCH;
+use crate::api::privilege::{Gate, Privilege};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
     Answer, AuthorizeCall, AuthorizeInput, AuthorizeReply, BatchAuthorizeCall, BatchAuthorizeReply,

@@ -7,18 +7,20 @@
 //! * [`dispatch`]: the Authorizer's calls straight to it, the rest through the router;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
-//! * [`identity`]: who the caller is and what each RPC needs them to be allowed;
+//! * [`authn`]: who the caller is (certificate, bearer token, local identity; the listener rule);
+//! * [`privilege`]: what each RPC needs the caller to be allowed, checked through the policy;
 //! * [`limits`]: every input limit;
 //! * [`shed`]: load shedding and the request timeout, as a tower layer.
 
 pub mod admin;
+pub mod authn;
 pub mod convert;
 pub mod dispatch;
 pub mod envoy;
 pub mod error;
 pub mod grpc;
 pub mod http;
-pub mod identity;
 pub mod limits;
+pub mod privilege;
 pub mod shed;
 pub mod wire;

@@ -163,7 +163,7 @@ mod tests {
     use tower::ServiceExt as _;
 
     use super::*;
-    use crate::api::identity::LocalIdentity;
+    use crate::api::authn::LocalIdentity;
     use crate::cache::CacheConfig;
     use crate::engine::EngineConfig;
     use crate::policy::impact::Impact;
@@ -208,10 +208,10 @@ mod tests {
     /// Records what the authenticator was shown.
     struct Recording(std::sync::Mutex<Vec<String>>);
 
-    impl crate::api::identity::Authenticator for Recording {
+    impl crate::api::authn::Authenticator for Recording {
         fn authenticate(
             &self,
-            peer: &crate::api::identity::Peer<'_>,
+            peer: &crate::api::authn::Peer<'_>,
         ) -> crate::api::error::Result<std::sync::Arc<crate::request::UserInfo>> {
             let token = peer
                 .metadata
@@ -243,7 +243,7 @@ mod tests {
         let recording = Arc::new(Recording(std::sync::Mutex::new(Vec::new())));
         let grpc = GrpcApi::new(
             Arc::clone(&state),
-            Arc::clone(&recording) as Arc<dyn crate::api::identity::Authenticator>,
+            Arc::clone(&recording) as Arc<dyn crate::api::authn::Authenticator>,
             Duration::from_secs(1),
         );
         let (_draining, draining_rx) = watch::channel(false);
