@@ -4,6 +4,13 @@
 
 use std::path::PathBuf;
 
+/// The manual Authorizer server's routes, shared with the crate (`api::wire::routes`).
+// The proto message names in them are for the contract test, not read here.
+#[allow(dead_code)]
+mod routes {
+    include!("src/api/wire/routes.rs");
+}
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = ["proto/authz/v1/authz.proto"];
     println!("cargo:rerun-if-changed=proto");
@@ -38,30 +45,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // request's bytes as received and answering with decisions encoded straight from the cache
     // (src/api/wire.rs): a cache hit then copies no string. The same routes, so the same
     // service to every client; included by `api::wire` (the prost server above is unused).
-    let authorizer = tonic_build::manual::Service::builder()
-        .name("Authorizer")
-        .package("authz.v1")
-        .method(wire_method(
-            "authorize",
-            "Authorize",
-            "crate::api::wire::AuthorizeCall",
-            "crate::api::wire::AuthorizeReply",
-            "crate::proto_codec::FrameCodec",
-        ))
-        .method(wire_method(
-            "batch_authorize",
-            "BatchAuthorize",
-            "crate::api::wire::BatchAuthorizeCall",
-            "crate::api::wire::BatchAuthorizeReply",
-            "crate::proto_codec::FrameCodec",
-        ))
-        .method(wire_method(
-            "get_allowed_subjects",
-            "GetAllowedSubjects",
-            "crate::proto::GetAllowedSubjectsRequest",
-            "crate::proto::GetAllowedSubjectsResponse",
-            "crate::proto_codec::SliceCodec",
-        ))
+    // The routes are declared in src/api/wire/routes.rs, which tests/wire_contract.rs holds
+    // to the service in the descriptor set.
+    println!("cargo:rerun-if-changed=src/api/wire/routes.rs");
+    let authorizer = routes::AUTHORIZER_ROUTES
+        .iter()
+        .fold(
+            tonic_build::manual::Service::builder()
+                .name(routes::AUTHORIZER_SERVICE)
+                .package(routes::AUTHORIZER_PACKAGE),
+            |service, route| service.method(wire_method(route)),
+        )
         .build();
     tonic_build::manual::Builder::new()
         .build_client(false)
@@ -69,18 +63,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-fn wire_method(
-    name: &str,
-    route: &str,
-    input: &str,
-    output: &str,
-    codec: &str,
-) -> tonic_build::manual::Method {
+fn wire_method(route: &routes::Route) -> tonic_build::manual::Method {
     tonic_build::manual::Method::builder()
-        .name(name)
-        .route_name(route)
-        .input_type(input)
-        .output_type(output)
-        .codec_path(codec)
+        .name(route.method)
+        .route_name(route.route)
+        .input_type(route.input_type)
+        .output_type(route.output_type)
+        .codec_path(route.codec)
         .build()
 }

@@ -360,22 +360,335 @@ fn undecodable_bytes_are_invalid_argument_with_prosts_reason() {
 }
 
 #[test]
-fn unknown_fields_are_skipped_on_the_view() {
-    let mut bytes = proto::AuthorizeRequest {
+fn unknown_fields_of_every_wire_type_take_prosts_path() {
+    let request = proto::AuthorizeRequest {
         user: Some(proto::UserInfo {
             name: "alice".into(),
             ..Default::default()
         }),
         ..Default::default()
-    }
-    .encode_to_vec();
+    };
+    let plain = request.encode_to_vec();
+    assert!(read_authorize(&plain).is_some());
     // field 9 varint, field 10 fixed64, field 11 bytes, field 12 fixed32
-    bytes.extend([0x48, 0x96, 0x01]);
-    bytes.extend([0x51, 1, 2, 3, 4, 5, 6, 7, 8]);
-    bytes.extend([0x5a, 0x02, b'h', b'i']);
-    bytes.extend([0x65, 1, 2, 3, 4]);
-    let view = read_authorize(&bytes).expect("unknown fields are skipped");
-    assert_eq!(view.user.unwrap().name, "alice");
+    for unknown in [
+        &[0x48, 0x96, 0x01][..],
+        &[0x51, 1, 2, 3, 4, 5, 6, 7, 8],
+        &[0x5a, 0x02, b'h', b'i'],
+        &[0x65, 1, 2, 3, 4],
+    ] {
+        let mut bytes = plain.clone();
+        bytes.extend(unknown);
+        assert!(read_authorize(&bytes).is_none(), "{unknown:x?}");
+        let call = AuthorizeCall::from(Bytes::from(bytes));
+        let Ok(Decoded::Owned(decoded)) = call.decode() else {
+            panic!("an unknown field {unknown:x?} must be decoded by prost");
+        };
+        assert_eq!(decoded, request);
+    }
+}
+
+/// Where a test puts a field the view does not know: each message level the reader reads.
+#[derive(Clone, Copy, Debug)]
+enum Level {
+    Batch,
+    Request,
+    User,
+    Action,
+    Resource,
+    NonResource,
+}
+
+impl Level {
+    const ALL: [Level; 6] = [
+        Level::Batch,
+        Level::Request,
+        Level::User,
+        Level::Action,
+        Level::Resource,
+        Level::NonResource,
+    ];
+
+    /// The message at this level as the view reader's field table declares it.
+    fn message(self) -> fields::Message {
+        match self {
+            Level::Batch => fields::batch_authorize_request::MESSAGE,
+            Level::Request => fields::authorize_request::MESSAGE,
+            Level::User => fields::user_info::MESSAGE,
+            Level::Action => fields::action::MESSAGE,
+            Level::Resource => fields::resource_attributes::MESSAGE,
+            Level::NonResource => fields::non_resource_attributes::MESSAGE,
+        }
+    }
+
+    fn knows(self, number: u32) -> bool {
+        self.message().fields.iter().any(|(n, _)| *n == number)
+    }
+}
+
+/// A varint, written here rather than with the encoder under test.
+fn put_test_varint(out: &mut Vec<u8>, mut value: u64) {
+    while value >= 0x80 {
+        out.push(value as u8 | 0x80);
+        value >>= 7;
+    }
+    out.push(value as u8);
+}
+
+/// A length-delimited field holding `body`.
+fn len_field(number: u32, body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    put_test_varint(&mut out, u64::from(number << 3 | 2));
+    put_test_varint(&mut out, body.len() as u64);
+    out.extend(body);
+    out
+}
+
+/// One field numbered `number`, of each wire type by `kind`: varint, fixed64, bytes, a group
+/// (holding a varint), fixed32.
+fn unknown_field(number: u32, kind: u8, value: u64, bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    let key = |out: &mut Vec<u8>, wire_type: u32| {
+        put_test_varint(out, u64::from(number << 3 | wire_type));
+    };
+    match kind % 5 {
+        0 => {
+            key(&mut out, 0);
+            put_test_varint(&mut out, value);
+        }
+        1 => {
+            key(&mut out, 1);
+            out.extend(value.to_le_bytes());
+        }
+        2 => out = len_field(number, bytes),
+        3 => {
+            key(&mut out, 3);
+            put_test_varint(&mut out, 1 << 3);
+            put_test_varint(&mut out, value);
+            key(&mut out, 4);
+        }
+        _ => {
+            key(&mut out, 5);
+            out.extend((value as u32).to_le_bytes());
+        }
+    }
+    out
+}
+
+/// `request` encoded with `unknown` appended to the message at `level` (created empty if the
+/// request has none there; `Batch` is the request's own level here). The embedded messages are
+/// written after the request's other fields, which prost and the view read the same in any
+/// order.
+fn with_unknown(request: &proto::AuthorizeRequest, level: Level, unknown: &[u8]) -> Vec<u8> {
+    use fields::{action as act, authorize_request as req};
+    use proto::action::Kind;
+    let plus = |mut message: Vec<u8>| {
+        message.extend(unknown);
+        message
+    };
+    let without_action = proto::AuthorizeRequest {
+        action: None,
+        ..request.clone()
+    };
+    let resource = match request.action.as_ref().and_then(|a| a.kind.as_ref()) {
+        Some(Kind::ResourceAttributes(r)) => r.clone(),
+        _ => proto::ResourceAttributes::default(),
+    };
+    let non_resource = match request.action.as_ref().and_then(|a| a.kind.as_ref()) {
+        Some(Kind::NonResourceAttributes(n)) => n.clone(),
+        _ => proto::NonResourceAttributes::default(),
+    };
+    let mut bytes;
+    match level {
+        Level::Batch | Level::Request => bytes = plus(request.encode_to_vec()),
+        Level::User => {
+            bytes = proto::AuthorizeRequest {
+                user: None,
+                ..request.clone()
+            }
+            .encode_to_vec();
+            let user = request.user.clone().unwrap_or_default();
+            bytes.extend(len_field(req::USER, &plus(user.encode_to_vec())));
+        }
+        Level::Action => {
+            bytes = without_action.encode_to_vec();
+            let action = request.action.clone().unwrap_or_default();
+            bytes.extend(len_field(req::ACTION, &plus(action.encode_to_vec())));
+        }
+        Level::Resource => {
+            bytes = without_action.encode_to_vec();
+            let body = plus(resource.encode_to_vec());
+            let action = len_field(act::RESOURCE_ATTRIBUTES, &body);
+            bytes.extend(len_field(req::ACTION, &action));
+        }
+        Level::NonResource => {
+            bytes = without_action.encode_to_vec();
+            let body = plus(non_resource.encode_to_vec());
+            let action = len_field(act::NON_RESOURCE_ATTRIBUTES, &body);
+            bytes.extend(len_field(req::ACTION, &action));
+        }
+    }
+    bytes
+}
+
+/// A batch of `requests` with `unknown` in item `at` at `level`, or between the items (before
+/// item `at`) for `Level::Batch`.
+fn batch_with_unknown(
+    requests: &[proto::AuthorizeRequest],
+    at: usize,
+    level: Level,
+    unknown: &[u8],
+) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for (i, request) in requests.iter().enumerate() {
+        let item = match level {
+            _ if i != at => request.encode_to_vec(),
+            Level::Batch => {
+                bytes.extend(unknown);
+                request.encode_to_vec()
+            }
+            _ => with_unknown(request, level, unknown),
+        };
+        bytes.extend(len_field(fields::batch_authorize_request::REQUESTS, &item));
+    }
+    if at >= requests.len() && matches!(level, Level::Batch) {
+        bytes.extend(unknown);
+    }
+    bytes
+}
+
+/// Field 99, unknown to every message the reader reads, sends the request (or the batch) to
+/// prost at each level, and prost's message is the one without it: nothing is lost.
+#[test]
+fn field_99_at_every_level_takes_prosts_path() {
+    let unknown = unknown_field(99, 2, 0, b"trace");
+    let resource = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            groups: vec!["dev".into()],
+            ..Default::default()
+        }),
+        action: Some(proto::Action {
+            kind: Some(proto::action::Kind::ResourceAttributes(
+                proto::ResourceAttributes {
+                    verb: "get".into(),
+                    resource: "pods".into(),
+                    ..Default::default()
+                },
+            )),
+        }),
+        min_revision: 7,
+    };
+    let non_resource = proto::AuthorizeRequest {
+        action: healthz(),
+        ..resource.clone()
+    };
+    for level in Level::ALL {
+        assert!(!level.knows(99));
+        let request = match level {
+            Level::NonResource => &non_resource,
+            _ => &resource,
+        };
+        let plain = with_unknown(request, level, &[]);
+        assert!(read_authorize(&plain).is_some(), "{level:?}: plain");
+        let bytes = with_unknown(request, level, &unknown);
+        let call = AuthorizeCall::from(Bytes::from(bytes.clone()));
+        let Ok(Decoded::Owned(decoded)) = call.decode() else {
+            panic!("{level:?}: field 99 must be decoded by prost");
+        };
+        assert_eq!(
+            decoded,
+            proto::AuthorizeRequest::decode(&bytes[..]).unwrap()
+        );
+        assert_eq!(&decoded, request, "{level:?}");
+
+        let batch = [request.clone(), non_resource.clone()];
+        let bytes = batch_with_unknown(&batch, 0, level, &unknown);
+        let call = BatchAuthorizeCall::from(Bytes::from(bytes));
+        let Ok(BatchDecoded::Owned(decoded)) = call.decode() else {
+            panic!("{level:?}: field 99 in a batch must be decoded by prost");
+        };
+        assert_eq!(decoded.requests, batch, "{level:?}");
+    }
+}
+
+/// The batch's `requests` with another wire type is prost's error, not an item skipped.
+#[test]
+fn a_batch_item_of_the_wrong_wire_type_is_prosts_error() {
+    let mut bytes = len_field(fields::batch_authorize_request::REQUESTS, &request_bytes());
+    // `requests` as a varint.
+    put_test_varint(
+        &mut bytes,
+        u64::from(fields::batch_authorize_request::REQUESTS << 3),
+    );
+    bytes.push(0);
+    assert!(proto::BatchAuthorizeRequest::decode(&bytes[..]).is_err());
+    let status = BatchAuthorizeCall::from(Bytes::from(bytes))
+        .decode()
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+}
+
+/// Field numbers: small ones (near and among the known) and any other valid one.
+fn field_number() -> impl Strategy<Value = u32> {
+    prop_oneof![1u32..=16, 17u32..=(1 << 29) - 1]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(512))]
+
+    /// Any field number a message's table does not declare, of any wire type, at any level the
+    /// reader reads, in a request or a batch item: prost's path, prost's message (the request
+    /// without the field), and the same answer as through prost.
+    #[test]
+    fn unknown_fields_at_any_level_decode_as_prost(
+        request in authorize_request(false),
+        others in proptest::collection::vec(authorize_request(false), 0..3),
+        level in proptest::sample::select(Level::ALL.to_vec()),
+        number in field_number(),
+        kind in 0u8..5,
+        value in any::<u64>(),
+        payload in proptest::collection::vec(any::<u8>(), 0..8),
+        at in any::<prop::sample::Index>(),
+    ) {
+        prop_assume!(!level.knows(number));
+        let unknown = unknown_field(number, kind, value, &payload);
+
+        if !matches!(level, Level::Batch) {
+            let plain = with_unknown(&request, level, &[]);
+            prop_assert!(read_authorize(&plain).is_some(), "plain request refused by the view");
+            let bytes = with_unknown(&request, level, &unknown);
+            // prost skips the field: its message is the one without it.
+            let prosts = proto::AuthorizeRequest::decode(&bytes[..]);
+            prop_assert!(prosts.is_ok());
+            prop_assert_eq!(&prosts, &proto::AuthorizeRequest::decode(&plain[..]));
+            let call = AuthorizeCall::from(Bytes::from(bytes.clone()));
+            let decoded = call.decode();
+            prop_assert!(
+                matches!(&decoded, Ok(Decoded::Owned(d)) if Ok(d) == prosts.as_ref()),
+                "not prost's: {:?}",
+                decoded
+            );
+            prop_assert_eq!(through_wire(&bytes), through_prost(&bytes));
+        }
+
+        let mut batch = others;
+        let at = at.index(batch.len() + 1);
+        batch.insert(at, request);
+        let bytes = batch_with_unknown(&batch, at, level, &unknown);
+        let prosts = proto::BatchAuthorizeRequest::decode(&bytes[..]).unwrap();
+        let mut expected = batch.clone();
+        let plain = with_unknown(&batch[at], level, &[]);
+        expected[at] = proto::AuthorizeRequest::decode(&plain[..]).unwrap();
+        prop_assert_eq!(&prosts.requests, &expected);
+        let call = BatchAuthorizeCall::from(Bytes::from(bytes));
+        let decoded = call.decode();
+        prop_assert!(
+            matches!(&decoded, Ok(BatchDecoded::Owned(d)) if *d == prosts),
+            "batch not prost's: {:?}",
+            decoded
+        );
+    }
 }
 
 #[test]
@@ -452,25 +765,24 @@ fn unknown_groups_are_skipped_as_prost_skips_them() {
     // Field 9 as a group holding a varint and a nested group (field 10), then its end.
     let group = [0x4b, 0x08, 0x01, 0x53, 0x54, 0x4c];
     let item = request_bytes();
-    let mut plain = group.to_vec();
+    let mut with_group = group.to_vec();
     for _ in 0..3 {
-        plain.extend([0x0a, item.len() as u8]);
-        plain.extend(&item);
+        with_group.extend([0x0a, item.len() as u8]);
+        with_group.extend(&item);
     }
-    let call = BatchAuthorizeCall::from(Bytes::from(plain.clone()));
-    assert!(matches!(call.decode(), Ok(BatchDecoded::Views(v)) if v.len() == 3));
-    assert_eq!(
-        proto::BatchAuthorizeRequest::decode(&plain[..])
-            .unwrap()
-            .requests
-            .len(),
-        3
-    );
-    // Inside an item too.
+    // Skipped to count the items; the batch is prost's, as for any field the view does not
+    // know.
+    assert_eq!(count_items(&with_group, MAX_BATCH), 3);
+    let call = BatchAuthorizeCall::from(Bytes::from(with_group.clone()));
+    let prosts = proto::BatchAuthorizeRequest::decode(&with_group[..]).unwrap();
+    assert_eq!(prosts.requests.len(), 3);
+    assert!(matches!(call.decode(), Ok(BatchDecoded::Owned(b)) if b == prosts));
+    // Inside an item: prost's too.
     let mut in_item = group.to_vec();
     in_item.extend(&item);
-    assert!(read_authorize(&in_item).is_some());
+    assert!(read_authorize(&in_item).is_none());
     assert!(proto::AuthorizeRequest::decode(&in_item[..]).is_ok());
+    assert_eq!(through_wire(&in_item), through_prost(&in_item));
     // A group first does not stop the count: too many is still too many.
     let mut many = group.to_vec();
     for _ in 0..=MAX_BATCH {
