@@ -453,11 +453,7 @@ impl PolicyAdmin for AdminApi {
         self.admit(&caller, &privileges)?;
         let slot = Arc::clone(&self.watch_slots)
             .try_acquire_owned()
-            .map_err(|_| {
-                Status::resource_exhausted(
-                    "too many open watch streams (--max-watches); retry with backoff",
-                )
-            })?;
+            .map_err(|_| ApiError::TooManyWatches)?;
         let from = request.into_inner().from_revision;
         let (backlog, live) = self.store()?.watch(from).await.map_err(ApiError::from)?;
         let backlog = tokio_stream::iter(backlog.into_iter().map(|e| Ok(wire_event(e))));
@@ -465,9 +461,9 @@ impl PolicyAdmin for AdminApi {
             Ok(event) => Ok(wire_event(event)),
             // A watcher too slow to keep up must not silently miss changes: end its stream
             // with an error saying so; it lists again and re-watches.
-            Err(BroadcastStreamRecvError::Lagged(missed)) => Err(Status::data_loss(format!(
-                "watch fell behind by {missed} events; list again and watch from the current revision"
-            ))),
+            Err(BroadcastStreamRecvError::Lagged(missed)) => {
+                Err(Status::from(ApiError::WatchLagged { missed }))
+            }
         });
         // Ends the stream (cleanly, after the events already sent) when the server drains.
         let drained = ValueStream::new(self.draining.clone())

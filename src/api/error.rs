@@ -1,7 +1,12 @@
-//! The one place where adapter errors become `tonic::Status` codes (SPEC §10).
+//! Every refusal an adapter makes, as one typed error, and the one place where it gets its
+//! gRPC code ([`ApiError::code`]). The gRPC services answer `tonic::Status::from(error)`; the
+//! HTTP endpoints map the same error once more, to an HTTP status and a Kubernetes `Status`
+//! object (`api::http::status::refusal`), renaming a field path to the document's own
+//! (`ApiError::renamed`) without reading it back out of a message.
 
 use thiserror::Error;
 
+use crate::api::limits::{MAX_BATCH, MAX_REQUEST_BYTES};
 use crate::store::StoreError;
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -14,6 +19,26 @@ pub enum ApiError {
     /// `requests[3].action.resource_attributes.verb`.
     #[error("{field}: {problem}")]
     InvalidArgument { field: String, problem: Invalid },
+
+    /// A message or body that cannot be read at all: not protobuf, not UTF-8, not JSON or
+    /// YAML. Names no field: there is none to name yet.
+    #[error("{0}")]
+    Malformed(String),
+
+    /// An HTTP body over [`MAX_REQUEST_BYTES`] (gRPC messages over it are refused by tonic's
+    /// codec before any handler runs).
+    #[error("request body is larger than the limit of {MAX_REQUEST_BYTES} bytes")]
+    TooLarge,
+
+    /// `--max-watches` streams are open already.
+    #[error("too many open watch streams (--max-watches); retry with backoff")]
+    TooManyWatches,
+
+    /// A watch stream fell too far behind the changes to be continued.
+    #[error(
+        "watch fell behind by {missed} events; list again and watch from the current revision"
+    )]
+    WatchLagged { missed: u64 },
 
     /// The request asked for a policy revision the server has not reached.
     #[error("server is at revision {current}, behind the requested min_revision {requested}")]
@@ -61,6 +86,71 @@ pub enum Invalid {
 }
 
 impl ApiError {
+    /// The gRPC code of this refusal: the one classification both protocols map from.
+    pub fn code(&self) -> tonic::Code {
+        use tonic::Code;
+        match self {
+            ApiError::InvalidArgument { .. } | ApiError::Malformed(_) => Code::InvalidArgument,
+            ApiError::TooLarge | ApiError::TooManyWatches => Code::ResourceExhausted,
+            ApiError::RevisionNotReached { .. } => Code::FailedPrecondition,
+            ApiError::NotReady => Code::Unavailable,
+            ApiError::WatchLagged { .. } => Code::DataLoss,
+            ApiError::Unauthenticated(_) => Code::Unauthenticated,
+            ApiError::PermissionDenied(_) => Code::PermissionDenied,
+            ApiError::Store(error) => match error {
+                StoreError::Invalid(_) => Code::InvalidArgument,
+                StoreError::NotFound(_) => Code::NotFound,
+                StoreError::ReadOnly | StoreError::Compacted { .. } => Code::FailedPrecondition,
+                StoreError::Forbidden(_) => Code::PermissionDenied,
+                StoreError::Io { .. } => Code::Unavailable,
+            },
+        }
+    }
+
+    /// The offending field and what is wrong with it, for an invalid argument.
+    pub fn field(&self) -> Option<(&str, &Invalid)> {
+        match self {
+            ApiError::InvalidArgument { field, problem } => Some((field, problem)),
+            _ => None,
+        }
+    }
+
+    /// The same error with its field path rewritten by the first matching entry of `renames`
+    /// (`(from, to)` pairs, the longest `from` that is the path or a prefix of it ending at
+    /// a `.` or `[`): proto field paths become the paths of the document an HTTP caller
+    /// sent.
+    #[must_use]
+    pub fn renamed(self, renames: &[(&str, &str)]) -> Self {
+        let ApiError::InvalidArgument { field, problem } = self else {
+            return self;
+        };
+        let renamed = renames
+            .iter()
+            .filter(|(from, _)| {
+                field == *from
+                    || field
+                        .strip_prefix(from)
+                        .is_some_and(|rest| rest.starts_with(['.', '[']))
+            })
+            .max_by_key(|(from, _)| from.len())
+            .map(|(from, to)| format!("{to}{}", &field[from.len()..]));
+        ApiError::InvalidArgument {
+            field: renamed.unwrap_or(field),
+            problem,
+        }
+    }
+
+    /// A batch of `count` requests, over [`MAX_BATCH`].
+    pub fn batch_too_large(count: usize) -> Self {
+        ApiError::invalid(
+            "requests",
+            Invalid::TooMany {
+                count,
+                max: MAX_BATCH,
+            },
+        )
+    }
+
     pub fn invalid(field: impl Into<String>, problem: Invalid) -> Self {
         ApiError::InvalidArgument {
             field: field.into(),
@@ -103,25 +193,10 @@ pub fn bounded_message(message: String) -> String {
     )
 }
 
+/// The gRPC mapping: the error's code, its message bounded.
 impl From<ApiError> for tonic::Status {
     fn from(error: ApiError) -> Self {
-        let message = bounded_message(error.to_string());
-        match error {
-            ApiError::InvalidArgument { .. } => tonic::Status::invalid_argument(message),
-            ApiError::RevisionNotReached { .. } => tonic::Status::failed_precondition(message),
-            ApiError::NotReady => tonic::Status::unavailable(message),
-            ApiError::Unauthenticated(_) => tonic::Status::unauthenticated(message),
-            ApiError::PermissionDenied(_) => tonic::Status::permission_denied(message),
-            ApiError::Store(error) => match error {
-                StoreError::Invalid(_) => tonic::Status::invalid_argument(message),
-                StoreError::NotFound(_) => tonic::Status::not_found(message),
-                StoreError::ReadOnly | StoreError::Compacted { .. } => {
-                    tonic::Status::failed_precondition(message)
-                }
-                StoreError::Forbidden(_) => tonic::Status::permission_denied(message),
-                StoreError::Io { .. } => tonic::Status::unavailable(message),
-            },
-        }
+        tonic::Status::new(error.code(), bounded_message(error.to_string()))
     }
 }
 
@@ -230,5 +305,43 @@ mod tests {
         });
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
         assert!(status.message().contains("at revision 2"));
+    }
+
+    /// HTTP callers see the paths of the document they sent: the longest matching proto path
+    /// is replaced, at a path boundary only, and the problem is kept as it was.
+    #[test]
+    fn renamed_rewrites_the_field_path_not_the_message() {
+        let renames = [
+            ("action", "spec"),
+            ("action.resource_attributes", "spec.resourceAttributes"),
+            ("groups", "spec.groups"),
+        ];
+        let error = ApiError::invalid("action.resource_attributes.verb", Invalid::Empty);
+        assert_eq!(
+            error.renamed(&renames).to_string(),
+            "spec.resourceAttributes.verb: must not be empty"
+        );
+        let error = ApiError::invalid("groups[2]", Invalid::Empty).renamed(&renames);
+        assert_eq!(
+            error.field().map(|(field, _)| field),
+            Some("spec.groups[2]")
+        );
+        // `actions` is not under `action`.
+        let error = ApiError::invalid("actions", Invalid::Empty).renamed(&renames);
+        assert_eq!(error.field().map(|(field, _)| field), Some("actions"));
+        // Only field paths are renamed: other refusals are returned as they came.
+        let error = ApiError::Malformed("action: not a field".into()).renamed(&renames);
+        assert_eq!(error.to_string(), "action: not a field");
+    }
+
+    #[test]
+    fn an_oversized_batch_is_an_invalid_argument_naming_requests() {
+        let status = tonic::Status::from(ApiError::batch_too_large(MAX_BATCH + 1));
+        assert_eq!(status.code(), tonic::Code::InvalidArgument);
+        assert!(
+            status.message().starts_with("requests: has 1001 entries"),
+            "{}",
+            status.message()
+        );
     }
 }

@@ -1,8 +1,13 @@
 //! The gRPC services `authz.v1.Authorizer` and `authz.v1.AccessReview`.
 //!
-//! Each handler: authenticate the caller, validate and convert the request (typed errors,
-//! field paths), check the caller's privilege, take one snapshot, ask the engine, convert the
-//! answer. The engine decides; nothing here does.
+//! Every call takes the same steps, in order: who asks (authentication), by when (the
+//! deadline), what (conversion and validation, typed errors naming the field), from which
+//! snapshot (`min_revision`), and whether the caller may ask (the privilege, checked against
+//! that same snapshot); then the engine answers. [`GrpcApi::serve`] runs them for every review
+//! RPC, each of which states only what differs ([`Review`]); the HTTP endpoints serve through
+//! the same function. `Authorize` and `BatchAuthorize` take the same steps
+//! ([`GrpcApi::begin`], [`GrpcApi::admitted`]) around their zero-copy decoding. The engine
+//! decides; nothing here does.
 
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
@@ -12,8 +17,7 @@ use tonic::{Request, Response, Status};
 
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
-use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::limits::MAX_BATCH;
+use crate::api::error::{ApiError, Result};
 use crate::api::privilege::{Gate, Privilege};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
@@ -21,7 +25,7 @@ use crate::api::wire::{
     BatchDecoded, Decoded,
 };
 use crate::audit::AuditLog;
-use crate::engine::Authorize as _;
+use crate::engine::{AllowedSubjects, Authorize as _};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::request;
@@ -40,6 +44,38 @@ pub struct GrpcApi {
     max_revision_wait: Duration,
     /// Where review calls are recorded, when `--audit-log` is on.
     audit: Option<Arc<AuditLog>>,
+}
+
+/// The first step of every call: who asks, and how long they give the server.
+pub struct Caller {
+    pub user: Arc<UserInfo>,
+    /// The time left before the caller's deadline, if it sent one.
+    pub deadline: Option<Duration>,
+}
+
+/// One review RPC, stated by what differs between them: what its message converts into, the
+/// privilege that asks for, and the answer. [`GrpcApi::serve`] takes every other step.
+pub trait Review: Send + Sized + 'static {
+    /// What the engine is asked, converted and validated from the message.
+    type Asked: Send;
+    type Reply;
+
+    /// The message, converted (typed errors naming the field path), and its `min_revision`.
+    fn convert(self) -> Result<(Self::Asked, u64)>;
+
+    /// What the caller must be allowed, to ask this.
+    fn privilege(asked: &Self::Asked) -> Privilege<'_>;
+
+    /// The answer, from the admitted snapshot.
+    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply;
+}
+
+/// A call past every shared step: who asked, and the snapshot that admitted them.
+#[derive(Clone, Copy)]
+pub struct Admitted<'a> {
+    api: &'a GrpcApi,
+    caller: &'a UserInfo,
+    snapshot: &'a Snapshot,
 }
 
 impl GrpcApi {
@@ -74,28 +110,48 @@ impl GrpcApi {
         )
     }
 
-    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<UserInfo>> {
-        let caller = self.authenticator.authenticate(&Peer::of(request))?;
-        record_caller(&caller.name);
-        Ok(caller)
+    /// Serves one review call: every step in order (see the module docs), with the RPC's own
+    /// conversion, privilege and answer. The gRPC services and the HTTP endpoints both call
+    /// this, so both refuse with the same typed errors.
+    pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
+        let caller = self.begin(&request)?;
+        let (asked, min_revision) = request.into_inner().convert()?;
+        let snapshot = self
+            .admitted(&caller, R::privilege(&asked), min_revision)
+            .await?;
+        let call = Admitted {
+            api: self,
+            caller: &caller.user,
+            snapshot: &snapshot,
+        };
+        Ok(R::answer(call, asked))
+    }
+
+    /// Who asks (authenticated), and by when.
+    pub fn begin<T>(&self, request: &Request<T>) -> Result<Caller> {
+        let user = self.authenticator.authenticate(&Peer::of(request))?;
+        record_caller(&user.name);
+        Ok(Caller {
+            user,
+            deadline: request_deadline(request),
+        })
     }
 
     /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
     /// that same snapshot's policy: a privilege revoked at revision N is refused to every
     /// request answered at N or later.
-    async fn admitted(
+    pub async fn admitted(
         &self,
-        caller: &Arc<UserInfo>,
+        caller: &Caller,
         privilege: Privilege<'_>,
         min_revision: u64,
-        deadline: Option<Duration>,
     ) -> Result<Arc<Snapshot>> {
-        let snapshot = self.snapshot(min_revision, deadline).await?;
+        let snapshot = self.snapshot(min_revision, caller.deadline).await?;
         Gate {
             state: &self.state,
             snapshot: &snapshot,
         }
-        .admit(caller, privilege)?;
+        .admit(&caller.user, privilege)?;
         Ok(snapshot)
     }
 
@@ -165,63 +221,47 @@ impl GrpcApi {
     /// Answers a validated batch from one snapshot.
     async fn answer_batch<'r, 'a: 'r>(
         &self,
-        caller: &Arc<UserInfo>,
+        caller: &Caller,
         requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>>,
         min_revision: u64,
-        deadline: Option<Duration>,
-    ) -> Result<Response<BatchAuthorizeReply>, Status> {
+    ) -> Result<BatchAuthorizeReply> {
         let snapshot = self
-            .admitted(
-                caller,
-                Privilege::SUBJECT_ACCESS_REVIEW,
-                min_revision,
-                deadline,
-            )
+            .admitted(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
         let api = DecisionApi::BatchAuthorize;
         let mut tally = DecisionTally::default();
         let answers = requests
-            .map(|request| self.authorize_one(caller, &snapshot, &request, api, &mut tally))
+            .map(|request| self.authorize_one(&caller.user, &snapshot, &request, api, &mut tally))
             .collect();
         self.state.metrics().tally(api, &tally);
-        Ok(Response::new(BatchAuthorizeReply::new(answers)))
+        Ok(BatchAuthorizeReply::new(answers))
     }
+}
 
-    fn resource_review(
-        &self,
-        rpc: &str,
-        caller: &UserInfo,
-        snapshot: &Snapshot,
-        action: &request::Action,
-    ) -> proto::ResourceAccessReviewResponse {
-        let subjects = snapshot.engine.who_can(action);
-        if let Some(audit) = &self.audit {
-            audit.who_can(rpc, caller, action, &subjects, snapshot.revision);
+impl Admitted<'_> {
+    /// Who can do `action`, recorded in the audit log as asked by `rpc`.
+    fn who_can(&self, rpc: &str, action: &request::Action) -> AllowedSubjects {
+        let subjects = self.snapshot.engine.who_can(action);
+        if let Some(audit) = &self.api.audit {
+            audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
         }
-        convert::resource_review_response(subjects, action.namespace(), snapshot.revision)
+        subjects
     }
 
+    /// `request` decided through the cache, counted, recorded and answered as `api`.
     fn review(
         &self,
-        caller: &UserInfo,
-        snapshot: &Snapshot,
-        user: UserInfo,
-        action: request::Action,
+        request: request::Request,
         api: DecisionApi,
     ) -> proto::SubjectAccessReviewResponse {
-        let request = request::Request { user, action };
-        let decided = self
-            .state
-            .authorizer(snapshot)
-            .decide(request.as_borrowed());
-        self.state
-            .metrics()
-            .decision(api, decided.response.decision);
+        let (state, snapshot) = (&self.api.state, self.snapshot);
+        let decided = state.authorizer(snapshot).decide(request.as_borrowed());
+        state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
-        if let Some(audit) = &self.audit {
+        if let Some(audit) = &self.api.audit {
             audit.review(
                 api.rpc(),
-                caller,
+                self.caller,
                 &request.user,
                 &request.action,
                 &decided.response,
@@ -236,14 +276,132 @@ impl GrpcApi {
     }
 }
 
+// --- The review RPCs, each stated by what differs ----------------------------------------------
+
+impl Review for proto::GetAllowedSubjectsRequest {
+    type Asked = request::Action;
+    type Reply = proto::GetAllowedSubjectsResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        Ok((convert::action(self.action)?, self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::RESOURCE_ACCESS_REVIEW
+    }
+
+    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
+        let subjects = call.who_can("GetAllowedSubjects", &action);
+        convert::allowed_subjects_response(subjects, call.snapshot.revision)
+    }
+}
+
+impl Review for proto::SubjectAccessReviewRequest {
+    type Asked = request::Request;
+    type Reply = proto::SubjectAccessReviewResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        let action = convert::action(self.action)?;
+        let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
+        Ok((request::Request { user, action }, self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::SUBJECT_ACCESS_REVIEW
+    }
+
+    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply {
+        call.review(asked, DecisionApi::SubjectAccessReview)
+    }
+}
+
+/// The caller's own access: the subject is the caller.
+impl Review for proto::PersonalSubjectAccessReviewRequest {
+    type Asked = request::Action;
+    type Reply = proto::SubjectAccessReviewResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        Ok((convert::action(self.action)?, self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::Authenticated
+    }
+
+    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
+        let user = call.caller.clone();
+        let request = request::Request { user, action };
+        call.review(request, DecisionApi::PersonalSubjectAccessReview)
+    }
+}
+
+/// A review within one namespace, which the action must agree with (`convert::local_action`),
+/// so the namespace the privilege names is the review's.
+impl Review for proto::LocalSubjectAccessReviewRequest {
+    type Asked = request::Request;
+    type Reply = proto::SubjectAccessReviewResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        let action = convert::local_action(&self.namespace, self.action)?;
+        let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
+        Ok((request::Request { user, action }, self.min_revision))
+    }
+
+    fn privilege(asked: &Self::Asked) -> Privilege<'_> {
+        Privilege::local_subject_access_review(asked.action.namespace())
+    }
+
+    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply {
+        call.review(asked, DecisionApi::LocalSubjectAccessReview)
+    }
+}
+
+impl Review for proto::ResourceAccessReviewRequest {
+    type Asked = request::Action;
+    type Reply = proto::ResourceAccessReviewResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        Ok((convert::action(self.action)?, self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::RESOURCE_ACCESS_REVIEW
+    }
+
+    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
+        let subjects = call.who_can("ResourceAccessReview", &action);
+        convert::resource_review_response(subjects, action.namespace(), call.snapshot.revision)
+    }
+}
+
+impl Review for proto::LocalResourceAccessReviewRequest {
+    type Asked = request::Action;
+    type Reply = proto::ResourceAccessReviewResponse;
+
+    fn convert(self) -> Result<(Self::Asked, u64)> {
+        let action = convert::local_action(&self.namespace, self.action)?;
+        Ok((action, self.min_revision))
+    }
+
+    fn privilege(action: &Self::Asked) -> Privilege<'_> {
+        Privilege::local_resource_access_review(action.namespace())
+    }
+
+    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
+        let subjects = call.who_can("LocalResourceAccessReview", &action);
+        convert::resource_review_response(subjects, action.namespace(), call.snapshot.revision)
+    }
+}
+
+// --- The services ------------------------------------------------------------------------------
+
 #[tonic::async_trait]
 impl Authorizer for GrpcApi {
     async fn authorize(
         &self,
         request: Request<AuthorizeCall>,
     ) -> Result<Response<AuthorizeReply>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
+        let caller = self.begin(&request)?;
         let call = request.into_inner();
         let (view, owned);
         let (request, min_revision) = match call.decode()? {
@@ -259,16 +417,11 @@ impl Authorizer for GrpcApi {
             }
         };
         let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::SUBJECT_ACCESS_REVIEW,
-                min_revision,
-                deadline,
-            )
+            .admitted(&caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
         let api = DecisionApi::Authorize;
         let mut tally = DecisionTally::default();
-        let answer = self.authorize_one(&caller, &snapshot, &request, api, &mut tally);
+        let answer = self.authorize_one(&caller.user, &snapshot, &request, api, &mut tally);
         self.state.metrics().tally(api, &tally);
         Ok(Response::new(AuthorizeReply::new(answer)))
     }
@@ -277,82 +430,41 @@ impl Authorizer for GrpcApi {
         &self,
         request: Request<BatchAuthorizeCall>,
     ) -> Result<Response<BatchAuthorizeReply>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
+        let caller = self.begin(&request)?;
         let call = request.into_inner();
+        // `decode` refuses a batch over the limit, whatever its shape.
         let decoded = call.decode()?;
-        // `decode` counts, without decoding, a batch past the limit (`TooMany`); the other
-        // shapes are checked too, so the limit holds whatever the decoder does.
-        let count = decoded.len();
-        if count > MAX_BATCH {
-            return Err(ApiError::invalid(
-                "requests",
-                Invalid::TooMany {
-                    count,
-                    max: MAX_BATCH,
-                },
-            )
-            .into());
-        }
         // The whole batch is validated before anything is evaluated, and answered from one
         // snapshot, so its answers are mutually consistent.
         let within = |i: usize| move |e: ApiError| e.within(&format!("requests[{i}]."));
         let mut min_revision = 0;
-        match decoded {
+        let reply = match decoded {
             BatchDecoded::Views(views) => {
                 for (i, view) in views.iter().enumerate() {
                     min_revision = min_revision.max(view.min_revision);
                     view.validate().map_err(within(i))?;
                 }
                 let requests = views.iter().map(AuthorizeInput::Borrowed);
-                self.answer_batch(&caller, requests, min_revision, deadline)
-                    .await
+                self.answer_batch(&caller, requests, min_revision).await?
             }
-            // Refused above: `count` is its length.
-            BatchDecoded::TooMany(_) => Err(Status::internal("a refused batch was answered")),
             BatchDecoded::Owned(wire) => {
-                let mut requests = Vec::with_capacity(count);
+                let mut requests = Vec::with_capacity(wire.requests.len());
                 for (i, one) in wire.requests.into_iter().enumerate() {
                     min_revision = min_revision.max(one.min_revision);
                     requests.push(convert::authorize_request(one).map_err(within(i))?);
                 }
                 let requests = requests.iter().map(AuthorizeInput::Owned);
-                self.answer_batch(&caller, requests, min_revision, deadline)
-                    .await
+                self.answer_batch(&caller, requests, min_revision).await?
             }
-        }
+        };
+        Ok(Response::new(reply))
     }
 
     async fn get_allowed_subjects(
         &self,
         request: Request<proto::GetAllowedSubjectsRequest>,
     ) -> Result<Response<proto::GetAllowedSubjectsResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::action(wire.action)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::RESOURCE_ACCESS_REVIEW,
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        let subjects = snapshot.engine.who_can(&action);
-        if let Some(audit) = &self.audit {
-            audit.who_can(
-                "GetAllowedSubjects",
-                &caller,
-                &action,
-                &subjects,
-                snapshot.revision,
-            );
-        }
-        Ok(Response::new(convert::allowed_subjects_response(
-            subjects,
-            snapshot.revision,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 }
 
@@ -362,125 +474,35 @@ impl AccessReview for GrpcApi {
         &self,
         request: Request<proto::SubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::action(wire.action)?;
-        let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::SUBJECT_ACCESS_REVIEW,
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        Ok(Response::new(self.review(
-            &caller,
-            &snapshot,
-            user,
-            action,
-            DecisionApi::SubjectAccessReview,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 
     async fn personal_subject_access_review(
         &self,
         request: Request<proto::PersonalSubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::action(wire.action)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::Authenticated,
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        Ok(Response::new(self.review(
-            &caller,
-            &snapshot,
-            UserInfo::clone(&caller),
-            action,
-            DecisionApi::PersonalSubjectAccessReview,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 
     async fn local_subject_access_review(
         &self,
         request: Request<proto::LocalSubjectAccessReviewRequest>,
     ) -> Result<Response<proto::SubjectAccessReviewResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::local_action(&wire.namespace, wire.action)?;
-        let user = convert::review_subject(wire.user, wire.uid, wire.groups, wire.extra)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::local_subject_access_review(&wire.namespace),
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        Ok(Response::new(self.review(
-            &caller,
-            &snapshot,
-            user,
-            action,
-            DecisionApi::LocalSubjectAccessReview,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 
     async fn resource_access_review(
         &self,
         request: Request<proto::ResourceAccessReviewRequest>,
     ) -> Result<Response<proto::ResourceAccessReviewResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::action(wire.action)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::RESOURCE_ACCESS_REVIEW,
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        Ok(Response::new(self.resource_review(
-            "ResourceAccessReview",
-            &caller,
-            &snapshot,
-            &action,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 
     async fn local_resource_access_review(
         &self,
         request: Request<proto::LocalResourceAccessReviewRequest>,
     ) -> Result<Response<proto::ResourceAccessReviewResponse>, Status> {
-        let caller = self.caller(&request)?;
-        let deadline = request_deadline(&request);
-        let wire = request.into_inner();
-        let action = convert::local_action(&wire.namespace, wire.action)?;
-        let snapshot = self
-            .admitted(
-                &caller,
-                Privilege::local_resource_access_review(&wire.namespace),
-                wire.min_revision,
-                deadline,
-            )
-            .await?;
-        Ok(Response::new(self.resource_review(
-            "LocalResourceAccessReview",
-            &caller,
-            &snapshot,
-            &action,
-        )))
+        Ok(Response::new(self.serve(request).await?))
     }
 }
 

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use prost::bytes::{BufMut, Bytes};
 use prost::Message;
 use smallvec::SmallVec;
-use tonic::Status;
 
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
@@ -272,9 +271,6 @@ pub enum Decoded<'a> {
 pub enum BatchDecoded<'a> {
     Views(Vec<AuthorizeView<'a>>),
     Owned(proto::BatchAuthorizeRequest),
-    /// More items than a batch may hold, counted without being decoded: a message of a few
-    /// MiB can hold millions of empty items, each a struct of hundreds of bytes once decoded.
-    TooMany(usize),
 }
 
 impl BatchDecoded<'_> {
@@ -283,7 +279,6 @@ impl BatchDecoded<'_> {
         match self {
             BatchDecoded::Views(views) => views.len(),
             BatchDecoded::Owned(batch) => batch.requests.len(),
-            BatchDecoded::TooMany(count) => *count,
         }
     }
 
@@ -294,12 +289,12 @@ impl BatchDecoded<'_> {
 
 /// An undecodable message: `INVALID_ARGUMENT` with prost's description, as every other
 /// service's undecodable request gets (see `api::error::caller_faults_get_their_codes`).
-fn undecodable(error: &prost::DecodeError) -> Status {
-    Status::invalid_argument(error.to_string())
+fn undecodable(error: &prost::DecodeError) -> ApiError {
+    ApiError::Malformed(error.to_string())
 }
 
 impl AuthorizeCall {
-    pub fn decode(&self) -> std::result::Result<Decoded<'_>, Status> {
+    pub fn decode(&self) -> Result<Decoded<'_>> {
         match read_authorize(&self.0) {
             Some(view) => Ok(Decoded::View(view)),
             None => proto::AuthorizeRequest::decode(&self.0[..])
@@ -310,14 +305,23 @@ impl AuthorizeCall {
 }
 
 impl BatchAuthorizeCall {
-    pub fn decode(&self) -> std::result::Result<BatchDecoded<'_>, Status> {
-        match read_batch(&self.0) {
-            BatchRead::Views(views) => Ok(BatchDecoded::Views(views)),
-            BatchRead::TooMany(count) => Ok(BatchDecoded::TooMany(count)),
+    /// The batch, or its refusal: a batch of more than [`MAX_BATCH`] items is refused here,
+    /// whatever its shape, so no caller ever holds one. Past the limit the items are only
+    /// counted, never decoded: a message of a few MiB can hold millions of empty items, each
+    /// a struct of hundreds of bytes once decoded.
+    pub fn decode(&self) -> Result<BatchDecoded<'_>> {
+        let decoded = match read_batch(&self.0) {
+            BatchRead::Views(views) => BatchDecoded::Views(views),
+            BatchRead::TooMany(count) => return Err(ApiError::batch_too_large(count)),
             // At most MAX_BATCH items reach prost (the scan counted them).
             BatchRead::Prost => proto::BatchAuthorizeRequest::decode(&self.0[..])
                 .map(BatchDecoded::Owned)
-                .map_err(|e| undecodable(&e)),
+                .map_err(|e| undecodable(&e))?,
+        };
+        // Whatever the reader and prost did, the limit holds.
+        match decoded.len() {
+            count if count > MAX_BATCH => Err(ApiError::batch_too_large(count)),
+            _ => Ok(decoded),
         }
     }
 }

@@ -4,10 +4,12 @@
 use std::collections::HashMap;
 
 use axum::body::Body;
-use http::StatusCode;
 use http_body_util::BodyExt as _;
 use serde_json::{Map, Value};
 
+use thiserror::Error;
+
+use crate::api::error::{ApiError, Invalid};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::proto;
 
@@ -15,28 +17,38 @@ use crate::proto;
 /// near this is an attack or a bug, refused before it can cost stack or time.
 pub const MAX_DOCUMENT_DEPTH: usize = 32;
 
-/// Why a body could not be used; becomes a Kubernetes `Status` response.
-#[derive(Debug)]
+/// Why a body could not be used. Becomes the adapters' [`ApiError`] (and so a Kubernetes
+/// `Status` response) through the one HTTP mapping, `status::refusal`.
+#[derive(Debug, Error)]
 pub enum BodyError {
     /// Over [`MAX_REQUEST_BYTES`] (413).
+    #[error("request body is larger than the limit of {MAX_REQUEST_BYTES} bytes")]
     TooLarge,
-    /// Unreadable, not JSON/YAML, or a field of the wrong shape (400): `field: problem`.
-    Invalid(String),
+    /// Unreadable, not JSON/YAML, too deep, or not an object (400); names no field.
+    #[error("{0}")]
+    Malformed(String),
+    /// A field of the wrong shape (400), by its JSON path.
+    #[error("{field}: {problem}")]
+    Field { field: String, problem: String },
 }
 
 impl BodyError {
     pub fn field(field: &str, problem: &str) -> Self {
-        BodyError::Invalid(format!("{field}: {problem}"))
+        BodyError::Field {
+            field: field.to_string(),
+            problem: problem.to_string(),
+        }
     }
+}
 
-    pub fn status(&self) -> (StatusCode, &'static str, String) {
-        match self {
-            BodyError::TooLarge => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                "RequestEntityTooLarge",
-                format!("request body is larger than the limit of {MAX_REQUEST_BYTES} bytes"),
-            ),
-            BodyError::Invalid(message) => (StatusCode::BAD_REQUEST, "BadRequest", message.clone()),
+impl From<BodyError> for ApiError {
+    fn from(error: BodyError) -> Self {
+        match error {
+            BodyError::TooLarge => ApiError::TooLarge,
+            BodyError::Malformed(message) => ApiError::Malformed(message),
+            BodyError::Field { field, problem } => {
+                ApiError::invalid(field, Invalid::Other(problem))
+            }
         }
     }
 }
@@ -57,7 +69,7 @@ pub async fn read_body(headers: &http::HeaderMap, body: Body) -> Result<Vec<u8>,
     {
         Ok(collected) => Ok(collected.to_bytes().to_vec()),
         Err(error) if error.is::<http_body_util::LengthLimitError>() => Err(BodyError::TooLarge),
-        Err(error) => Err(BodyError::Invalid(format!(
+        Err(error) => Err(BodyError::Malformed(format!(
             "cannot read the request body: {error}"
         ))),
     }
@@ -67,15 +79,15 @@ pub async fn read_body(headers: &http::HeaderMap, body: Body) -> Result<Vec<u8>,
 /// errors are clearer); everything else is YAML, of which JSON is a subset.
 pub fn parse_document(bytes: &[u8]) -> Result<Value, BodyError> {
     let text = std::str::from_utf8(bytes)
-        .map_err(|_| BodyError::Invalid("request body is not UTF-8 text".to_string()))?;
+        .map_err(|_| BodyError::Malformed("request body is not UTF-8 text".to_string()))?;
     let trimmed = text.trim_start();
     if trimmed.is_empty() {
-        return Err(BodyError::Invalid("request body is empty".to_string()));
+        return Err(BodyError::Malformed("request body is empty".to_string()));
     }
     let value = if trimmed.starts_with('{') {
         // serde_json stops at 128 levels by itself; the depth check below is stricter.
         serde_json::from_str::<Value>(text).map_err(|error| {
-            BodyError::Invalid(format!("request body is not valid JSON: {error}"))
+            BodyError::Malformed(format!("request body is not valid JSON: {error}"))
         })?
     } else {
         let options = serde_saphyr::Options {
@@ -90,14 +102,14 @@ pub fn parse_document(bytes: &[u8]) -> Result<Value, BodyError> {
             ..serde_saphyr::Options::default()
         };
         serde_saphyr::from_str_with_options::<Value>(text, options).map_err(|error| {
-            BodyError::Invalid(format!(
+            BodyError::Malformed(format!(
                 "request body is not valid JSON or YAML: {}",
                 error.without_snippet()
             ))
         })?
     };
     if depth(&value) > MAX_DOCUMENT_DEPTH {
-        return Err(BodyError::Invalid(format!(
+        return Err(BodyError::Malformed(format!(
             "request body nests deeper than {MAX_DOCUMENT_DEPTH} levels"
         )));
     }
@@ -134,7 +146,7 @@ impl<'a> Object<'a> {
                 map,
                 path: String::new(),
             }),
-            _ => Err(BodyError::Invalid(
+            _ => Err(BodyError::Malformed(
                 "request body must be an object".to_string(),
             )),
         }
@@ -240,15 +252,16 @@ mod tests {
         let wrapped = format!("{{\"a\": {deep_json}}}");
         assert!(matches!(
             parse_document(wrapped.as_bytes()),
-            Err(BodyError::Invalid(_))
+            Err(BodyError::Malformed(_))
         ));
         let deep_yaml = format!("a: {}{}", "[".repeat(100_000), "]".repeat(100_000));
         assert!(matches!(
             parse_document(deep_yaml.as_bytes()),
-            Err(BodyError::Invalid(_))
+            Err(BodyError::Malformed(_))
         ));
         let just_over = format!("{{\"a\": {}{}}}", "[".repeat(40), "]".repeat(40));
-        let BodyError::Invalid(message) = parse_document(just_over.as_bytes()).unwrap_err() else {
+        let BodyError::Malformed(message) = parse_document(just_over.as_bytes()).unwrap_err()
+        else {
             panic!("not invalid")
         };
         assert!(message.contains("deeper than"), "{message}");
@@ -259,9 +272,8 @@ mod tests {
         let value = parse_document(br#"{"spec": {"groups": ["a", 7]}}"#).unwrap();
         let root = Object::root(&value).unwrap();
         let spec = root.object("spec").unwrap().unwrap();
-        let BodyError::Invalid(message) = spec.strings("groups").unwrap_err() else {
-            panic!("not invalid")
-        };
-        assert_eq!(message, "spec.groups[1]: must be a string");
+        let error = spec.strings("groups").unwrap_err();
+        assert!(matches!(error, BodyError::Field { .. }), "not invalid");
+        assert_eq!(error.to_string(), "spec.groups[1]: must be a string");
     }
 }

@@ -1,6 +1,12 @@
-//! The review endpoints: body → proto request → the gRPC handler → body.
+//! The review endpoints: body → proto request → the gRPC handler's steps → body.
+//!
+//! Every endpoint takes the same steps ([`review`]): read the body, parse it into the gRPC
+//! request (the endpoint's own part), serve it through [`GrpcApi::serve`] (authentication,
+//! deadline, conversion, snapshot, privilege — exactly as over gRPC), and shape the answer
+//! (the endpoint's own part). A refusal from any step is one typed error, its field path
+//! renamed to the document's, mapped once by [`status::refusal`].
 
-use axum::extract::{Request, State};
+use axum::extract::{Path, Request, State};
 use axum::response::Response;
 use http::StatusCode;
 use serde_json::{json, Map, Value};
@@ -8,24 +14,20 @@ use tonic::metadata::MetadataMap;
 
 use super::document::{parse_document, read_body, BodyError, Object};
 use super::{status, HttpApi, Namespace};
+use crate::api::error::ApiError;
+use crate::api::grpc::Review;
 use crate::proto;
-use crate::proto::access_review_server::AccessReview as _;
 
-/// A handler's outcome: the answer, or a refusal already shaped as a `Status` response.
-type Reply = Result<Response, Response>;
-
-fn refuse(error: BodyError) -> Response {
-    let (code, reason, message) = error.status();
-    status::failure(code, reason, &message)
-}
+/// Proto field paths and the document paths they stand for, in one endpoint's shape.
+type Renames = &'static [(&'static str, &'static str)];
 
 /// The body, parsed, the request parts it came with (headers, extensions), and the
 /// `minRevision` query parameter (gRPC's `min_revision`; 0 when absent).
-async fn read(request: Request) -> Result<(http::request::Parts, Value, u64), Response> {
+async fn read(request: Request) -> Result<(http::request::Parts, Value, u64), BodyError> {
     let (parts, body) = request.into_parts();
-    let min_revision = min_revision(parts.uri.query()).map_err(refuse)?;
-    let bytes = read_body(&parts.headers, body).await.map_err(refuse)?;
-    let value = parse_document(&bytes).map_err(refuse)?;
+    let min_revision = min_revision(parts.uri.query())?;
+    let bytes = read_body(&parts.headers, body).await?;
+    let value = parse_document(&bytes)?;
     Ok((parts, value, min_revision))
 }
 
@@ -57,29 +59,27 @@ fn grpc_request<T>(parts: http::request::Parts, message: T) -> tonic::Request<T>
     )
 }
 
-/// A refusal from the gRPC handler, with the proto field names in `INVALID_ARGUMENT`
-/// messages rewritten to the JSON paths of the document the caller sent.
-fn grpc_refusal(status: &tonic::Status, renames: &[(&str, &str)]) -> Response {
-    if status.code() != tonic::Code::InvalidArgument {
-        return status::from_grpc(status);
+/// The steps every review endpoint takes. `parse` reads the document into the gRPC request
+/// and names the renames of its shape; `respond` shapes the answer from the document sent
+/// and the gRPC reply.
+async fn review<R: Review>(
+    api: &HttpApi,
+    request: Request,
+    parse: impl FnOnce(&Object<'_>, u64) -> Result<(R, Renames), ApiError>,
+    respond: impl FnOnce(Value, &R::Reply) -> Response,
+) -> Response {
+    let answered = async {
+        let (parts, document, min_revision) = read(request).await?;
+        let (message, renames) = parse(&Object::root(&document)?, min_revision)?;
+        let reply = api
+            .grpc
+            .serve(grpc_request(parts, message))
+            .await
+            .map_err(|error| error.renamed(renames))?;
+        Ok::<_, ApiError>(respond(document, &reply))
     }
-    let message = status.message();
-    let renamed = message
-        .split_once(": ")
-        .and_then(|(field, problem)| {
-            renames
-                .iter()
-                .filter(|(grpc, _)| {
-                    field == *grpc
-                        || field
-                            .strip_prefix(grpc)
-                            .is_some_and(|rest| rest.starts_with(['.', '[']))
-                })
-                .max_by_key(|(grpc, _)| grpc.len())
-                .map(|(grpc, json)| format!("{json}{}: {problem}", &field[grpc.len()..]))
-        })
-        .unwrap_or_else(|| message.to_string());
-    status::failure(StatusCode::BAD_REQUEST, "BadRequest", &renamed)
+    .await;
+    answered.unwrap_or_else(|error| status::refusal(&error))
 }
 
 // --- Kubernetes shapes (authorization.k8s.io) ---------------------------------------------
@@ -87,23 +87,35 @@ fn grpc_refusal(status: &tonic::Status, renames: &[(&str, &str)]) -> Response {
 const K8S_GROUP_V1: &str = "authorization.k8s.io/v1";
 const K8S_GROUP_V1BETA1: &str = "authorization.k8s.io/v1beta1";
 
-/// Proto field paths → `SubjectAccessReview` JSON paths; `groups_field` is `spec.groups`
-/// (v1) or `spec.group` (v1beta1).
-fn kube_renames(groups_field: &'static str) -> [(&'static str, &'static str); 8] {
-    [
-        ("action.resource_attributes", "spec.resourceAttributes"),
-        (
-            "action.non_resource_attributes",
-            "spec.nonResourceAttributes",
-        ),
-        ("action", "spec"),
-        ("user", "spec.user"),
-        ("uid", "spec.uid"),
-        ("groups", groups_field),
-        ("extra", "spec.extra"),
-        ("namespace", "metadata.namespace"),
-    ]
-}
+/// Proto field paths → `SubjectAccessReview` JSON paths (v1: `spec.groups`).
+const KUBE_RENAMES: Renames = &[
+    ("action.resource_attributes", "spec.resourceAttributes"),
+    (
+        "action.non_resource_attributes",
+        "spec.nonResourceAttributes",
+    ),
+    ("action", "spec"),
+    ("user", "spec.user"),
+    ("uid", "spec.uid"),
+    ("groups", "spec.groups"),
+    ("extra", "spec.extra"),
+    ("namespace", "metadata.namespace"),
+];
+
+/// [`KUBE_RENAMES`] for v1beta1, whose groups are `spec.group`.
+const KUBE_V1BETA1_RENAMES: Renames = &[
+    ("action.resource_attributes", "spec.resourceAttributes"),
+    (
+        "action.non_resource_attributes",
+        "spec.nonResourceAttributes",
+    ),
+    ("action", "spec"),
+    ("user", "spec.user"),
+    ("uid", "spec.uid"),
+    ("groups", "spec.group"),
+    ("extra", "spec.extra"),
+    ("namespace", "metadata.namespace"),
+];
 
 /// `apiVersion` and `kind` as a typed decode checks them: present and what the endpoint takes.
 fn check_type_meta<'v>(
@@ -203,37 +215,37 @@ fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
     document
 }
 
-/// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
-/// apiVersion and kind back with `status`, HTTP 200 (kubernetes-semantics.md §5).
-pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
-    answer(webhook_reply(api, request).await)
+/// The answer to a Kubernetes review: the object the caller sent, with `status` filled.
+fn kube_answer(
+    code: StatusCode,
+    namespace: Option<&str>,
+) -> impl FnOnce(Value, &proto::SubjectAccessReviewResponse) -> Response + '_ {
+    move |document, review| {
+        status::json_response(code, &echo(document, kube_status(review), namespace))
+    }
 }
 
-async fn webhook_reply(api: HttpApi, request: Request) -> Reply {
-    let (parts, document, min_revision) = read(request).await?;
-    let root = Object::root(&document).map_err(refuse)?;
-    let version = check_type_meta(
-        &root,
-        "SubjectAccessReview",
-        &[K8S_GROUP_V1, K8S_GROUP_V1BETA1],
-    )
-    .map_err(refuse)?;
-    let (groups_key, groups_field) = if version == K8S_GROUP_V1 {
-        ("groups", "spec.groups")
-    } else {
-        ("group", "spec.group")
+/// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
+/// apiVersion and kind back with `status`, HTTP 200 (the webhook contract:
+/// <https://kubernetes.io/docs/reference/access-authn-authz/webhook/>).
+pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
+    let parse = |root: &Object<'_>, min_revision| {
+        let version = check_type_meta(
+            root,
+            "SubjectAccessReview",
+            &[K8S_GROUP_V1, K8S_GROUP_V1BETA1],
+        )?;
+        let (groups_key, renames) = if version == K8S_GROUP_V1 {
+            ("groups", KUBE_RENAMES)
+        } else {
+            ("group", KUBE_V1BETA1_RENAMES)
+        };
+        Ok((
+            kube_review_request(root, groups_key, min_revision)?,
+            renames,
+        ))
     };
-    let message = kube_review_request(&root, groups_key, min_revision).map_err(refuse)?;
-    let review = api
-        .grpc
-        .subject_access_review(grpc_request(parts, message))
-        .await
-        .map_err(|status| grpc_refusal(&status, &kube_renames(groups_field)))?;
-    let status = kube_status(review.get_ref());
-    Ok(status::json_response(
-        StatusCode::OK,
-        &echo(document, status, None),
-    ))
+    review(&api, request, parse, kube_answer(StatusCode::OK, None)).await
 }
 
 fn kube_review_request(
@@ -253,8 +265,28 @@ fn kube_review_request(
     })
 }
 
-fn answer(reply: Reply) -> Response {
-    reply.unwrap_or_else(|refusal| refusal)
+/// `review` asked within `namespace`.
+fn local_review(
+    namespace: String,
+    review: proto::SubjectAccessReviewRequest,
+) -> proto::LocalSubjectAccessReviewRequest {
+    let proto::SubjectAccessReviewRequest {
+        action,
+        user,
+        groups,
+        uid,
+        extra,
+        min_revision,
+    } = review;
+    proto::LocalSubjectAccessReviewRequest {
+        namespace,
+        action,
+        user,
+        groups,
+        uid,
+        extra,
+        min_revision,
+    }
 }
 
 /// `POST /apis/authorization.k8s.io/v1/subjectaccessreviews`: 201 with `status` filled.
@@ -262,25 +294,14 @@ pub(super) async fn kube_subject_access_review(
     State(api): State<HttpApi>,
     request: Request,
 ) -> Response {
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_type_meta(&root, "SubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
-            let message = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
-            let review = api
-                .grpc
-                .subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
-            let status = kube_status(review.get_ref());
-            Ok(status::json_response(
-                StatusCode::CREATED,
-                &echo(document, status, None),
-            ))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_type_meta(root, "SubjectAccessReview", &[K8S_GROUP_V1])?;
+        Ok((
+            kube_review_request(root, "groups", min_revision)?,
+            KUBE_RENAMES,
+        ))
+    };
+    review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
 }
 
 /// `POST .../selfsubjectaccessreviews`: the caller's own access (PersonalSubjectAccessReview).
@@ -288,87 +309,55 @@ pub(super) async fn kube_self_subject_access_review(
     State(api): State<HttpApi>,
     request: Request,
 ) -> Response {
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_type_meta(&root, "SelfSubjectAccessReview", &[K8S_GROUP_V1]).map_err(refuse)?;
-            let spec = required_spec(&root).map_err(refuse)?;
-            let message = proto::PersonalSubjectAccessReviewRequest {
-                action: Some(kube_action(&spec).map_err(refuse)?),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .personal_subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
-            let status = kube_status(review.get_ref());
-            Ok(status::json_response(
-                StatusCode::CREATED,
-                &echo(document, status, None),
-            ))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_type_meta(root, "SelfSubjectAccessReview", &[K8S_GROUP_V1])?;
+        let spec = required_spec(root)?;
+        let message = proto::PersonalSubjectAccessReviewRequest {
+            action: Some(kube_action(&spec)?),
+            min_revision,
+        };
+        Ok((message, KUBE_RENAMES))
+    };
+    review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
 }
 
 /// `POST .../namespaces/{ns}/localsubjectaccessreviews`. As upstream: `metadata.namespace`,
 /// when set, and `spec.resourceAttributes.namespace` must both equal the path's namespace.
 pub(super) async fn kube_local_subject_access_review(
     State(api): State<HttpApi>,
-    namespace: Namespace,
+    Path(namespace): Namespace,
     request: Request,
 ) -> Response {
-    let namespace = namespace.0;
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_type_meta(&root, "LocalSubjectAccessReview", &[K8S_GROUP_V1])
-                .map_err(refuse)?;
-            if let Some(metadata) = root.object("metadata").map_err(refuse)? {
-                let declared = metadata.string("namespace").map_err(refuse)?;
-                if !declared.is_empty() && declared != namespace {
-                    return Err(refuse(BodyError::field(
-                        "metadata.namespace",
-                        &format!("`{declared}` does not match the namespace of the request `{namespace}`"),
-                    )));
-                }
+    let parse = |root: &Object<'_>, min_revision| {
+        check_type_meta(root, "LocalSubjectAccessReview", &[K8S_GROUP_V1])?;
+        if let Some(metadata) = root.object("metadata")? {
+            let declared = metadata.string("namespace")?;
+            if !declared.is_empty() && declared != namespace {
+                return Err(BodyError::field(
+                    "metadata.namespace",
+                    &format!(
+                        "`{declared}` does not match the namespace of the request `{namespace}`"
+                    ),
+                )
+                .into());
             }
-            let spec = required_spec(&root).map_err(refuse)?;
-            if let Some(resource) = spec.object("resourceAttributes").map_err(refuse)? {
-                let attribute = resource.string("namespace").map_err(refuse)?;
-                if attribute != namespace {
-                    return Err(refuse(BodyError::field(
-                        "spec.resourceAttributes.namespace",
-                        &format!("`{attribute}` must match the namespace of the request `{namespace}`"),
-                    )));
-                }
-            }
-            let request = kube_review_request(&root, "groups", min_revision).map_err(refuse)?;
-            let message = proto::LocalSubjectAccessReviewRequest {
-                namespace: namespace.clone(),
-                action: request.action,
-                user: request.user,
-                groups: request.groups,
-                uid: request.uid,
-                extra: request.extra,
-                min_revision: request.min_revision,
-            };
-            let review = api
-                .grpc
-                .local_subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(|status| grpc_refusal(&status, &kube_renames("spec.groups")))?;
-            let status = kube_status(review.get_ref());
-            Ok(status::json_response(
-                StatusCode::CREATED,
-                &echo(document, status, Some(&namespace)),
-            ))
         }
-        .await,
-    )
+        let spec = required_spec(root)?;
+        if let Some(resource) = spec.object("resourceAttributes")? {
+            let attribute = resource.string("namespace")?;
+            if attribute != namespace {
+                return Err(BodyError::field(
+                    "spec.resourceAttributes.namespace",
+                    &format!("`{attribute}` must match the namespace of the request `{namespace}`"),
+                )
+                .into());
+            }
+        }
+        let request = kube_review_request(root, "groups", min_revision)?;
+        Ok((local_review(namespace.clone(), request), KUBE_RENAMES))
+    };
+    let answer = kube_answer(StatusCode::CREATED, Some(&namespace));
+    review(&api, request, parse, answer).await
 }
 
 // --- Seed 000 shapes (authorization.kubernetes.io/v1) ---------------------------------------
@@ -376,7 +365,7 @@ pub(super) async fn kube_local_subject_access_review(
 const SEED_VERSION: &str = "authorization.kubernetes.io/v1";
 
 /// Proto field paths → seed 000's `authorizationAttributes` names.
-const SEED_RENAMES: [(&str, &str); 10] = [
+const SEED_RENAMES: Renames = &[
     ("action.resource_attributes", "authorizationAttributes"),
     (
         "action.resource_attributes.group",
@@ -485,12 +474,23 @@ fn seed_resource_response(kind: &str, review: &proto::ResourceAccessReviewRespon
     response
 }
 
-fn created(value: &Value) -> Response {
-    status::json_response(StatusCode::CREATED, value)
+/// The seed's subject access review: attributes, user and groups (no uid or extra).
+fn seed_review_request(
+    root: &Object<'_>,
+    min_revision: u64,
+) -> Result<proto::SubjectAccessReviewRequest, BodyError> {
+    Ok(proto::SubjectAccessReviewRequest {
+        action: Some(seed_action(root)?),
+        user: root.string("user")?,
+        groups: root.strings("groups")?,
+        uid: String::new(),
+        extra: Default::default(),
+        min_revision,
+    })
 }
 
-fn seed_refusal(status: tonic::Status) -> Response {
-    grpc_refusal(&status, &SEED_RENAMES)
+fn created(value: &Value) -> Response {
+    status::json_response(StatusCode::CREATED, value)
 }
 
 pub(super) async fn seed_subject_access_review(
@@ -498,32 +498,12 @@ pub(super) async fn seed_subject_access_review(
     request: Request,
 ) -> Response {
     const KIND: &str = "SubjectAccessReview";
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_seed_type_meta(&root, KIND).map_err(refuse)?;
-            let message = proto::SubjectAccessReviewRequest {
-                action: Some(seed_action(&root).map_err(refuse)?),
-                user: root.string("user").map_err(refuse)?,
-                groups: root.strings("groups").map_err(refuse)?,
-                uid: String::new(),
-                extra: Default::default(),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(seed_refusal)?;
-            Ok(created(&seed_review_response(
-                KIND,
-                review.get_ref(),
-                false,
-            )))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_seed_type_meta(root, KIND)?;
+        Ok((seed_review_request(root, min_revision)?, SEED_RENAMES))
+    };
+    let respond = |_, review: &_| created(&seed_review_response(KIND, review, false));
+    review(&api, request, parse, respond).await
 }
 
 pub(super) async fn seed_personal_subject_access_review(
@@ -531,24 +511,16 @@ pub(super) async fn seed_personal_subject_access_review(
     request: Request,
 ) -> Response {
     const KIND: &str = "PersonalSubjectAccessReview";
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_seed_type_meta(&root, KIND).map_err(refuse)?;
-            let message = proto::PersonalSubjectAccessReviewRequest {
-                action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .personal_subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(seed_refusal)?;
-            Ok(created(&seed_review_response(KIND, review.get_ref(), true)))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_seed_type_meta(root, KIND)?;
+        let message = proto::PersonalSubjectAccessReviewRequest {
+            action: Some(seed_action(root)?),
+            min_revision,
+        };
+        Ok((message, SEED_RENAMES))
+    };
+    let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
+    review(&api, request, parse, respond).await
 }
 
 /// The path's namespace is the review's; a `namespace` in the body, when set, must agree.
@@ -565,35 +537,18 @@ fn seed_namespace(root: &Object<'_>, namespace: &str) -> Result<(), BodyError> {
 
 pub(super) async fn seed_local_subject_access_review(
     State(api): State<HttpApi>,
-    namespace: Namespace,
+    Path(namespace): Namespace,
     request: Request,
 ) -> Response {
     const KIND: &str = "LocalSubjectAccessReview";
-    let namespace = namespace.0;
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_seed_type_meta(&root, KIND).map_err(refuse)?;
-            seed_namespace(&root, &namespace).map_err(refuse)?;
-            let message = proto::LocalSubjectAccessReviewRequest {
-                namespace,
-                action: Some(seed_action(&root).map_err(refuse)?),
-                user: root.string("user").map_err(refuse)?,
-                groups: root.strings("groups").map_err(refuse)?,
-                uid: String::new(),
-                extra: Default::default(),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .local_subject_access_review(grpc_request(parts, message))
-                .await
-                .map_err(seed_refusal)?;
-            Ok(created(&seed_review_response(KIND, review.get_ref(), true)))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_seed_type_meta(root, KIND)?;
+        seed_namespace(root, &namespace)?;
+        let request = seed_review_request(root, min_revision)?;
+        Ok((local_review(namespace, request), SEED_RENAMES))
+    };
+    let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
+    review(&api, request, parse, respond).await
 }
 
 pub(super) async fn seed_resource_access_review(
@@ -601,51 +556,34 @@ pub(super) async fn seed_resource_access_review(
     request: Request,
 ) -> Response {
     const KIND: &str = "ResourceAccessReview";
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_seed_type_meta(&root, KIND).map_err(refuse)?;
-            let message = proto::ResourceAccessReviewRequest {
-                action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .resource_access_review(grpc_request(parts, message))
-                .await
-                .map_err(seed_refusal)?;
-            Ok(created(&seed_resource_response(KIND, review.get_ref())))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_seed_type_meta(root, KIND)?;
+        let message = proto::ResourceAccessReviewRequest {
+            action: Some(seed_action(root)?),
+            min_revision,
+        };
+        Ok((message, SEED_RENAMES))
+    };
+    let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
+    review(&api, request, parse, respond).await
 }
 
 pub(super) async fn seed_local_resource_access_review(
     State(api): State<HttpApi>,
-    namespace: Namespace,
+    Path(namespace): Namespace,
     request: Request,
 ) -> Response {
     const KIND: &str = "LocalResourceAccessReview";
-    let namespace = namespace.0;
-    answer(
-        async {
-            let (parts, document, min_revision) = read(request).await?;
-            let root = Object::root(&document).map_err(refuse)?;
-            check_seed_type_meta(&root, KIND).map_err(refuse)?;
-            seed_namespace(&root, &namespace).map_err(refuse)?;
-            let message = proto::LocalResourceAccessReviewRequest {
-                namespace,
-                action: Some(seed_action(&root).map_err(refuse)?),
-                min_revision,
-            };
-            let review = api
-                .grpc
-                .local_resource_access_review(grpc_request(parts, message))
-                .await
-                .map_err(seed_refusal)?;
-            Ok(created(&seed_resource_response(KIND, review.get_ref())))
-        }
-        .await,
-    )
+    let parse = |root: &Object<'_>, min_revision| {
+        check_seed_type_meta(root, KIND)?;
+        seed_namespace(root, &namespace)?;
+        let message = proto::LocalResourceAccessReviewRequest {
+            namespace,
+            action: Some(seed_action(root)?),
+            min_revision,
+        };
+        Ok((message, SEED_RENAMES))
+    };
+    let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
+    review(&api, request, parse, respond).await
 }

@@ -1,5 +1,6 @@
-//! Refusals on the HTTP side: a `tonic::Status` (the same one gRPC callers get) becomes an
-//! HTTP status code and a Kubernetes `Status` object, as kube-apiserver answers errors.
+//! Refusals on the HTTP side: the adapters' typed error (the same one gRPC callers get as a
+//! `tonic::Status`) becomes an HTTP status code and a Kubernetes `Status` object, as
+//! kube-apiserver answers errors. [`refusal`] is the one HTTP mapping.
 
 use axum::body::Body;
 use axum::response::Response;
@@ -7,6 +8,8 @@ use http::header::CONTENT_TYPE;
 use http::StatusCode;
 use serde_json::json;
 use tonic::Code;
+
+use crate::api::error::{bounded_message, ApiError};
 
 /// The HTTP status and Kubernetes `reason` for a gRPC code (Google's HTTP mapping of
 /// `google.rpc.Code`, except `RESOURCE_EXHAUSTED`: here it only ever means "request too
@@ -30,15 +33,32 @@ fn http_status(code: Code) -> (StatusCode, &'static str) {
     }
 }
 
-/// A `tonic::Status` as an HTTP response.
-pub fn from_grpc(status: &tonic::Status) -> Response {
-    let (http_status, reason) = http_status(status.code());
-    failure(http_status, reason, status.message())
+/// A refusal as an HTTP response: the status and reason of its gRPC code ([`http_status`];
+/// too many watches, which has no HTTP endpoint, would be 429), its message bounded as on
+/// gRPC, and an invalid field named in `details.causes`, where kubectl shows it.
+pub fn refusal(error: &ApiError) -> Response {
+    let (http_status, reason) = match error {
+        ApiError::TooManyWatches => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+        _ => http_status(error.code()),
+    };
+    let message = bounded_message(error.to_string());
+    let cause = error
+        .field()
+        .map(|(field, problem)| (field, problem.to_string()));
+    failure_with_cause(http_status, reason, &message, cause)
 }
 
-/// A Kubernetes `Status` failure. An `INVALID_ARGUMENT`-style message (`field: problem`)
-/// also names the field in `details.causes`, where kubectl shows it.
+/// A Kubernetes `Status` failure that names no field.
 pub fn failure(http_status: StatusCode, reason: &str, message: &str) -> Response {
+    failure_with_cause(http_status, reason, message, None)
+}
+
+fn failure_with_cause(
+    http_status: StatusCode,
+    reason: &str,
+    message: &str,
+    cause: Option<(&str, String)>,
+) -> Response {
     let mut status = json!({
         "kind": "Status",
         "apiVersion": "v1",
@@ -48,14 +68,10 @@ pub fn failure(http_status: StatusCode, reason: &str, message: &str) -> Response
         "reason": reason,
         "code": http_status.as_u16(),
     });
-    if http_status == StatusCode::BAD_REQUEST {
-        if let Some((field, problem)) = message.split_once(": ") {
-            if !field.contains(' ') {
-                status["details"] = json!({
-                    "causes": [{"reason": "FieldValueInvalid", "field": field, "message": problem}]
-                });
-            }
-        }
+    if let Some((field, problem)) = cause {
+        status["details"] = json!({
+            "causes": [{"reason": "FieldValueInvalid", "field": field, "message": problem}]
+        });
     }
     json_response(http_status, &status)
 }
@@ -86,5 +102,32 @@ mod tests {
         ] {
             assert_eq!(http_status(code).0.as_u16(), want, "{code:?}");
         }
+    }
+
+    async fn body_of(response: Response) -> serde_json::Value {
+        use http_body_util::BodyExt as _;
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        serde_json::from_slice(&bytes).unwrap()
+    }
+
+    /// The field a refusal names comes from the typed error, never from its message.
+    #[tokio::test]
+    async fn refusals_name_the_typed_field_only() {
+        use crate::api::error::Invalid;
+        let invalid = refusal(&ApiError::invalid("spec.user", Invalid::Empty));
+        assert_eq!(invalid.status(), StatusCode::BAD_REQUEST);
+        let body = body_of(invalid).await;
+        assert_eq!(body["message"], "spec.user: must not be empty");
+        assert_eq!(body["details"]["causes"][0]["field"], "spec.user");
+        assert_eq!(body["details"]["causes"][0]["message"], "must not be empty");
+
+        // A message that merely looks like `field: problem` names no field.
+        let malformed = refusal(&ApiError::Malformed("spec: looks like a field".into()));
+        assert_eq!(malformed.status(), StatusCode::BAD_REQUEST);
+        assert!(body_of(malformed).await.get("details").is_none());
+
+        let too_large = refusal(&ApiError::TooLarge);
+        assert_eq!(too_large.status(), StatusCode::PAYLOAD_TOO_LARGE);
+        assert_eq!(body_of(too_large).await["reason"], "RequestEntityTooLarge");
     }
 }
