@@ -320,7 +320,7 @@ pub struct ServeArgs {
     pub auth: AuthArgs,
 }
 
-/// How callers authenticate (SPEC §3). Without any of these, only a local listener
+/// How callers authenticate (docs/spec/SPEC.md §3). Without any of these, only a local listener
 /// (loopback or Unix socket) serves, and every caller is the local identity.
 #[derive(Debug, Args, Clone, Default)]
 pub struct AuthArgs {

@@ -1,13 +1,20 @@
 //! authzd: an out-of-process authorization service for Kubernetes-style policy.
 //!
-//! Layers, from the inside out (see ARCHITECTURE.md):
+//! Floors, from the ground up; each names only the floors below it (ARCHITECTURE.md's table,
+//! guarded by `tests/layering.rs`):
+//! * [`request`]: the question — who asks to do what, and the one list of what decides;
 //! * [`policy`]: the plain policy model, its loaders, its exact matching semantics and its
 //!   compilation into an immutable index;
-//! * [`engine`]: the authorizer chain over the index (pure, synchronous), and the reference
-//!   evaluator it is tested against;
-//! * [`api`]: wire adapters (gRPC) that convert and validate, never decide;
+//! * [`engine`]: the answer, and the authorizer chain over the index (pure, synchronous), with
+//!   the reference evaluator it is tested against;
+//! * [`cache`] and [`store`]: the decision cache in front of the engine, and the single writer
+//!   of policy;
+//! * [`serving`]: the snapshot in force and the publish order the revocation guarantee rests on;
+//! * [`api`]: protocol adapters (gRPC, HTTP, Envoy) that convert and validate, never decide;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...).
+//!
+//! The specification the code answers to is in `docs/spec/` (cited as `docs/spec/SPEC.md §n`).
 
 pub mod api;
 pub mod app;

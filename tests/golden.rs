@@ -41,7 +41,7 @@
 //!
 //! Every case is checked against both the serving [`Engine`] and the [`ReferenceEvaluator`]; the
 //! two must return identical responses. Who-can answers are also checked against `Authorize`
-//! (SPEC §3): each listed user is allowed asking alone, each listed group is allowed for a user
+//! (docs/spec/SPEC.md §3): each listed user is allowed asking alone, each listed group is allowed for a user
 //! bound nowhere, and likewise for the denied lists. Every mismatch of every file is reported,
 //! not just the first.
 //!
@@ -576,7 +576,7 @@ fn check_who_can(expect: &WhoCanExpect, got: &AllowedSubjects) -> Vec<String> {
     problems
 }
 
-/// SPEC §3: every listed user is allowed asking alone; every listed group is allowed for a user
+/// docs/spec/SPEC.md §3: every listed user is allowed asking alone; every listed group is allowed for a user
 /// bound nowhere; the denied lists are denied the same way.
 fn who_can_agrees_with_authorize(
     engine: &Engine,

@@ -206,7 +206,7 @@ const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status
 
 /// Transport-level half of the mapping, applied to every HTTP response as one tower layer
 /// (one header lookup per response): two refusals tonic's codec makes before any handler runs
-/// are the caller's fault, and get the codes gRPC's convention and SPEC §10 give them.
+/// are the caller's fault, and get the codes gRPC's convention and docs/spec/SPEC.md §10 give them.
 ///
 /// * A message over the size limit is refused with `OUT_OF_RANGE`; it becomes
 ///   `RESOURCE_EXHAUSTED`.

@@ -1,4 +1,4 @@
-//! What a caller must be allowed to call each RPC (SPEC §3, "Review flavours").
+//! What a caller must be allowed to call each RPC (docs/spec/SPEC.md §3, "Review flavours").
 //!
 //! [`Privilege`] states what an RPC needs; [`Gate`] checks it through the policy itself.
 //! Every adapter (gRPC, HTTP, Envoy ext_authz) asks the same gate, so the same policy

@@ -180,7 +180,7 @@ impl EnvoyApi {
 
     /// Who is calling `Check` (Envoy itself, not the HTTP client it asks about), and whether they
     /// may: the single place the caller is identified. Envoy needs the privilege `Authorize`
-    /// needs (SPEC §3: the cluster-wide review privilege), checked by the shared [`Gate`]
+    /// needs (docs/spec/SPEC.md §3: the cluster-wide review privilege), checked by the shared [`Gate`]
     /// against the policy in force.
     fn admit_caller<T>(&self, request: &Request<T>) -> Result<Arc<UserInfo>> {
         let caller = self.authenticator.authenticate(&Peer::of(request))?;
