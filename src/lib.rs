@@ -14,7 +14,8 @@
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...).
 //!
-//! The specification the code answers to is in `docs/spec/` (cited as `docs/spec/SPEC.md §n`).
+//! The specification the code answers to is in `docs/spec/`, cited by path and section
+//! (`docs/spec/SPEC.md §3` is its section 3).
 
 pub mod api;
 pub mod app;

@@ -2,6 +2,8 @@
 //! repository (`docs/spec/SPEC.md §3`, `docs/spec/kubernetes-semantics.md §2`), and every
 //! section they cite exists there.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
 use std::fs;
 use std::path::{Path, PathBuf};
 

@@ -10,6 +10,8 @@
 //! module, `tests.rs` files) may reach further, to build its fixtures; a comment's mention of
 //! a module counts like an import, as `grep` would find it.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
