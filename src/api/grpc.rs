@@ -53,8 +53,9 @@ pub struct Caller {
     pub deadline: Option<Duration>,
 }
 
-/// One review RPC, stated by what differs between them: what its message converts into, the
-/// privilege that asks for, and the answer. [`GrpcApi::serve`] takes every other step.
+/// One review RPC, stated by what differs between them: what its message converts into, what
+/// the caller must be allowed to ask it, and the answer. [`GrpcApi::serve`] takes every other
+/// step.
 pub trait Review: Send + Sized + 'static {
     /// What the engine is asked, converted and validated from the message.
     type Asked: Send;

@@ -32,11 +32,11 @@ use envoy_types::ext_authz::v3::{
     CheckResponseExt, DeniedHttpResponseBuilder, OkHttpResponseBuilder,
 };
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::HttpRequest;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert::{self, WireSubject};
-use crate::api::error::Result;
+use crate::api::error::{ApiError, Result};
 use crate::api::privilege::{Gate, Privilege};
 use crate::engine::Authorize as _;
 use crate::proto;
@@ -143,15 +143,6 @@ fn header_name(flag: &str, name: &str) -> Result<String, String> {
     Ok(name.to_ascii_lowercase())
 }
 
-/// Why a checked request is answered without asking the engine.
-#[derive(Debug)]
-enum Refusal {
-    /// No subject: HTTP 401, `UNAUTHENTICATED`.
-    Unauthenticated(String),
-    /// Unreadable request: HTTP 400, `INVALID_ARGUMENT`.
-    Invalid(String),
-}
-
 /// The service. Cheap to clone.
 #[derive(Clone)]
 pub struct EnvoyApi {
@@ -198,13 +189,13 @@ impl EnvoyApi {
     }
 
     /// The engine request the checked HTTP request stands for.
-    fn engine_request(&self, check: &CheckRequest) -> Result<request::Request, Refusal> {
+    fn engine_request(&self, check: &CheckRequest) -> Result<request::Request> {
         let attributes = check.attributes.as_ref();
         let http = attributes
             .and_then(|a| a.request.as_ref())
             .and_then(|r| r.http.as_ref())
             .ok_or_else(|| {
-                Refusal::Invalid("the check carries no HTTP request attributes".into())
+                ApiError::Malformed("the check carries no HTTP request attributes".into())
             })?;
         let user = match &self.config.subject {
             SubjectSource::Headers {
@@ -218,7 +209,7 @@ impl EnvoyApi {
                     .map(|s| s.principal.clone())
                     .unwrap_or_default();
                 if principal.is_empty() {
-                    return Err(Refusal::Unauthenticated(
+                    return Err(ApiError::Unauthenticated(
                         "no authenticated peer principal: the request did not come over an \
                          authenticated (mTLS) connection"
                             .into(),
@@ -233,14 +224,14 @@ impl EnvoyApi {
 
     /// Path (without query) and method as a resource request when a template matches, else as a
     /// non-resource request; validated as the authz.v1 API validates actions.
-    fn action(&self, http: &HttpRequest) -> Result<request::Action, Refusal> {
+    fn action(&self, http: &HttpRequest) -> Result<request::Action> {
         if http.method.is_empty() {
-            return Err(Refusal::Invalid("the check names no HTTP method".into()));
+            return Err(ApiError::Malformed("the check names no HTTP method".into()));
         }
         let target = http.path.split('#').next().unwrap_or_default();
         let (path, query) = target.split_once('?').unwrap_or((target, ""));
         if path.is_empty() {
-            return Err(Refusal::Invalid("the check names no HTTP path".into()));
+            return Err(ApiError::Malformed("the check names no HTTP path".into()));
         }
         let kind = match self.config.templates.iter().find_map(|t| t.capture(path)) {
             Some(mut attributes) => {
@@ -261,31 +252,16 @@ impl EnvoyApi {
             }),
         };
         convert::action(Some(proto::Action { kind: Some(kind) }))
-            .map_err(|error| Refusal::Invalid(error.to_string()))
     }
 
     fn check_one(&self, check: &CheckRequest) -> Result<CheckResponse> {
+        // What Envoy sent is the client's request: a refusal of it goes back to the client
+        // (below), not to Envoy as a failed call.
         let request = match self.engine_request(check) {
             Ok(request) => request,
-            Err(Refusal::Unauthenticated(reason)) => {
-                return Ok(refused(
-                    Status::unauthenticated(reason.clone()),
-                    HttpStatusCode::Unauthorized,
-                    &reason,
-                ))
-            }
-            Err(Refusal::Invalid(reason)) => {
-                return Ok(refused(
-                    Status::invalid_argument(reason.clone()),
-                    HttpStatusCode::BadRequest,
-                    &reason,
-                ))
-            }
+            Err(refusal) => return Ok(refused(&refusal)),
         };
-        let snapshot = self
-            .state
-            .snapshot()
-            .ok_or(crate::api::error::ApiError::NotReady)?;
+        let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
         let decided = self
             .state
             .authorizer(&snapshot)
@@ -324,23 +300,27 @@ impl EnvoyApi {
             return Ok(answer);
         }
         let reason = forbidden_reason(&request, &response.reason);
-        Ok(refused(
-            Status::permission_denied(reason.clone()),
-            HttpStatusCode::Forbidden,
-            &reason,
-        ))
+        Ok(refused(&ApiError::PermissionDenied(reason)))
     }
 }
 
-/// A refusal Envoy sends to the client: `status` for Envoy, `code` and the reason (header and
-/// body) for the client.
-fn refused(status: Status, code: HttpStatusCode, reason: &str) -> CheckResponse {
+/// A refusal Envoy sends to the client: a status for Envoy with the refusal's code, and an
+/// HTTP status and the reason (header and body) for the client.
+fn refused(refusal: &ApiError) -> CheckResponse {
+    let reason = refusal.to_string();
+    // The Envoy mapping, chosen once: the client's HTTP status for each refusal's code.
+    let code = match refusal.code() {
+        Code::Unauthenticated => HttpStatusCode::Unauthorized,
+        Code::PermissionDenied => HttpStatusCode::Forbidden,
+        _ => HttpStatusCode::BadRequest,
+    };
+    let status = Status::new(refusal.code(), reason.clone());
     let mut denied = DeniedHttpResponseBuilder::new();
     denied
         .set_http_status(code)
         .add_header(
             REASON_HEADER,
-            header_safe(reason),
+            header_safe(&reason),
             Some(HeaderAppendAction::OverwriteIfExistsOrAdd),
             false,
         )
@@ -440,10 +420,10 @@ fn subject_from_headers(
     user_header: &str,
     group_header: &str,
     extra_prefix: Option<&str>,
-) -> Result<UserInfo, Refusal> {
+) -> Result<UserInfo> {
     let users = header_values(http, user_header);
     if users.len() > 1 {
-        return Err(Refusal::Invalid(format!(
+        return Err(ApiError::Malformed(format!(
             "header `{user_header}` appears {} times; a request has one user",
             users.len()
         )));
@@ -482,7 +462,7 @@ fn subject_from_headers(
         }
     }
     if name.is_empty() && groups.is_empty() {
-        return Err(Refusal::Unauthenticated(format!(
+        return Err(ApiError::Unauthenticated(format!(
             "no authenticated subject: the request carries neither `{user_header}` nor \
              `{group_header}`"
         )));
@@ -495,7 +475,7 @@ fn validated_subject(
     name: String,
     groups: Vec<String>,
     extra: HashMap<String, proto::ExtraValues>,
-) -> Result<UserInfo, Refusal> {
+) -> Result<UserInfo> {
     convert::subject(
         "subject.",
         "name",
@@ -506,7 +486,6 @@ fn validated_subject(
             extra,
         },
     )
-    .map_err(|error| Refusal::Invalid(error.to_string()))
 }
 
 #[tonic::async_trait]
