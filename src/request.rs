@@ -3,12 +3,13 @@
 //! `union`): nothing here names a module above it.
 //!
 //! Requests come owned ([`Request`], decoded from a review) or borrowed ([`RequestRef`], over
-//! an owned request or over the bytes of a request still on the wire). [`RequestRef::
-//! visit_decision_fields`] is the one list of the fields that determine a decision: the
-//! decision cache builds its key from it, so a field added to a request and not to the key
-//! cannot happen in two files.
+//! an owned request or over the bytes of a request still on the wire).
+//! [`RequestRef::decision_fields`] is the one list of the fields that determine a decision:
+//! the decision cache builds its key from it, so a field added to a request and forgotten in
+//! the key cannot happen in two files.
 
 use std::collections::BTreeMap;
+
 /// The subject of a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
@@ -282,11 +283,16 @@ pub enum ActionFields<'a> {
 }
 
 impl<'a> ActionFields<'a> {
-    /// `r` or `n`: one byte naming the kind of action.
+    /// The tag of a resource action; its first field, the namespace, follows it.
+    pub const RESOURCE_TAG: &'static [u8] = b"r";
+    /// The tag of a non-resource action.
+    pub const NON_RESOURCE_TAG: &'static [u8] = b"n";
+
+    /// One byte naming the kind of action.
     pub fn tag(&self) -> &'static [u8] {
         match self {
-            ActionFields::Resource(_) => b"r",
-            ActionFields::NonResource(_) => b"n",
+            ActionFields::Resource(_) => Self::RESOURCE_TAG,
+            ActionFields::NonResource(_) => Self::NON_RESOURCE_TAG,
         }
     }
 

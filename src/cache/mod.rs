@@ -311,8 +311,9 @@ fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
     for _ in 0..count {
         groups.push(take(&mut rest)?);
     }
-    let namespace = match take(&mut rest)? {
-        "r" => take(&mut rest)?,
+    // A resource action's namespace is its first field (`ActionRef::decision_fields`).
+    let namespace = match take(&mut rest)?.as_bytes() {
+        ActionFields::RESOURCE_TAG => take(&mut rest)?,
         _ => "",
     };
     Some((user, groups, namespace))
