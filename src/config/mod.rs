@@ -1,0 +1,254 @@
+//! Command line and typed settings. Flags are parsed by clap into [`Cli`], then turned into
+//! validated settings that the rest of the program reads; nothing else looks at flags.
+//!
+//! This file holds the top: [`Cli`] and its [`Command`]s, [`Settings`], [`Cli::settings`]
+//! (which turns the one into the other), and the helpers every command family shares
+//! ([`parse_duration`], usage errors). The flags and settings of each family live beside it,
+//! and are re-exported here:
+//!
+//! * `serve.rs`: `serve` (listeners, authentication, Envoy ext_authz, limits, audit log:
+//!   [`ServeArgs`] to [`ServeSettings`]);
+//! * `client.rs`: the commands against a running server, `apply`, `delete`, `get`, `watch`
+//!   and `status` ([`ClientArgs`] to [`ClientSettings`], [`ClientCommand`]);
+//! * `offline.rs`: the offline policy commands `check`, `who-can` and `lint` ([`ActionArgs`]);
+//! * `policy.rs`: the policy and authorizer-chain flags that `serve` and the offline commands
+//!   share ([`PolicyArgs`], [`ChainArgs`] to [`EngineSettings`]).
+
+use std::time::Duration;
+
+use clap::error::ErrorKind;
+use clap::{CommandFactory, Parser, Subcommand};
+
+use crate::cache::CacheConfig;
+use crate::request::{Action, Request, UserInfo};
+use crate::telemetry::LogFormat;
+
+mod client;
+mod offline;
+mod policy;
+mod serve;
+
+pub use client::{
+    parse_server, ApplyArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs, GetArgs,
+    ManifestSource, StatusArgs, WatchArgs,
+};
+pub use offline::{ActionArgs, CheckArgs, LintArgs, WhoCanArgs};
+pub use policy::{
+    default_policy_path, ChainArgs, EngineSettings, ModeChain, PolicyArgs, PolicySettings,
+};
+pub use serve::{
+    parse_webhook_path, AuditArgs, AuditSettings, AuthArgs, EnvoyArgs, LimitArgs, ServeArgs,
+    ServeLimits, ServeSettings,
+};
+
+use client::{object_ref, scope};
+use policy::engine_settings;
+use serve::tcp_first;
+
+/// authzd: Kubernetes-style authorization (RBAC, ABAC, deny rules) as a gRPC service.
+#[derive(Debug, Parser)]
+#[command(name = "authzd", version, about, after_help = EXIT_CODES)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+
+    /// Log format (logs go to stderr; filter with RUST_LOG, e.g. `RUST_LOG=authzd=debug`).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text, env = "AUTHZD_LOG_FORMAT")]
+    pub log_format: LogFormat,
+}
+
+// Built once per process from the command line: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the gRPC API.
+    Serve(ServeArgs),
+    /// Decide one request offline and explain the decision (exit 0 allowed, 1 not, 2 error).
+    Check(CheckArgs),
+    /// List who may perform an action, offline.
+    WhoCan(WhoCanArgs),
+    /// Validate policy files (exit 0 clean, 1 problems found, 2 usage error).
+    Lint(LintArgs),
+    /// Create or replace policy objects on a running server from YAML or JSON manifests.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Apply(ApplyArgs),
+    /// Delete one policy object on a running server.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Delete(DeleteArgs),
+    /// Print one policy object (YAML), or every object of a kind, from a running server.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Get(GetArgs),
+    /// Print policy changes on a running server as they happen, until interrupted.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Watch(WatchArgs),
+    /// Print a running server's revision, last reload error and cache statistics.
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Status(StatusArgs),
+}
+
+const EXIT_CODES: &str = "\
+Exit codes:
+  0  success (check: allowed)
+  1  check: not allowed; lint: problems found; serve: cannot listen or failed;
+     apply, delete, get, watch, status: the server is unreachable or refused
+     (stderr: `error: CODE: MESSAGE`)
+  2  usage error; policy that does not load; unreadable -f file";
+
+const CLIENT_EXIT_CODES: &str = "\
+Exit codes: 0 done; 1 the server is unreachable or refused: stderr says `error: CODE: MESSAGE`
+(CODE as gRPC names it, e.g. NotFound, InvalidArgument, Unavailable, DeadlineExceeded);
+2 usage error or unreadable -f file (nothing was sent).";
+
+/// `250ms`, `30s`, `5m`, `1h`.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let split = s
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(|| format!("`{s}` needs a unit: ms, s, m or h"))?;
+    let (digits, unit) = s.split_at(split);
+    let amount: u64 = digits
+        .parse()
+        .map_err(|_| format!("`{s}` does not start with a number"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(amount)),
+        "s" => Ok(Duration::from_secs(amount)),
+        "m" => Ok(Duration::from_secs(amount.saturating_mul(60))),
+        "h" => Ok(Duration::from_secs(amount.saturating_mul(3600))),
+        _ => Err(format!("`{s}`: unknown unit `{unit}` (use ms, s, m or h)")),
+    }
+}
+
+/// What the program is asked to do, with validated settings.
+// Built once per process: the size of the serve variant costs nothing.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug)]
+pub enum Settings {
+    Serve(ServeSettings),
+    Check {
+        engine: EngineSettings,
+        request: Request,
+    },
+    WhoCan {
+        engine: EngineSettings,
+        action: Action,
+    },
+    Lint(PolicySettings),
+    /// A command against a running server.
+    Client {
+        server: ClientSettings,
+        command: ClientCommand,
+    },
+}
+
+fn non_empty(names: Vec<String>) -> Vec<String> {
+    names.into_iter().filter(|n| !n.is_empty()).collect()
+}
+
+/// A usage error of `subcommand`, formatted (and exiting 2) like clap's own.
+fn usage_error(subcommand: &str, message: String) -> clap::Error {
+    let mut command = Cli::command();
+    command.build();
+    match command.find_subcommand_mut(subcommand) {
+        Some(sub) => sub.error(ErrorKind::ArgumentConflict, message),
+        None => command.error(ErrorKind::ArgumentConflict, message),
+    }
+}
+
+impl Cli {
+    /// The validated settings of the chosen subcommand; `Err` is a usage error (exit 2).
+    pub fn settings(self) -> Result<Settings, clap::Error> {
+        let client = |args: ClientArgs, command| Settings::Client {
+            server: args.settings(),
+            command,
+        };
+        Ok(match self.command {
+            Command::Serve(args) => Settings::Serve(ServeSettings {
+                engine: engine_settings(args.policy, args.chain),
+                listen: tcp_first(args.listen),
+                webhook_path: args.webhook_path,
+                local_identity: UserInfo {
+                    name: args.local_user,
+                    groups: non_empty(args.local_groups),
+                    ..UserInfo::default()
+                },
+                cache: CacheConfig {
+                    capacity: args.cache_size,
+                    allow_ttl: args.cache_allow_ttl,
+                    deny_ttl: args.cache_deny_ttl,
+                },
+                watch: !args.no_watch,
+                max_revision_wait: args.max_revision_wait,
+                auth: args.auth,
+                otlp_endpoint: args.otlp_endpoint,
+                envoy: crate::api::envoy::EnvoyConfig::new(
+                    &args.envoy.envoy_subject_from,
+                    &args.envoy.envoy_user_header,
+                    &args.envoy.envoy_group_header,
+                    args.envoy.envoy_extra_header_prefix.as_deref(),
+                    args.envoy.envoy_path_templates,
+                    args.envoy.envoy_allowed_by_header,
+                )
+                .map_err(|message| usage_error("serve", message))?,
+                limits: args.limits.settings()?,
+                audit: args.audit.settings()?,
+            }),
+            Command::Check(args) => Settings::Check {
+                engine: engine_settings(args.policy, args.chain),
+                request: Request {
+                    user: UserInfo {
+                        name: args.user.unwrap_or_default(),
+                        groups: args.groups,
+                        ..UserInfo::default()
+                    },
+                    action: args.action.action(),
+                },
+            },
+            Command::WhoCan(args) => Settings::WhoCan {
+                engine: engine_settings(args.policy, args.chain),
+                action: args.action.action(),
+            },
+            Command::Lint(args) => Settings::Lint(args.policy.settings()),
+            Command::Apply(args) => client(
+                args.client,
+                ClientCommand::Apply {
+                    sources: ApplyArgs::sources(args.files)?,
+                    dry_run: args.dry_run,
+                },
+            ),
+            Command::Delete(args) => client(
+                args.client,
+                ClientCommand::Delete(object_ref("delete", args.kind, args.namespace, args.name)?),
+            ),
+            Command::Get(args) => {
+                let command = match args.name {
+                    Some(name) => {
+                        ClientCommand::Get(object_ref("get", args.kind, args.namespace, name)?)
+                    }
+                    None => ClientCommand::List {
+                        kind: args.kind,
+                        namespace: scope("get", args.kind, args.namespace)?,
+                    },
+                };
+                client(args.client, command)
+            }
+            Command::Watch(args) => client(
+                args.client,
+                ClientCommand::Watch {
+                    from_revision: args.from_revision,
+                    manifests: args.manifests,
+                },
+            ),
+            Command::Status(args) => client(args.client, ClientCommand::Status),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+}

@@ -1,0 +1,143 @@
+//! The offline policy commands (`check`, `who-can`, `lint`): what is being asked about
+//! ([`ActionArgs`]) and each command's flags.
+
+use clap::{ArgGroup, Args};
+
+use crate::request::{Action, NonResourceAttributes, ResourceAttributes};
+
+use super::{ChainArgs, PolicyArgs};
+
+/// What is being done: resource attributes, or `--path` for a non-resource URL.
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("target").required(true).args(["resource", "path"])))]
+pub struct ActionArgs {
+    /// Verb, e.g. get, list, create, delete (for --path: the lower-case HTTP verb).
+    #[arg(long)]
+    pub verb: String,
+    /// Namespace of the resource (empty: cluster scope).
+    #[arg(long, short = 'n', default_value = "")]
+    pub namespace: String,
+    /// API group of the resource (empty: the core group).
+    #[arg(long = "api-group", value_name = "GROUP", default_value = "")]
+    pub api_group: String,
+    /// API version of the resource (informational; rules do not match on it).
+    #[arg(long, default_value = "")]
+    pub version: String,
+    /// Resource, e.g. pods.
+    #[arg(long)]
+    pub resource: Option<String>,
+    /// Subresource, e.g. log for pods/log.
+    #[arg(long, default_value = "")]
+    pub subresource: String,
+    /// Name of the object.
+    #[arg(long, default_value = "")]
+    pub name: String,
+    /// Non-resource URL path, e.g. /healthz (instead of the resource flags).
+    #[arg(long, conflicts_with_all = ["namespace", "api_group", "version", "resource", "subresource", "name"])]
+    pub path: Option<String>,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("subject").required(true).multiple(true).args(["user", "groups"])))]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// The user asking.
+    #[arg(long)]
+    pub user: Option<String>,
+    /// A group of the user (repeatable). The API group is --api-group.
+    #[arg(long = "group", value_name = "NAME")]
+    pub groups: Vec<String>,
+    #[command(flatten)]
+    pub action: ActionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct WhoCanArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    #[command(flatten)]
+    pub action: ActionArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+impl ActionArgs {
+    pub(super) fn action(self) -> Action {
+        match self.path {
+            Some(path) => Action::NonResource(NonResourceAttributes {
+                path,
+                verb: self.verb,
+            }),
+            None => Action::Resource(ResourceAttributes {
+                namespace: self.namespace,
+                verb: self.verb,
+                group: self.api_group,
+                version: self.version,
+                resource: self.resource.unwrap_or_default(),
+                subresource: self.subresource,
+                name: self.name,
+            }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{Cli, Settings};
+    use clap::Parser;
+
+    #[test]
+    fn check_builds_a_request() {
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "check",
+            "--user",
+            "alice",
+            "--group",
+            "dev",
+            "--verb",
+            "get",
+            "--resource",
+            "pods",
+            "-n",
+            "ns1",
+            "--api-group",
+            "apps",
+        ])
+        .unwrap();
+        let Settings::Check { request, .. } = cli.settings().unwrap() else {
+            panic!("not check")
+        };
+        assert_eq!(request.user.groups, vec!["dev"]);
+        let Action::Resource(r) = request.action else {
+            panic!("not a resource action")
+        };
+        assert_eq!((r.namespace.as_str(), r.group.as_str()), ("ns1", "apps"));
+    }
+
+    #[test]
+    fn path_excludes_resource_flags() {
+        assert!(Cli::try_parse_from([
+            "authzd",
+            "who-can",
+            "--verb",
+            "get",
+            "--path",
+            "/x",
+            "--resource",
+            "pods"
+        ])
+        .is_err());
+        assert!(Cli::try_parse_from(["authzd", "who-can", "--verb", "get"]).is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! The policy and authorizer-chain flags that `serve` and the offline commands share, and what
+//! they become: where and how to read policy ([`PolicySettings`]) and everything an engine is
+//! built from ([`EngineSettings`]).
+
+use std::path::{Path, PathBuf};
+
+use clap::Args;
+
+use crate::engine::{EngineConfig, Mode};
+use crate::policy::load::LoadOptions;
+
+use super::non_empty;
+
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Policy file or directory (repeatable). Default: `./policy` if it exists, else the
+    /// `policy/` directory shipped in the source tree.
+    #[arg(long = "policy", value_name = "PATH")]
+    pub policy: Vec<PathBuf>,
+
+    /// Seed 003's master namespace: its roles and bindings are cluster-wide.
+    #[arg(long, value_name = "NS", default_value = "master")]
+    pub master_namespace: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ChainArgs {
+    /// Authorizer chain, in order: AlwaysAllow, AlwaysDeny, ABAC, RBAC.
+    #[arg(long, value_name = "MODES", default_value = "RBAC,ABAC", value_parser = parse_chain)]
+    pub authorization_mode: ModeChain,
+
+    /// A user allowed everything and listed in every who-can answer (repeatable).
+    #[arg(long = "super-user", value_name = "NAME")]
+    pub super_users: Vec<String>,
+
+    /// A group whose members are allowed everything (repeatable). Defaults to
+    /// `system:masters`, which kube-apiserver always privileges; giving any --super-group
+    /// replaces the default, and `--super-group ''` means none.
+    #[arg(
+        long = "super-group",
+        value_name = "NAME",
+        default_value = "system:masters"
+    )]
+    pub super_groups: Vec<String>,
+}
+
+/// `--authorization-mode`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModeChain(pub Vec<Mode>);
+
+fn parse_chain(s: &str) -> Result<ModeChain, String> {
+    Mode::parse_chain(s).map(ModeChain)
+}
+
+/// Where and how to read policy.
+#[derive(Clone, Debug)]
+pub struct PolicySettings {
+    pub paths: Vec<PathBuf>,
+    pub load: LoadOptions,
+}
+
+/// Policy plus the authorizer chain: everything needed to build an engine.
+#[derive(Clone, Debug)]
+pub struct EngineSettings {
+    pub policy: PolicySettings,
+    pub engine: EngineConfig,
+}
+
+/// The policy used when no `--policy` is given.
+pub fn default_policy_path() -> PathBuf {
+    let local = Path::new("policy");
+    if local.is_dir() {
+        local.to_path_buf()
+    } else {
+        PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/policy"))
+    }
+}
+
+impl PolicyArgs {
+    pub(super) fn settings(self) -> PolicySettings {
+        let paths = if self.policy.is_empty() {
+            vec![default_policy_path()]
+        } else {
+            self.policy
+        };
+        PolicySettings {
+            paths,
+            load: LoadOptions {
+                master_namespace: self.master_namespace,
+            },
+        }
+    }
+}
+
+pub(super) fn engine_settings(policy: PolicyArgs, chain: ChainArgs) -> EngineSettings {
+    EngineSettings {
+        policy: policy.settings(),
+        engine: EngineConfig {
+            modes: chain.authorization_mode.0,
+            super_users: non_empty(chain.super_users),
+            super_groups: non_empty(chain.super_groups),
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Cli, Settings};
+    use clap::Parser;
+
+    #[test]
+    fn super_group_replaces_the_default_and_empty_means_none() {
+        let cli = Cli::try_parse_from(["authzd", "serve", "--super-group", ""]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert!(s.engine.engine.super_groups.is_empty());
+    }
+
+    #[test]
+    fn bad_mode_is_a_usage_error() {
+        let err = Cli::try_parse_from(["authzd", "serve", "--authorization-mode", "RBAC,Nope"])
+            .unwrap_err();
+        assert!(err
+            .to_string()
+            .contains("unknown authorization mode `Nope`"));
+    }
+}

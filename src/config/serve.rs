@@ -1,0 +1,456 @@
+//! `serve`: its flags (listeners, webhook path, local identity, cache, authentication, Envoy
+//! ext_authz, limits, audit log) and what they become once validated ([`ServeSettings`]).
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+use crate::cache::CacheConfig;
+use crate::request::UserInfo;
+use crate::transport::ListenAddr;
+
+use super::{parse_duration, usage_error, ChainArgs, EngineSettings, PolicyArgs};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+
+    /// Address to listen on: `HOST:PORT` (port 0 picks a free port; the bound address is
+    /// printed) or `unix:///ABSOLUTE/PATH`. Repeatable: gRPC and HTTP on every listener.
+    #[arg(
+        long,
+        value_name = "ADDR",
+        default_value = "127.0.0.1:50051",
+        env = "AUTHZD_LISTEN"
+    )]
+    pub listen: Vec<ListenAddr>,
+
+    /// Path of the Kubernetes authorization webhook endpoint (SubjectAccessReview in, the
+    /// same object with `status` out).
+    #[arg(long, value_name = "PATH", default_value = "/authorize", value_parser = parse_webhook_path)]
+    pub webhook_path: String,
+
+    /// The caller identity every request gets while no authentication is configured.
+    #[arg(long, value_name = "NAME", default_value = "system:admin")]
+    pub local_user: String,
+
+    /// Groups of the local caller identity (repeatable).
+    #[arg(
+        long = "local-group",
+        value_name = "NAME",
+        default_value = "system:masters"
+    )]
+    pub local_groups: Vec<String>,
+
+    /// Decision cache size in entries; 0 disables the cache.
+    #[arg(long, value_name = "N", default_value_t = 100_000)]
+    pub cache_size: usize,
+
+    /// Optional lifetime of cached allows (e.g. `5m`, `30s`, `250ms`). Defence in depth only:
+    /// invalidation on policy change does not depend on it.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub cache_allow_ttl: Option<Duration>,
+
+    /// Optional lifetime of cached denies and no-opinions.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub cache_deny_ttl: Option<Duration>,
+
+    /// Do not watch the policy files for changes (SIGHUP still reloads).
+    #[arg(long)]
+    pub no_watch: bool,
+
+    /// The longest a request with `min_revision` waits for the server to reach it (less if
+    /// the request's own deadline is shorter).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub max_revision_wait: Duration,
+
+    /// Export traces over OTLP/gRPC to this collector (e.g. `http://127.0.0.1:4317`). Without
+    /// it, the standard `OTEL_EXPORTER_OTLP_ENDPOINT` / `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`
+    /// turn export on; with neither, no spans are exported.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
+    #[command(flatten)]
+    pub envoy: EnvoyArgs,
+    #[command(flatten)]
+    pub limits: LimitArgs,
+
+    #[command(flatten)]
+    pub audit: AuditArgs,
+    #[command(flatten)]
+    pub auth: AuthArgs,
+}
+
+/// How callers authenticate (docs/spec/SPEC.md §3). Without any of these, only a local listener
+/// (loopback or Unix socket) serves, and every caller is the local identity.
+#[derive(Debug, Args, Clone, Default)]
+pub struct AuthArgs {
+    /// Bearer tokens, in kube-apiserver's CSV format: `token,user,uid[,"group1,group2"]`.
+    /// Callers send `authorization: Bearer <token>`.
+    #[arg(long, value_name = "FILE")]
+    pub token_auth_file: Option<PathBuf>,
+
+    /// Serve a non-loopback listener without authentication, every caller acting as the local
+    /// identity. Only for networks where every client is trusted.
+    #[arg(long)]
+    pub insecure_allow_unauthenticated_remote: bool,
+
+    /// Serve TLS on TCP listeners with this PEM certificate (chain); reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// The PEM private key of --tls-cert-file; reloaded when it changes.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Verify client certificates against these PEM CAs; a verified certificate is the caller
+    /// (CN = user, each O = a group). Needs --tls-cert-file.
+    #[arg(long, value_name = "FILE", requires = "tls_cert_file")]
+    pub client_ca_file: Option<PathBuf>,
+}
+
+/// TCP listeners before Unix sockets, each group in the order given (stable), so the first
+/// `authzd listening on` line is a TCP address whenever there is one.
+pub(super) fn tcp_first(mut listen: Vec<ListenAddr>) -> Vec<ListenAddr> {
+    listen.sort_by_key(|addr| matches!(addr, ListenAddr::Unix(_)));
+    listen
+}
+
+/// An absolute URL path, `/authorize` by default, that no other endpoint answers (the fixed
+/// routes would win, and the webhook would silently never be called).
+pub fn parse_webhook_path(s: &str) -> Result<String, String> {
+    if !s.starts_with('/') || s.contains(['?', '#', ' ']) || s.len() < 2 {
+        return Err(format!("`{s}` is not an absolute URL path like /authorize"));
+    }
+    const TAKEN: [&str; 4] = ["/apis/", "/authz.", "/grpc.", "/healthz"];
+    if s == "/readyz" || TAKEN.iter().any(|taken| s.starts_with(taken)) {
+        return Err(format!("`{s}` is already served by another endpoint"));
+    }
+    Ok(s.to_string())
+}
+
+/// How the Envoy ext_authz service (`envoy.service.auth.v3.Authorization`) reads a request.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Envoy ext_authz")]
+pub struct EnvoyArgs {
+    /// Where the subject comes from: `headers` (set by the mesh's authentication) or
+    /// `peer-principal` (the authenticated peer Envoy reports, as the user name).
+    #[arg(long, value_name = "SOURCE", default_value = "headers",
+          value_parser = [crate::api::envoy::SUBJECT_FROM_HEADERS, crate::api::envoy::SUBJECT_FROM_PEER_PRINCIPAL])]
+    pub envoy_subject_from: String,
+
+    /// Request header naming the user.
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-user")]
+    pub envoy_user_header: String,
+
+    /// Request header naming the groups (repeated headers or comma-separated values).
+    #[arg(long, value_name = "HEADER", default_value = "x-remote-group")]
+    pub envoy_group_header: String,
+
+    /// Prefix of request headers carrying extra user attributes (e.g. `x-remote-extra-`).
+    #[arg(long, value_name = "PREFIX")]
+    pub envoy_extra_header_prefix: Option<String>,
+
+    /// A path shape that makes a request a resource request (repeatable, first match wins),
+    /// e.g. `/api/v1/namespaces/{namespace}/{resource}/{name}`. Other paths are non-resource
+    /// requests.
+    #[arg(long = "envoy-path-template", value_name = "TEMPLATE",
+          value_parser = crate::api::envoy::PathTemplate::parse)]
+    pub envoy_path_templates: Vec<crate::api::envoy::PathTemplate>,
+
+    /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
+    #[arg(long)]
+    pub envoy_allowed_by_header: bool,
+}
+
+/// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
+/// long anyone may hold it.
+#[derive(Debug, Args)]
+pub struct LimitArgs {
+    /// Requests worked on at once, across all connections; one more is refused at once with
+    /// RESOURCE_EXHAUSTED (never queued). Streams count only while being set up.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_concurrent_requests: usize,
+
+    /// The longest one request may take, from its arrival to its answer; then it is abandoned
+    /// with DEADLINE_EXCEEDED. Bounds slow handlers and clients that send slowly.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub request_timeout: Duration,
+
+    /// HTTP/2 streams (concurrent requests) one connection may open.
+    #[arg(long, value_name = "N", default_value_t = 256)]
+    pub http2_max_concurrent_streams: u32,
+
+    /// Largest header list (all request headers and metadata, in bytes) one request may send.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 * 1024)]
+    pub http2_max_header_list_size: u32,
+
+    /// Optional: how often an HTTP/2 ping checks that an idle connection's client is still
+    /// there (for clients behind proxies that answer TCP keepalive themselves). Off by
+    /// default: TCP keepalive finds vanished clients at no cost per request.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub http2_keepalive_interval: Option<Duration>,
+
+    /// How long a ping may go unanswered before the connection is closed.
+    #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
+    pub http2_keepalive_timeout: Duration,
+
+    /// Silence on a TCP connection before the kernel starts keepalive probes (every 10 s; three
+    /// unanswered close the connection), so a client that vanished without closing is found.
+    #[arg(long, value_name = "DURATION", default_value = "30s", value_parser = parse_duration)]
+    pub tcp_keepalive: Duration,
+
+    /// Watch streams open at once (they hold no request slot while streaming); one more is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_watches: usize,
+
+    /// Open connections, across all listeners; one more is closed as soon as it is accepted,
+    /// so idle or slow clients cannot exhaust file descriptors and memory.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub max_connections: usize,
+
+    /// Optional: close every connection after this long (gracefully: in-flight requests get
+    /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
+    #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
+    pub max_connection_age: Option<Duration>,
+}
+
+/// The audit log of `serve` (README "Audit log").
+#[derive(Debug, Args)]
+pub struct AuditArgs {
+    /// Append one JSON line per review call and policy write to PATH (created if missing).
+    #[arg(long, value_name = "PATH")]
+    pub audit_log: Option<PathBuf>,
+
+    /// Audit entries waiting for the writer; when full, new entries are dropped and counted
+    /// (PolicyAdmin Status `audit_dropped`) rather than slowing requests down.
+    #[arg(long, value_name = "N", default_value_t = 10_000)]
+    pub audit_queue: usize,
+}
+
+/// Validated [`LimitArgs`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServeLimits {
+    pub max_concurrent_requests: usize,
+    pub request_timeout: Duration,
+    pub http2_max_concurrent_streams: u32,
+    pub http2_max_header_list_size: u32,
+    pub http2_keepalive_interval: Option<Duration>,
+    pub http2_keepalive_timeout: Duration,
+    pub tcp_keepalive: Duration,
+    pub max_connection_age: Option<Duration>,
+    pub max_watches: usize,
+    pub max_connections: usize,
+}
+
+/// Validated [`AuditArgs`]: present when `--audit-log` is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AuditSettings {
+    pub path: PathBuf,
+    pub queue: usize,
+}
+
+impl LimitArgs {
+    pub(super) fn settings(self) -> Result<ServeLimits, clap::Error> {
+        let positive = |flag: &str, value: u64| {
+            if value == 0 {
+                Err(usage_error("serve", format!("--{flag} must be at least 1")))
+            } else {
+                Ok(())
+            }
+        };
+        positive(
+            "max-concurrent-requests",
+            self.max_concurrent_requests as u64,
+        )?;
+        positive("max-watches", self.max_watches as u64)?;
+        positive("max-connections", self.max_connections as u64)?;
+        positive(
+            "http2-max-concurrent-streams",
+            u64::from(self.http2_max_concurrent_streams),
+        )?;
+        let millis = |duration: Duration| u64::try_from(duration.as_millis()).unwrap_or(u64::MAX);
+        positive("request-timeout", millis(self.request_timeout))?;
+        if let Some(interval) = self.http2_keepalive_interval {
+            positive("http2-keepalive-interval", millis(interval))?;
+        }
+        // The kernel counts keepalive idle time in whole seconds.
+        if self.tcp_keepalive.as_secs() == 0 {
+            return Err(usage_error(
+                "serve",
+                "--tcp-keepalive must be at least 1s".to_string(),
+            ));
+        }
+        Ok(ServeLimits {
+            max_concurrent_requests: self.max_concurrent_requests,
+            request_timeout: self.request_timeout,
+            http2_max_concurrent_streams: self.http2_max_concurrent_streams,
+            http2_max_header_list_size: self.http2_max_header_list_size,
+            http2_keepalive_interval: self.http2_keepalive_interval,
+            http2_keepalive_timeout: self.http2_keepalive_timeout,
+            tcp_keepalive: self.tcp_keepalive,
+            max_connection_age: self.max_connection_age,
+            max_connections: self.max_connections,
+            max_watches: self.max_watches,
+        })
+    }
+}
+
+impl AuditArgs {
+    pub(super) fn settings(self) -> Result<Option<AuditSettings>, clap::Error> {
+        if self.audit_queue == 0 {
+            return Err(usage_error(
+                "serve",
+                "--audit-queue must be at least 1".to_string(),
+            ));
+        }
+        Ok(self.audit_log.map(|path| AuditSettings {
+            path,
+            queue: self.audit_queue,
+        }))
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct ServeSettings {
+    pub engine: EngineSettings,
+    /// Every listener, TCP first (the order the startup lines are printed in).
+    pub listen: Vec<ListenAddr>,
+    pub webhook_path: String,
+    /// The identity of every caller while no authentication is configured.
+    pub local_identity: UserInfo,
+    pub cache: CacheConfig,
+    /// Watch the policy files and reload on change.
+    pub watch: bool,
+    pub max_revision_wait: Duration,
+    pub auth: AuthArgs,
+    /// `--otlp-endpoint`; the standard OTLP environment variables also turn export on.
+    pub otlp_endpoint: Option<String>,
+    /// How `envoy.service.auth.v3.Authorization/Check` reads a request.
+    pub envoy: crate::api::envoy::EnvoyConfig,
+    pub limits: ServeLimits,
+    pub audit: Option<AuditSettings>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{default_policy_path, Cli, Settings};
+    use crate::engine::Mode;
+    use clap::Parser;
+
+    #[test]
+    fn listen_is_repeatable_tcp_first_and_webhook_paths_are_checked() {
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--listen",
+            "unix:///run/a.sock",
+            "--listen",
+            "127.0.0.1:0",
+            "--listen",
+            "127.0.0.1:0",
+            "--webhook-path",
+            "/webhook/authz",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        let listen: Vec<String> = s.listen.iter().map(ToString::to_string).collect();
+        assert_eq!(listen, ["127.0.0.1:0", "127.0.0.1:0", "unix:///run/a.sock"]);
+        assert_eq!(s.webhook_path, "/webhook/authz");
+        for taken in [
+            "/healthz",
+            "/readyz",
+            "/apis/x",
+            "/authz.v1.Authorizer/Authorize",
+            "x",
+            "/",
+        ] {
+            assert!(parse_webhook_path(taken).is_err(), "{taken}");
+        }
+    }
+
+    #[test]
+    fn serve_defaults() {
+        let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(
+            s.listen,
+            vec!["127.0.0.1:50051".parse::<ListenAddr>().unwrap()]
+        );
+        assert_eq!(s.webhook_path, "/authorize");
+        assert_eq!(s.engine.engine.modes, vec![Mode::Rbac, Mode::Abac]);
+        assert_eq!(s.engine.engine.super_groups, vec!["system:masters"]);
+        assert!(s.engine.engine.super_users.is_empty());
+        assert_eq!(s.engine.policy.load.master_namespace, "master");
+        assert_eq!(s.local_identity.name, "system:admin");
+        assert_eq!(s.local_identity.groups, vec!["system:masters"]);
+        assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+    }
+
+    #[test]
+    fn limit_and_audit_flags() {
+        let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 1024);
+        assert_eq!(s.limits.request_timeout, Duration::from_secs(30));
+        assert_eq!(s.limits.http2_keepalive_interval, None);
+        assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(30));
+        assert_eq!(s.audit, None);
+
+        let cli = Cli::try_parse_from([
+            "authzd",
+            "serve",
+            "--max-concurrent-requests",
+            "3",
+            "--request-timeout",
+            "250ms",
+            "--audit-log",
+            "/tmp/a.jsonl",
+            "--http2-keepalive-interval",
+            "20s",
+            "--tcp-keepalive",
+            "2m",
+        ])
+        .unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert_eq!(s.limits.max_concurrent_requests, 3);
+        assert_eq!(s.limits.request_timeout, Duration::from_millis(250));
+        assert_eq!(
+            s.limits.http2_keepalive_interval,
+            Some(Duration::from_secs(20))
+        );
+        assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(120));
+        assert_eq!(
+            s.audit,
+            Some(AuditSettings {
+                path: "/tmp/a.jsonl".into(),
+                queue: 10_000
+            })
+        );
+
+        for bad in [
+            ["--max-concurrent-requests", "0"],
+            ["--request-timeout", "0s"],
+            ["--audit-queue", "0"],
+            ["--http2-keepalive-interval", "0s"],
+            ["--tcp-keepalive", "500ms"],
+        ] {
+            let cli = Cli::try_parse_from(["authzd", "serve", bad[0], bad[1]]).unwrap();
+            let err = cli.settings().unwrap_err();
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
+    }
+}
