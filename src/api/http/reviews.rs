@@ -87,35 +87,26 @@ async fn review<R: Review>(
 const K8S_GROUP_V1: &str = "authorization.k8s.io/v1";
 const K8S_GROUP_V1BETA1: &str = "authorization.k8s.io/v1beta1";
 
-/// Proto field paths → `SubjectAccessReview` JSON paths (v1: `spec.groups`).
-const KUBE_RENAMES: Renames = &[
-    ("action.resource_attributes", "spec.resourceAttributes"),
-    (
-        "action.non_resource_attributes",
-        "spec.nonResourceAttributes",
-    ),
-    ("action", "spec"),
-    ("user", "spec.user"),
-    ("uid", "spec.uid"),
-    ("groups", "spec.groups"),
-    ("extra", "spec.extra"),
-    ("namespace", "metadata.namespace"),
-];
+/// Proto field paths → `SubjectAccessReview` JSON paths; `groups_field` is `spec.groups`
+/// (v1) or `spec.group` (v1beta1).
+const fn kube_renames(groups_field: &'static str) -> [(&'static str, &'static str); 8] {
+    [
+        ("action.resource_attributes", "spec.resourceAttributes"),
+        (
+            "action.non_resource_attributes",
+            "spec.nonResourceAttributes",
+        ),
+        ("action", "spec"),
+        ("user", "spec.user"),
+        ("uid", "spec.uid"),
+        ("groups", groups_field),
+        ("extra", "spec.extra"),
+        ("namespace", "metadata.namespace"),
+    ]
+}
 
-/// [`KUBE_RENAMES`] for v1beta1, whose groups are `spec.group`.
-const KUBE_V1BETA1_RENAMES: Renames = &[
-    ("action.resource_attributes", "spec.resourceAttributes"),
-    (
-        "action.non_resource_attributes",
-        "spec.nonResourceAttributes",
-    ),
-    ("action", "spec"),
-    ("user", "spec.user"),
-    ("uid", "spec.uid"),
-    ("groups", "spec.group"),
-    ("extra", "spec.extra"),
-    ("namespace", "metadata.namespace"),
-];
+const KUBE_RENAMES: Renames = &kube_renames("spec.groups");
+const KUBE_V1BETA1_RENAMES: Renames = &kube_renames("spec.group");
 
 /// `apiVersion` and `kind` as a typed decode checks them: present and what the endpoint takes.
 fn check_type_meta<'v>(
