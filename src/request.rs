@@ -303,12 +303,4 @@ impl<'a> ActionFields<'a> {
             ActionFields::NonResource(fields) => fields,
         }
     }
-
-    /// The namespace of a resource action; `None` for a non-resource one.
-    pub fn namespace(&self) -> Option<&'a str> {
-        match self {
-            ActionFields::Resource([namespace, ..]) => Some(namespace),
-            ActionFields::NonResource(_) => None,
-        }
-    }
 }

@@ -6,7 +6,7 @@
 //! that same snapshot); then the engine answers. [`GrpcApi::serve`] runs them for every review
 //! RPC, each of which states only what differs ([`Review`]); the HTTP endpoints serve through
 //! the same function. `Authorize` and `BatchAuthorize` take the same steps
-//! ([`GrpcApi::begin`], [`GrpcApi::admitted`]) around their zero-copy decoding. The engine
+//! (`GrpcApi::begin`, `GrpcApi::admitted`) around their zero-copy decoding. The engine
 //! decides; nothing here does.
 
 use std::sync::{Arc, LazyLock};
@@ -47,10 +47,10 @@ pub struct GrpcApi {
 }
 
 /// The first step of every call: who asks, and how long they give the server.
-pub struct Caller {
-    pub user: Arc<UserInfo>,
+struct Caller {
+    user: Arc<UserInfo>,
     /// The time left before the caller's deadline, if it sent one.
-    pub deadline: Option<Duration>,
+    deadline: Option<Duration>,
 }
 
 /// One review RPC, stated by what differs between them: what its message converts into, what
@@ -129,7 +129,7 @@ impl GrpcApi {
     }
 
     /// Who asks (authenticated), and by when.
-    pub fn begin<T>(&self, request: &Request<T>) -> Result<Caller> {
+    fn begin<T>(&self, request: &Request<T>) -> Result<Caller> {
         let user = self.authenticator.authenticate(&Peer::of(request))?;
         record_caller(&user.name);
         Ok(Caller {
@@ -141,7 +141,7 @@ impl GrpcApi {
     /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
     /// that same snapshot's policy: a privilege revoked at revision N is refused to every
     /// request answered at N or later.
-    pub async fn admitted(
+    async fn admitted(
         &self,
         caller: &Caller,
         privilege: Privilege<'_>,

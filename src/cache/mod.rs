@@ -109,7 +109,7 @@ pub enum InvalidationCause {
 struct CacheEntry {
     /// The digest of the key (see [`DecisionCache::key`]): the table's hash, kept to rehash.
     digest: u64,
-    /// Where the entry's canonical request bytes (see [`encode`]) are in its shard's
+    /// Where the entry's canonical request bytes (see [`encode_into`]) are in its shard's
     /// [`Shard::keys`]: compared on every hit to tell digest collisions from hits, and decoded
     /// by invalidation to find the subject and namespace.
     key_at: u32,
@@ -122,7 +122,7 @@ struct CacheEntry {
     referenced: AtomicBool,
 }
 
-/// A request prepared for the cache: its canonical form (see [`encode`]) written once, from
+/// A request prepared for the cache: its canonical form (see `encode_into`) written once, from
 /// the request's strings wherever they live (an owned [`Request`] or a request still on the
 /// wire), and the digest of those bytes. A hit compares the bytes with the entry's in one go;
 /// a miss copies them once, into its shard's key buffer.
