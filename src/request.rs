@@ -9,6 +9,7 @@
 //! the key cannot happen in two files.
 
 use std::collections::BTreeMap;
+use std::sync::OnceLock;
 
 /// The subject of a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
@@ -177,6 +178,15 @@ impl Request {
         RequestRef {
             user: self.user.as_borrowed(),
             action: self.action.as_borrowed(),
+            content: None,
+        }
+    }
+
+    /// [`Self::as_borrowed`], carrying `content` for the rules that read it.
+    pub fn with_content<'a>(&'a self, content: Option<&'a Content>) -> RequestRef<'a> {
+        RequestRef {
+            content,
+            ..self.as_borrowed()
         }
     }
 }
@@ -197,6 +207,9 @@ impl UserInfo {
 pub struct RequestRef<'a> {
     pub user: SubjectRef<'a>,
     pub action: ActionRef<'a>,
+    /// The object and the request's selectors, for rules with content clauses. Never part of
+    /// the decision's key: a cached answer is a content-free plan that content finishes.
+    pub content: Option<&'a Content>,
 }
 
 impl<'a> RequestRef<'a> {
@@ -211,6 +224,9 @@ impl<'a> RequestRef<'a> {
         let RequestRef {
             user: SubjectRef { name, groups },
             action,
+            // Content never decides which answer is cached (ENGINEERING habit H): rules that
+            // read it are finished per request from a content-free plan.
+            content: _,
         } = self;
         (name, groups, action.decision_fields())
     }
@@ -301,6 +317,129 @@ impl<'a> ActionFields<'a> {
         match self {
             ActionFields::Resource(fields) => fields,
             ActionFields::NonResource(fields) => fields,
+        }
+    }
+}
+
+/// What a request carries beyond its deciding fields (docs/spec/SPEC.md §1): the object as it
+/// will be stored, the stored object, or the caller's own list of changed paths, and the
+/// request's field and label selectors (KEP-4601). Read only by rules with content clauses,
+/// after the cache lookup; the JSON is decoded at most once, and only when such a rule asks.
+#[derive(Debug, Default)]
+pub struct Content {
+    /// JSON: the object as it will be stored (create, update, patch).
+    pub object: Option<Vec<u8>>,
+    /// JSON: the stored object (update, patch, delete, get).
+    pub old_object: Option<Vec<u8>>,
+    /// Paths the caller diffed itself (structured-merge-diff syntax); exclusive with the
+    /// objects.
+    pub changed_paths: Vec<String>,
+    /// KEP-4601 `fieldSelector` requirements (parsed from the raw selector when given raw).
+    pub field_selector: Vec<SelectorRequirement>,
+    /// KEP-4601 `labelSelector` requirements.
+    pub label_selector: Vec<SelectorRequirement>,
+    decoded: [OnceLock<Result<serde_json::Value, String>>; 2],
+}
+
+/// Which of a [`Content`]'s objects.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Which {
+    Object,
+    OldObject,
+}
+
+impl Which {
+    /// The field's name in the API, for errors (`content.object`).
+    pub fn field(self) -> &'static str {
+        match self {
+            Which::Object => "content.object",
+            Which::OldObject => "content.old_object",
+        }
+    }
+}
+
+impl Content {
+    /// Whether the request carries either object.
+    pub fn has_objects(&self) -> bool {
+        self.object.is_some() || self.old_object.is_some()
+    }
+
+    /// The raw JSON of one object, if the request carries it.
+    pub fn raw(&self, which: Which) -> Option<&[u8]> {
+        match which {
+            Which::Object => self.object.as_deref(),
+            Which::OldObject => self.old_object.as_deref(),
+        }
+    }
+
+    /// One object decoded, once per request however many rules read it: `None` when the
+    /// request does not carry it, `Err` (the parser's message) when it is not a JSON object.
+    /// The size was bounded where the request was read; serde_json bounds nesting at 128.
+    pub fn decoded(&self, which: Which) -> Option<Result<&serde_json::Value, &str>> {
+        let raw = self.raw(which)?;
+        let slot = &self.decoded[which as usize];
+        let value = slot.get_or_init(|| match serde_json::from_slice(raw) {
+            Ok(value @ serde_json::Value::Object(_)) => Ok(value),
+            Ok(_) => Err("must be a JSON object".to_string()),
+            Err(e) => Err(format!("is not JSON: {e}")),
+        });
+        Some(value.as_ref().map_err(String::as_str))
+    }
+
+    /// Whether the objects were decoded (for tests that hold "not at all when no rule asks").
+    pub fn was_decoded(&self) -> bool {
+        self.decoded.iter().any(|slot| slot.get().is_some())
+    }
+
+    /// A copy without the decoded cache, for a request copied into a batch or a log.
+    pub fn clone_raw(&self) -> Content {
+        Content {
+            object: self.object.clone(),
+            old_object: self.old_object.clone(),
+            changed_paths: self.changed_paths.clone(),
+            field_selector: self.field_selector.clone(),
+            label_selector: self.label_selector.clone(),
+            decoded: Default::default(),
+        }
+    }
+}
+
+/// One requirement of a KEP-4601 field or label selector, or of a rule's selector clause.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct SelectorRequirement {
+    pub key: String,
+    pub operator: SelectorOperator,
+    pub values: Vec<String>,
+}
+
+/// `metav1.LabelSelectorOperator`, which KEP-4601 uses for field selectors too (`a=b` is `In
+/// [b]`, `a!=b` is `NotIn [b]`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SelectorOperator {
+    In,
+    NotIn,
+    Exists,
+    DoesNotExist,
+}
+
+impl SelectorOperator {
+    /// The Kubernetes spelling (`In`, `NotIn`, `Exists`, `DoesNotExist`).
+    pub fn parse(name: &str) -> Option<Self> {
+        match name {
+            "In" => Some(Self::In),
+            "NotIn" => Some(Self::NotIn),
+            "Exists" => Some(Self::Exists),
+            "DoesNotExist" => Some(Self::DoesNotExist),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::In => "In",
+            Self::NotIn => "NotIn",
+            Self::Exists => "Exists",
+            Self::DoesNotExist => "DoesNotExist",
         }
     }
 }

@@ -406,6 +406,8 @@ impl AuthorizeView<'_> {
                 groups: request::Groups::Borrowed(user.map_or(&[][..], |u| &u.groups[..])),
             },
             action: self.action(),
+            // A request with content is read by prost, never by this view (see `fields`).
+            content: None,
         }
     }
 }

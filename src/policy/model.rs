@@ -80,13 +80,7 @@ pub struct LabelSelectorRequirement {
     pub values: Vec<String>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum SelectorOperator {
-    In,
-    NotIn,
-    Exists,
-    DoesNotExist,
-}
+pub use crate::request::SelectorOperator;
 
 impl LabelSelector {
     /// Kubernetes semantics: every `matchLabels` pair and every expression must hold; an empty
