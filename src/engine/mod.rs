@@ -6,6 +6,7 @@
 //! way upstream does, and property tests hold the two to the same answers.
 
 pub mod chain;
+pub mod content;
 pub mod escalation;
 pub mod explain;
 pub mod indexed;
@@ -256,7 +257,18 @@ pub struct Decided {
 pub trait Authorize {
     /// Decides a borrowed request: an owned one lends itself with `as_borrowed`, a request
     /// still on the wire is read in place, so the hot path never copies one.
+    ///
+    /// The answer is content-free: `request.content` is not read. Callers whose requests may
+    /// carry content call [`Self::decide_content`].
     fn decide(&self, request: RequestRef<'_>) -> Decided;
+
+    /// [`Self::decide`], finished against the request's content when a rule the answer rests
+    /// on reads content. Fails only when such a rule needs content the request carries
+    /// unreadably; content no rule reads is never decoded.
+    fn decide_content(&self, request: RequestRef<'_>) -> Result<Decided, content::ContentError> {
+        content::finish(self.decide(request), request.content)
+    }
+
     fn who_can(&self, action: &Action) -> AllowedSubjects;
 }
 
