@@ -270,6 +270,18 @@ pub trait Authorize {
     }
 
     fn who_can(&self, action: &Action) -> AllowedSubjects;
+
+    /// [`Self::who_can`] for an action on an object: each candidate subject is decided against
+    /// the same content, so the answer agrees with [`Self::decide_content`] for every subject.
+    /// Without content it is `who_can`'s answer.
+    fn who_can_content(
+        &self,
+        action: &Action,
+        content: Option<&crate::request::Content>,
+    ) -> Result<AllowedSubjects, content::ContentError> {
+        let _ = content;
+        Ok(self.who_can(action))
+    }
 }
 
 impl Authorize for Engine {
