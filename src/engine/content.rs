@@ -2,27 +2,9 @@
 //! conditional carries a content-free plan; [`finish`] completes it against the request's
 //! content. Requests without such rules never reach the content (it is not even decoded).
 
-use std::fmt;
-
 use crate::engine::Decided;
+pub use crate::policy::content::ContentError;
 use crate::request::Content;
-
-/// Content a rule needed and could not read: the request gets `INVALID_ARGUMENT` naming the
-/// field, never a decision (docs/spec/SPEC.md §10).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ContentError {
-    /// The API field at fault (`content.object`, `content.changed_paths[3]`).
-    pub field: String,
-    pub problem: String,
-}
-
-impl fmt::Display for ContentError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "`{}` {}", self.field, self.problem)
-    }
-}
-
-impl std::error::Error for ContentError {}
 
 /// `decided`, finished against `content` when one of the rules it rests on reads content.
 /// An answer without such rules is returned as it is, whatever the request carries.

@@ -3,6 +3,7 @@
 pub mod abac;
 pub mod aggregate;
 pub mod compile;
+pub mod content;
 pub mod delta;
 pub mod describe;
 pub mod impact;

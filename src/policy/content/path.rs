@@ -1,0 +1,676 @@
+//! Field paths in structured-merge-diff syntax (seed 004: `.metadata.labels['app']`), the
+//! patterns rules write over them, and the change set of an object computed server-side.
+//!
+//! Without a schema a JSON object's members are all alike: `.name` and `['name']` name the
+//! same member. Lists are atomic unless the [`DiffConfig`] says they are sets (elements
+//! `[="x"]`) or keyed lists (elements `[type="Ready"]`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+use serde_json::Value;
+
+/// The longest pattern or path text accepted, in bytes.
+pub const MAX_PATH_TEXT: usize = 4096;
+/// The deepest nesting the diff walks; deeper content is refused, not truncated.
+pub const MAX_DEPTH: usize = 64;
+/// The most changed paths one request may produce or carry.
+pub const MAX_PATHS: usize = 10_000;
+
+/// One step of a concrete path.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Step {
+    /// A member of a JSON object (a struct field or a map key).
+    Member(String),
+    /// An element of a set list, by its value as canonical JSON.
+    Value(String),
+    /// An element of a keyed list, by its key fields (name, canonical JSON value), sorted.
+    Keyed(Vec<(String, String)>),
+}
+
+/// A concrete path from the object's root; empty is the root (`.`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct FieldPath(pub Vec<Step>);
+
+/// One step of a pattern.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum PatternStep {
+    /// A member by exact name.
+    Member(String),
+    /// A member whose name starts with the prefix (`['team.example.com/*']`).
+    MemberPrefix(String),
+    Value(String),
+    Keyed(Vec<(String, String)>),
+    /// `[*]`: any member or element.
+    Any,
+}
+
+/// A path pattern as rules write it. A pattern covers a path when it names the path or one of
+/// its ancestors: `.metadata.labels` covers `.metadata.labels['app']`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PathPattern {
+    steps: Vec<PatternStep>,
+    text: String,
+}
+
+impl PathPattern {
+    /// Parses `.a.b['k']`, `['prefix*']`, `[="v"]`, `[k="v",k2=1]` and `[*]`; `.` alone is
+    /// the root (it covers every path).
+    pub fn parse(text: &str) -> Result<PathPattern, String> {
+        let steps = parse_steps(text, true)?;
+        Ok(PathPattern {
+            steps,
+            text: text.to_string(),
+        })
+    }
+
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    pub fn steps(&self) -> &[PatternStep] {
+        &self.steps
+    }
+
+    /// Whether this pattern names `path` or an ancestor of it.
+    pub fn covers(&self, path: &FieldPath) -> bool {
+        self.steps.len() <= path.0.len()
+            && self
+                .steps
+                .iter()
+                .zip(&path.0)
+                .all(|(pattern, step)| step_matches(pattern, step))
+    }
+
+    /// Whether this pattern names exactly `path` (for list and ignore configuration).
+    pub fn names(&self, path: &FieldPath) -> bool {
+        self.steps.len() == path.0.len() && self.covers(path)
+    }
+}
+
+impl fmt::Display for PathPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+fn step_matches(pattern: &PatternStep, step: &Step) -> bool {
+    match (pattern, step) {
+        (PatternStep::Any, _) => true,
+        (PatternStep::Member(a), Step::Member(b)) => a == b,
+        (PatternStep::MemberPrefix(prefix), Step::Member(b)) => b.starts_with(prefix.as_str()),
+        (PatternStep::Value(a), Step::Value(b)) => a == b,
+        (PatternStep::Keyed(a), Step::Keyed(b)) => a == b,
+        _ => false,
+    }
+}
+
+impl FieldPath {
+    pub const ROOT: FieldPath = FieldPath(Vec::new());
+
+    /// Parses a concrete path (the pattern syntax without `*` and `[*]`), as callers that
+    /// diffed themselves send them.
+    pub fn parse(text: &str) -> Result<FieldPath, String> {
+        let steps = parse_steps(text, false)?;
+        Ok(FieldPath(
+            steps
+                .into_iter()
+                .map(|step| match step {
+                    PatternStep::Member(name) => Step::Member(name),
+                    PatternStep::Value(value) => Step::Value(value),
+                    PatternStep::Keyed(keys) => Step::Keyed(keys),
+                    // parse_steps refuses these when globs are not allowed.
+                    PatternStep::MemberPrefix(name) => Step::Member(name),
+                    PatternStep::Any => Step::Member("*".into()),
+                })
+                .collect(),
+        ))
+    }
+
+    fn child(&self, step: Step) -> FieldPath {
+        let mut steps = self.0.clone();
+        steps.push(step);
+        FieldPath(steps)
+    }
+}
+
+impl fmt::Display for FieldPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str(".");
+        }
+        for step in &self.0 {
+            match step {
+                Step::Member(name) if is_identifier(name) => write!(f, ".{name}")?,
+                Step::Member(name) => write!(f, "[{}]", quote_key(name))?,
+                Step::Value(value) => write!(f, "[={value}]")?,
+                Step::Keyed(keys) => {
+                    f.write_str("[")?;
+                    for (i, (k, v)) in keys.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(",")?;
+                        }
+                        write!(f, "{k}={v}")?;
+                    }
+                    f.write_str("]")?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_' || c == '$')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
+}
+
+fn quote_key(name: &str) -> String {
+    let mut out = String::from("'");
+    for c in name.chars() {
+        if c == '\'' || c == '\\' {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out.push('\'');
+    out
+}
+
+/// The parser shared by patterns and concrete paths.
+fn parse_steps(text: &str, globs: bool) -> Result<Vec<PatternStep>, String> {
+    if text.len() > MAX_PATH_TEXT {
+        return Err(format!("is longer than {MAX_PATH_TEXT} bytes"));
+    }
+    if text == "." {
+        return Ok(Vec::new());
+    }
+    if !text.starts_with(['.', '[']) {
+        return Err("must start with `.` or `[` (a path from the object's root)".into());
+    }
+    let bytes = text.as_bytes();
+    let mut steps = Vec::new();
+    let mut at = 0;
+    while at < bytes.len() {
+        match bytes[at] {
+            b'.' => {
+                let start = at + 1;
+                let end = text[start..]
+                    .find(['.', '['])
+                    .map_or(text.len(), |i| start + i);
+                let name = &text[start..end];
+                if name.is_empty() {
+                    return Err(format!("has an empty field name at byte {at}"));
+                }
+                if name.contains([']', '\'', '"', ' ', '=', '*']) {
+                    return Err(format!(
+                        "has field name `{name}`, which needs the bracket form ['{name}']"
+                    ));
+                }
+                steps.push(PatternStep::Member(name.to_string()));
+                at = end;
+            }
+            b'[' => {
+                let (step, next) = parse_bracket(text, at, globs)?;
+                steps.push(step);
+                at = next;
+            }
+            _ => return Err(format!("has an unexpected `{}` at byte {at}", &text[at..=at])),
+        }
+    }
+    Ok(steps)
+}
+
+/// One `[...]` step starting at `at`; returns the step and the byte after `]`.
+fn parse_bracket(text: &str, at: usize, globs: bool) -> Result<(PatternStep, usize), String> {
+    let rest = &text[at + 1..];
+    if let Some(after) = rest.strip_prefix("*]") {
+        if !globs {
+            return Err("has `[*]`, which only patterns may use".into());
+        }
+        return Ok((PatternStep::Any, text.len() - after.len()));
+    }
+    if rest.starts_with(['\'', '"']) {
+        let (key, after) = quoted(rest)?;
+        let after = after
+            .strip_prefix(']')
+            .ok_or_else(|| format!("has an unclosed `[` at byte {at}"))?;
+        let next = text.len() - after.len();
+        if let Some(prefix) = key.strip_suffix('*') {
+            if !globs {
+                return Err("has a key prefix `*`, which only patterns may use".into());
+            }
+            if prefix.contains('*') {
+                return Err(format!("has key `{key}`: `*` may only end a key"));
+            }
+            return Ok((PatternStep::MemberPrefix(prefix.to_string()), next));
+        }
+        if key.contains('*') {
+            return Err(format!("has key `{key}`: `*` may only end a key"));
+        }
+        return Ok((PatternStep::Member(key), next));
+    }
+    if let Some(value) = rest.strip_prefix('=') {
+        let (json, after) = json_value(value)?;
+        let after = after
+            .strip_prefix(']')
+            .ok_or_else(|| format!("has an unclosed `[` at byte {at}"))?;
+        return Ok((PatternStep::Value(json), text.len() - after.len()));
+    }
+    // Keyed element: name=value pairs, comma-separated.
+    let mut keys = Vec::new();
+    let mut rest = rest;
+    loop {
+        let eq = rest
+            .find('=')
+            .ok_or_else(|| format!("has a `[` at byte {at} that is not a key, value or keyed element"))?;
+        let name = rest[..eq].trim();
+        if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
+            return Err(format!("has a keyed element with key field `{name}`"));
+        }
+        let (json, after) = json_value(&rest[eq + 1..])?;
+        keys.push((name.to_string(), json));
+        if let Some(after) = after.strip_prefix(',') {
+            rest = after;
+            continue;
+        }
+        let after = after
+            .strip_prefix(']')
+            .ok_or_else(|| format!("has an unclosed `[` at byte {at}"))?;
+        keys.sort();
+        if keys.windows(2).any(|w| w[0].0 == w[1].0) {
+            return Err("has a keyed element naming a key field twice".into());
+        }
+        return Ok((PatternStep::Keyed(keys), text.len() - after.len()));
+    }
+}
+
+/// A quoted key (`'k'` or `"k"`, backslash escapes) and what follows it.
+fn quoted(text: &str) -> Result<(String, &str), String> {
+    let mut chars = text.char_indices();
+    let Some((_, quote)) = chars.next() else {
+        return Err("has an empty key".into());
+    };
+    let mut key = String::new();
+    let mut escaped = false;
+    for (i, c) in chars {
+        if escaped {
+            key.push(c);
+            escaped = false;
+        } else if c == '\\' {
+            escaped = true;
+        } else if c == quote {
+            return Ok((key, &text[i + c.len_utf8()..]));
+        } else {
+            key.push(c);
+        }
+    }
+    Err("has an unclosed quote".into())
+}
+
+/// A JSON scalar (string, number, boolean, null) at the start of `text`, as canonical JSON.
+fn json_value(text: &str) -> Result<(String, &str), String> {
+    let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
+    match stream.next() {
+        Some(Ok(value)) if !value.is_object() && !value.is_array() => {
+            let used = stream.byte_offset();
+            Ok((value.to_string(), &text[used..]))
+        }
+        _ => Err(format!(
+            "has an element value that is not a JSON string, number, boolean or null: `{}`",
+            text.chars().take(40).collect::<String>()
+        )),
+    }
+}
+
+/// How a list is compared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListKind {
+    /// Elements are compared by value; each added or removed element is a changed path.
+    Set,
+    /// Elements are matched by these key fields and compared field by field.
+    Keyed(Vec<String>),
+}
+
+/// What the diff ignores and how it compares lists (a `FieldPolicy` document adds to it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiffConfig {
+    /// Paths whose changes are not changes a rule must cover (server-maintained fields).
+    pub ignored: Vec<PathPattern>,
+    /// Lists compared per element; every other list is atomic.
+    pub lists: Vec<(PathPattern, ListKind)>,
+}
+
+impl Default for DiffConfig {
+    /// Kubernetes' server-maintained metadata is ignored; finalizers are a set, owner
+    /// references are keyed by `uid` and conditions by `type`, as their schemas declare
+    /// (`+listType=set`, `+listMapKey`).
+    fn default() -> Self {
+        let pattern = |text: &str| {
+            PathPattern::parse(text).unwrap_or_else(|_| PathPattern {
+                steps: Vec::new(),
+                text: text.to_string(),
+            })
+        };
+        let ignored = [
+            ".metadata.managedFields",
+            ".metadata.resourceVersion",
+            ".metadata.generation",
+            ".metadata.creationTimestamp",
+            ".metadata.uid",
+            ".metadata.selfLink",
+        ]
+        .into_iter()
+        .map(pattern)
+        .collect();
+        let lists = vec![
+            (pattern(".metadata.finalizers"), ListKind::Set),
+            (
+                pattern(".metadata.ownerReferences"),
+                ListKind::Keyed(vec!["uid".into()]),
+            ),
+            (
+                pattern(".status.conditions"),
+                ListKind::Keyed(vec!["type".into()]),
+            ),
+        ];
+        DiffConfig { ignored, lists }
+    }
+}
+
+impl DiffConfig {
+    fn ignores(&self, path: &FieldPath) -> bool {
+        self.ignored.iter().any(|p| p.covers(path))
+    }
+
+    fn list_kind(&self, path: &FieldPath) -> Option<&ListKind> {
+        self.lists
+            .iter()
+            .find(|(p, _)| p.names(path))
+            .map(|(_, kind)| kind)
+    }
+}
+
+/// The paths where `new` differs from `old`: maps per key, configured lists per element,
+/// everything else as a whole. With no `old` (a create) every path present in `new`.
+/// Refused (with the reason) when the content nests deeper than [`MAX_DEPTH`] or changes
+/// more than [`MAX_PATHS`] paths.
+pub fn changed_paths(
+    old: Option<&Value>,
+    new: Option<&Value>,
+    config: &DiffConfig,
+) -> Result<BTreeSet<FieldPath>, String> {
+    let mut out = BTreeSet::new();
+    diff(&FieldPath::ROOT, old, new, config, &mut out)?;
+    Ok(out)
+}
+
+fn emit(out: &mut BTreeSet<FieldPath>, path: FieldPath) -> Result<(), String> {
+    if out.len() >= MAX_PATHS {
+        return Err(format!("changes more than {MAX_PATHS} paths"));
+    }
+    out.insert(path);
+    Ok(())
+}
+
+fn diff(
+    path: &FieldPath,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    config: &DiffConfig,
+    out: &mut BTreeSet<FieldPath>,
+) -> Result<(), String> {
+    if path.0.len() > MAX_DEPTH {
+        return Err(format!("nests deeper than {MAX_DEPTH} levels"));
+    }
+    if old == new || (!path.0.is_empty() && config.ignores(path)) {
+        return Ok(());
+    }
+    match (old, new) {
+        (None | Some(Value::Object(_)), None | Some(Value::Object(_)))
+            if !(old.is_none() && new.is_none()) =>
+        {
+            let old_map = old.and_then(Value::as_object);
+            let new_map = new.and_then(Value::as_object);
+            let empty = serde_json::Map::new();
+            let (o, n) = (old_map.unwrap_or(&empty), new_map.unwrap_or(&empty));
+            if o.is_empty() && n.is_empty() {
+                // `{}` appearing or disappearing is a change of the member itself.
+                return emit(out, path.clone());
+            }
+            let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
+            for key in keys {
+                diff(
+                    &path.child(Step::Member(key.clone())),
+                    o.get(key),
+                    n.get(key),
+                    config,
+                    out,
+                )?;
+            }
+            Ok(())
+        }
+        (None | Some(Value::Array(_)), None | Some(Value::Array(_))) => {
+            match config.list_kind(path) {
+                Some(kind) => diff_list(path, old, new, kind, config, out),
+                None => emit(out, path.clone()),
+            }
+        }
+        _ => {
+            // A scalar changed, or a member changed type: the member as a whole, checked
+            // for depth all the same so a deep new value cannot slip past the bound.
+            for value in [old, new].into_iter().flatten() {
+                check_depth(value, path.0.len())?;
+            }
+            emit(out, path.clone())
+        }
+    }
+}
+
+fn check_depth(value: &Value, depth: usize) -> Result<(), String> {
+    if depth > MAX_DEPTH {
+        return Err(format!("nests deeper than {MAX_DEPTH} levels"));
+    }
+    match value {
+        Value::Object(map) => map.values().try_for_each(|v| check_depth(v, depth + 1)),
+        Value::Array(items) => items.iter().try_for_each(|v| check_depth(v, depth + 1)),
+        _ => Ok(()),
+    }
+}
+
+fn diff_list(
+    path: &FieldPath,
+    old: Option<&Value>,
+    new: Option<&Value>,
+    kind: &ListKind,
+    config: &DiffConfig,
+    out: &mut BTreeSet<FieldPath>,
+) -> Result<(), String> {
+    let items = |v: Option<&Value>| -> Vec<Value> {
+        v.and_then(Value::as_array).cloned().unwrap_or_default()
+    };
+    let (old_items, new_items) = (items(old), items(new));
+    match kind {
+        ListKind::Set => {
+            let set = |items: &[Value]| -> Result<BTreeSet<String>, String> {
+                items
+                    .iter()
+                    .map(|v| check_depth(v, path.0.len() + 1).map(|()| v.to_string()))
+                    .collect()
+            };
+            let (o, n) = (set(&old_items)?, set(&new_items)?);
+            for value in o.symmetric_difference(&n) {
+                emit(out, path.child(Step::Value(value.clone())))?;
+            }
+            Ok(())
+        }
+        ListKind::Keyed(fields) => {
+            let keyed = |items: &[Value]| -> Option<BTreeMap<Vec<(String, String)>, Value>> {
+                let mut map = BTreeMap::new();
+                for item in items {
+                    let object = item.as_object()?;
+                    let mut key: Vec<(String, String)> = fields
+                        .iter()
+                        .map(|f| object.get(f).map(|v| (f.clone(), v.to_string())))
+                        .collect::<Option<_>>()?;
+                    key.sort();
+                    if map.insert(key, item.clone()).is_some() {
+                        return None;
+                    }
+                }
+                Some(map)
+            };
+            // A list whose elements do not all carry their keys, or repeat one, is atomic.
+            let (Some(o), Some(n)) = (keyed(&old_items), keyed(&new_items)) else {
+                return emit(out, path.clone());
+            };
+            let keys: BTreeSet<&Vec<(String, String)>> = o.keys().chain(n.keys()).collect();
+            for key in keys {
+                diff(
+                    &path.child(Step::Keyed(key.clone())),
+                    o.get(key),
+                    n.get(key),
+                    config,
+                    out,
+                )?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn paths(old: Option<Value>, new: Option<Value>) -> Vec<String> {
+        changed_paths(old.as_ref(), new.as_ref(), &DiffConfig::default())
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    #[test]
+    fn patterns_parse_and_cover_descendants() {
+        let labels = PathPattern::parse(".metadata.labels").unwrap();
+        let app = FieldPath::parse(".metadata.labels['app']").unwrap();
+        assert!(labels.covers(&app));
+        assert!(!labels.covers(&FieldPath::parse(".metadata").unwrap()));
+        assert!(!labels.covers(&FieldPath::ROOT));
+        assert!(PathPattern::parse(".").unwrap().covers(&FieldPath::ROOT));
+        let team = PathPattern::parse(".metadata.labels['team.example.com/*']").unwrap();
+        assert!(team.covers(&FieldPath::parse(".metadata.labels['team.example.com/owner']").unwrap()));
+        assert!(!team.covers(&FieldPath::parse(".metadata.labels['other/owner']").unwrap()));
+        let finalizer = PathPattern::parse(".metadata.finalizers[=\"x\"]").unwrap();
+        assert!(finalizer.covers(&FieldPath::parse(".metadata.finalizers[=\"x\"]").unwrap()));
+        assert!(!finalizer.covers(&FieldPath::parse(".metadata.finalizers[=\"y\"]").unwrap()));
+        let ready = PathPattern::parse(".status.conditions[type=\"Ready\"]").unwrap();
+        assert!(ready.covers(&FieldPath::parse(".status.conditions[type=\"Ready\"].status").unwrap()));
+        let any = PathPattern::parse(".spec[*].image").unwrap();
+        assert!(any.covers(&FieldPath::parse(".spec.x.image").unwrap()));
+        // `.name` and `['name']` are the same member.
+        assert!(PathPattern::parse("['metadata'].labels").unwrap().covers(&app));
+    }
+
+    #[test]
+    fn bad_patterns_are_refused_with_a_reason() {
+        for bad in [
+            "", "metadata", ".", "..a", ".a[", ".a['x", ".a[x]", ".a['x*y']", ".a[=]", ".a[={}]",
+            ".a b", ".a[k=\"v\",k=\"w\"]", ".a]",
+        ] {
+            if bad == "." {
+                continue;
+            }
+            assert!(PathPattern::parse(bad).is_err(), "{bad:?} parsed");
+        }
+        assert!(FieldPath::parse(".a[*]").is_err());
+        assert!(FieldPath::parse(".a['p*']").is_err());
+        assert!(PathPattern::parse(&".a".repeat(3000)).is_err());
+    }
+
+    #[test]
+    fn display_round_trips() {
+        for text in [
+            ".metadata.labels['team.example.com/x']",
+            ".metadata.finalizers[=\"a\"]",
+            ".status.conditions[type=\"Ready\"].status",
+            ".",
+            ".spec.replicas",
+        ] {
+            let path = FieldPath::parse(text).unwrap();
+            assert_eq!(path.to_string(), text);
+            assert_eq!(FieldPath::parse(&path.to_string()).unwrap(), path);
+        }
+    }
+
+    #[test]
+    fn update_diffs_maps_per_key_and_sets_per_element() {
+        let old = json!({"metadata": {"name": "a", "resourceVersion": "1",
+            "labels": {"app": "x", "keep": "y"}, "finalizers": ["f1", "f2"]},
+            "spec": {"replicas": 1, "ports": [1, 2]}});
+        let mut new = old.clone();
+        new["metadata"]["labels"]["app"] = json!("z");
+        new["metadata"]["resourceVersion"] = json!("2");
+        new["metadata"]["finalizers"] = json!(["f2", "f3"]);
+        assert_eq!(
+            paths(Some(old.clone()), Some(new)),
+            vec![
+                ".metadata.finalizers[=\"f1\"]",
+                ".metadata.finalizers[=\"f3\"]",
+                ".metadata.labels.app"
+            ]
+        );
+        let mut ports = old.clone();
+        ports["spec"]["ports"] = json!([2, 1]);
+        assert_eq!(paths(Some(old.clone()), Some(ports)), vec![".spec.ports"]);
+        assert!(paths(Some(old.clone()), Some(old)).is_empty());
+    }
+
+    #[test]
+    fn keyed_lists_diff_per_element_and_fall_back_to_atomic() {
+        let old = json!({"status": {"conditions": [
+            {"type": "Ready", "status": "False"}, {"type": "Synced", "status": "True"}]}});
+        let mut new = old.clone();
+        new["status"]["conditions"][0]["status"] = json!("True");
+        assert_eq!(
+            paths(Some(old.clone()), Some(new)),
+            vec![".status.conditions[type=\"Ready\"].status"]
+        );
+        let mut keyless = old.clone();
+        keyless["status"]["conditions"] = json!([{"status": "x"}]);
+        assert_eq!(paths(Some(old), Some(keyless)), vec![".status.conditions"]);
+    }
+
+    #[test]
+    fn create_lists_every_path_present() {
+        let new = json!({"metadata": {"name": "a", "labels": {}}, "data": {"k": "v"}});
+        assert_eq!(
+            paths(None, Some(new)),
+            vec![".data.k", ".metadata.labels", ".metadata.name"]
+        );
+    }
+
+    #[test]
+    fn depth_and_count_are_bounded() {
+        let mut deep = json!("leaf");
+        for _ in 0..(MAX_DEPTH + 5) {
+            deep = json!({ "a": deep });
+        }
+        assert!(changed_paths(None, Some(&deep), &DiffConfig::default())
+            .unwrap_err()
+            .contains("deeper"));
+        let mut old_deep = json!({"x": deep.clone()});
+        old_deep["x"] = json!(1);
+        assert!(changed_paths(Some(&old_deep), Some(&json!({"x": deep})), &DiffConfig::default()).is_err());
+        let wide: serde_json::Map<String, Value> =
+            (0..MAX_PATHS + 1).map(|i| (format!("k{i}"), json!(i))).collect();
+        assert!(changed_paths(None, Some(&Value::Object(wide)), &DiffConfig::default())
+            .unwrap_err()
+            .contains("more than"));
+    }
+}

@@ -1,0 +1,136 @@
+//! Selectors in rule clauses: matched against an object's labels and fields, or, for list,
+//! watch and deletecollection, compared with the request's own KEP-4601 selectors.
+
+use serde_json::Value;
+
+use crate::request::{SelectorOperator, SelectorRequirement};
+
+/// Whether `value` (the object's value for the requirement's key, `None` when absent)
+/// satisfies the requirement, as `labels.Selector` matches.
+pub fn holds(requirement: &SelectorRequirement, value: Option<&str>) -> bool {
+    let listed = |v: &str| requirement.values.iter().any(|w| w == v);
+    match requirement.operator {
+        SelectorOperator::In => value.is_some_and(listed),
+        SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
+        SelectorOperator::Exists => value.is_some(),
+        SelectorOperator::DoesNotExist => value.is_none(),
+    }
+}
+
+/// The object's label `key`.
+pub fn label<'v>(object: &'v Value, key: &str) -> Option<&'v str> {
+    object.get("metadata")?.get("labels")?.get(key)?.as_str()
+}
+
+/// The object's field for a field-selector key (`spec.nodeName`, `metadata.name`), rendered
+/// as a field selector compares it: strings as they are, numbers and booleans as text.
+pub fn field(object: &Value, key: &str) -> Option<String> {
+    let mut at = object;
+    for part in key.split('.') {
+        at = at.get(part)?;
+    }
+    match at {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// Whether every object the request's selector selects satisfies `clause`: the request's
+/// requirements on the same key imply it. Only what can be shown is shown; anything else is
+/// `false` (an allow that cannot be shown to apply does not apply).
+pub fn implies(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
+    let on_key = || request.iter().filter(|r| r.key == clause.key);
+    let subset = |values: &[String], of: &[String]| values.iter().all(|v| of.contains(v));
+    match clause.operator {
+        SelectorOperator::In => on_key().any(|r| {
+            r.operator == SelectorOperator::In && subset(&r.values, &clause.values)
+        }),
+        SelectorOperator::NotIn => on_key().any(|r| match r.operator {
+            SelectorOperator::In => r.values.iter().all(|v| !clause.values.contains(v)),
+            SelectorOperator::NotIn => subset(&clause.values, &r.values),
+            SelectorOperator::DoesNotExist => true,
+            SelectorOperator::Exists => false,
+        }),
+        SelectorOperator::Exists => on_key()
+            .any(|r| matches!(r.operator, SelectorOperator::In | SelectorOperator::Exists)),
+        SelectorOperator::DoesNotExist => {
+            on_key().any(|r| r.operator == SelectorOperator::DoesNotExist)
+        }
+    }
+}
+
+/// Whether no object the request's selector selects can satisfy `clause`: the selections are
+/// provably disjoint. A deny applies unless this is shown.
+pub fn disjoint(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
+    let negated = SelectorRequirement {
+        key: clause.key.clone(),
+        operator: match clause.operator {
+            SelectorOperator::In => SelectorOperator::NotIn,
+            SelectorOperator::NotIn => SelectorOperator::In,
+            SelectorOperator::Exists => SelectorOperator::DoesNotExist,
+            SelectorOperator::DoesNotExist => SelectorOperator::Exists,
+        },
+        values: clause.values.clone(),
+    };
+    implies(request, &negated)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn req(key: &str, operator: SelectorOperator, values: &[&str]) -> SelectorRequirement {
+        SelectorRequirement {
+            key: key.into(),
+            operator,
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    use SelectorOperator::*;
+
+    #[test]
+    fn implication_is_what_every_selected_object_satisfies() {
+        let node_a = req("spec.nodeName", In, &["a"]);
+        assert!(implies(&[node_a.clone()], &req("spec.nodeName", In, &["a", "b"])));
+        assert!(!implies(&[req("spec.nodeName", In, &["a", "c"])], &node_a));
+        assert!(!implies(&[], &node_a));
+        assert!(!implies(&[req("other", In, &["a"])], &node_a));
+        assert!(implies(&[node_a.clone()], &req("spec.nodeName", NotIn, &["b"])));
+        assert!(implies(&[req("k", NotIn, &["x", "y"])], &req("k", NotIn, &["x"])));
+        assert!(!implies(&[req("k", NotIn, &["x"])], &req("k", NotIn, &["x", "y"])));
+        assert!(implies(&[node_a.clone()], &req("spec.nodeName", Exists, &[])));
+        assert!(!implies(&[req("k", NotIn, &["x"])], &req("k", Exists, &[])));
+        assert!(implies(&[req("k", DoesNotExist, &[])], &req("k", DoesNotExist, &[])));
+        assert!(implies(&[req("k", DoesNotExist, &[])], &req("k", NotIn, &["v"])));
+    }
+
+    #[test]
+    fn disjointness_is_shown_only_when_certain() {
+        let protected = req("protected", Exists, &[]);
+        assert!(disjoint(&[req("protected", DoesNotExist, &[])], &protected));
+        assert!(!disjoint(&[], &protected));
+        assert!(!disjoint(&[req("protected", NotIn, &["true"])], &protected));
+        assert!(disjoint(&[req("tier", In, &["a"])], &req("tier", In, &["b"])));
+        assert!(!disjoint(&[req("tier", In, &["a", "b"])], &req("tier", In, &["b"])));
+    }
+
+    #[test]
+    fn objects_are_read_by_label_and_by_field() {
+        let pod = json!({"metadata": {"name": "p", "labels": {"app": "web"}},
+            "spec": {"nodeName": "n1", "replicas": 3, "on": true}});
+        assert_eq!(label(&pod, "app"), Some("web"));
+        assert_eq!(label(&pod, "none"), None);
+        assert_eq!(field(&pod, "spec.nodeName").as_deref(), Some("n1"));
+        assert_eq!(field(&pod, "spec.replicas").as_deref(), Some("3"));
+        assert_eq!(field(&pod, "spec.on").as_deref(), Some("true"));
+        assert_eq!(field(&pod, "spec"), None);
+        assert!(holds(&req("app", In, &["web"]), Some("web")));
+        assert!(holds(&req("app", NotIn, &["web"]), None));
+        assert!(!holds(&req("app", Exists, &[]), None));
+        assert!(holds(&req("app", DoesNotExist, &[]), None));
+    }
+}
