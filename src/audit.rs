@@ -327,6 +327,7 @@ mod tests {
             denied_by: Vec::new(),
             errors: Vec::new(),
             encoded: EncodedOnce::default(),
+            plan: Default::default(),
         };
         log.review("Authorize", &caller(), &subject, &action, &response, 7);
         drop(log);

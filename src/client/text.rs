@@ -87,6 +87,7 @@ mod tests {
             }],
             errors: vec!["role missing".into()],
             encoded: crate::engine::EncodedOnce::default(),
+            plan: Default::default(),
         };
         assert_eq!(
             decision(&response),

@@ -9,6 +9,7 @@ use crate::policy::rbac::RuleEffect;
 use crate::request::SubjectRef;
 
 /// What one authorizer said.
+#[derive(Clone, Debug)]
 pub struct Verdict {
     pub decision: Decision,
     pub reason: String,
@@ -73,6 +74,29 @@ impl<H: Copy> FirstMatches<H> {
         if slot.is_none() {
             *slot = Some(hit);
         }
+    }
+
+    /// Whether a hit of this kind would be the first of its class (so recording it matters).
+    pub fn is_vacant(&self, effect: RuleEffect, cluster: bool) -> bool {
+        match (effect, cluster) {
+            (RuleEffect::None, _) => false,
+            (RuleEffect::Deny, true) => self.cluster_deny.is_none(),
+            (RuleEffect::Allow, true) => self.cluster_allow.is_none(),
+            (RuleEffect::Deny, false) => self.namespace_deny.is_none(),
+            (RuleEffect::Allow, false) => self.namespace_allow.is_none(),
+        }
+    }
+
+    /// The hits recorded so far: (is a deny, through a cluster binding, hit).
+    pub fn recorded(&self) -> impl Iterator<Item = (bool, bool, H)> + '_ {
+        [
+            (true, true, self.cluster_deny),
+            (false, true, self.cluster_allow),
+            (true, false, self.namespace_deny),
+            (false, false, self.namespace_allow),
+        ]
+        .into_iter()
+        .filter_map(|(deny, cluster, hit)| hit.map(|h| (deny, cluster, h)))
     }
 
     /// The RBAC decision by precedence alone (for who-can's per-subject answers).
@@ -186,17 +210,32 @@ pub fn run_chain(
         }
         None => {}
     }
+    fold_chain(
+        config
+            .modes
+            .iter()
+            .map(|&mode| fixed_verdict(mode).unwrap_or_else(|| evaluate(mode))),
+    )
+}
+
+/// The verdict of an authorizer that needs no policy (`AlwaysAllow`, `AlwaysDeny`).
+pub fn fixed_verdict(mode: Mode) -> Option<Verdict> {
+    match mode {
+        Mode::AlwaysAllow => Some(Verdict::allow(
+            String::new(),
+            explain::simple_rule_ref(explain::ALWAYS_ALLOW, ""),
+        )),
+        Mode::AlwaysDeny => Some(Verdict::no_opinion("", Vec::new())),
+        Mode::Abac | Mode::Rbac => None,
+    }
+}
+
+/// The chain's response from its authorizers' verdicts, in order (evaluated lazily: the
+/// iterator is not advanced past the first Allow or Deny).
+pub fn fold_chain(verdicts: impl IntoIterator<Item = Verdict>) -> Response {
     let mut reasons = Vec::new();
     let mut errors = Vec::new();
-    for &mode in &config.modes {
-        let verdict = match mode {
-            Mode::AlwaysAllow => Verdict::allow(
-                String::new(),
-                explain::simple_rule_ref(explain::ALWAYS_ALLOW, ""),
-            ),
-            Mode::AlwaysDeny => Verdict::no_opinion("", Vec::new()),
-            Mode::Abac | Mode::Rbac => evaluate(mode),
-        };
+    for verdict in verdicts {
         if verdict.decision != Decision::NoOpinion {
             return into_response(verdict);
         }
@@ -212,6 +251,7 @@ pub fn run_chain(
         denied_by: Vec::new(),
         errors,
         encoded: EncodedOnce::default(),
+        plan: Default::default(),
     }
 }
 
@@ -223,6 +263,7 @@ fn into_response(verdict: Verdict) -> Response {
         denied_by: verdict.denied_by,
         errors: verdict.errors,
         encoded: EncodedOnce::default(),
+        plan: Default::default(),
     }
 }
 

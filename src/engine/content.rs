@@ -1,14 +1,265 @@
-//! Content-aware rules at decision time: an answer that rules with content clauses made
-//! conditional carries a content-free plan; [`finish`] completes it against the request's
-//! content. Requests without such rules never reach the content (it is not even decoded).
+//! Content-aware rules at decision time (issue 16; docs/spec/SPEC.md §3).
+//!
+//! A request whose matching rules all lack content clauses is decided exactly as before: its
+//! content is never read, not even decoded. When a matching rule has clauses, the engine
+//! answers with the content-free *fold* (an allow needing content grants nothing, a deny
+//! needing it applies) and attaches a [`ContentPlan`]: the candidate rules in walk order with
+//! their compiled clauses, everything needed to finish the answer against content without
+//! the index. The decision cache stores that answer under the content-free key (content never
+//! enters a key, ENGINEERING habit H); [`finish`] completes it per request, after the lookup.
+//!
+//! Per unit of change (a changed path for writes, the root otherwise), each rule is checked
+//! and recorded by seed 003's precedence; the request is denied if any unit is denied,
+//! allowed if every unit is allowed, and otherwise no opinion ([`aggregate`]).
 
-use crate::engine::Decided;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::Arc;
+
+use crate::engine::chain::{fold_chain, FirstMatches, Verdict};
+use crate::engine::{Decided, Response, RuleRef};
+use crate::policy::content::path::{DiffConfig, FieldPath};
+use crate::policy::content::{changes, Change, Clauses, Coverage, Evidence};
+use crate::policy::rbac::{restriction_error, RuleEffect};
+use crate::request::RequestRef;
+
 pub use crate::policy::content::ContentError;
-use crate::request::Content;
 
-/// `decided`, finished against `content` when one of the rules it rests on reads content.
-/// An answer without such rules is returned as it is, whatever the request carries.
-pub fn finish(decided: Decided, content: Option<&Content>) -> Result<Decided, ContentError> {
-    let _ = content;
-    Ok(decided)
+/// A rule of an RBAC plan, owned: the plan lives in the cache, beyond any borrow of the index.
+#[derive(Debug)]
+pub struct PlanRule {
+    pub deny: bool,
+    /// Reached through a cluster binding (seed 003's precedence tier).
+    pub cluster: bool,
+    pub clauses: Option<Arc<Clauses>>,
+    pub rule_ref: RuleRef,
+    /// The RBAC reason when this rule decides.
+    pub reason: String,
+}
+
+impl PlanRule {
+    fn effect(&self) -> RuleEffect {
+        if self.deny {
+            RuleEffect::Deny
+        } else {
+            RuleEffect::Allow
+        }
+    }
+}
+
+/// RBAC's part of a plan: the rules that can decide, in evaluation order (the first plain
+/// rule of each tier, and every rule with clauses), and the errors found without content.
+#[derive(Debug, Default)]
+pub struct RbacPlan {
+    pub rules: Vec<PlanRule>,
+    pub errors: Vec<String>,
+}
+
+/// How the clauses of the rules a request meets judge it, unit of change by unit of change,
+/// with the errors of the rules whose content is missing. Shared by the engine's plans and
+/// the reference evaluator's walk, which differ only in how they find the rules.
+pub struct ChangeChecker<'a> {
+    evidence: Evidence<'a>,
+    pub changes: Vec<Change>,
+}
+
+impl<'a> ChangeChecker<'a> {
+    /// The units of change of `request`: computed only when a rule reads them (`reads_changes`);
+    /// otherwise the one root unit every rule without a field clause covers.
+    pub fn new(request: RequestRef<'a>, reads_changes: bool) -> Result<Self, ContentError> {
+        let verb = request.action.verb();
+        let changes = if reads_changes {
+            changes(verb, request.content, &DiffConfig::default())?
+        } else {
+            vec![Change::Path(FieldPath::ROOT)]
+        };
+        Ok(Self {
+            evidence: Evidence {
+                verb,
+                user: request.user.name,
+                content: request.content,
+            },
+            changes,
+        })
+    }
+
+    /// Whether a rule covers `change`, by its effect once the fold is applied: `None` when it
+    /// does not apply; an error is added when content it needs is missing.
+    pub fn check(
+        &self,
+        (deny, clauses): (bool, Option<&Clauses>),
+        change: &Change,
+        error: impl FnOnce(&str) -> String,
+        errors: &mut BTreeSet<String>,
+    ) -> Result<Option<RuleEffect>, ContentError> {
+        let effect = if deny {
+            RuleEffect::Deny
+        } else {
+            RuleEffect::Allow
+        };
+        let Some(clauses) = clauses else {
+            return Ok(Some(effect));
+        };
+        Ok(match clauses.check(deny, &self.evidence, change)? {
+            Coverage::Covers => Some(effect),
+            Coverage::Not => None,
+            Coverage::Missing(what) => {
+                errors.insert(error(&what));
+                deny.then_some(RuleEffect::Deny)
+            }
+        })
+    }
+}
+
+impl RbacPlan {
+    /// RBAC's verdict for `request` with its content (or the fold, without).
+    pub fn resolve(&self, request: RequestRef<'_>) -> Result<Verdict, ContentError> {
+        let reads = self
+            .rules
+            .iter()
+            .any(|r| r.clauses.as_ref().is_some_and(|c| c.reads_changes()));
+        let checker = ChangeChecker::new(request, reads)?;
+        let mut errors: BTreeSet<String> = self.errors.iter().cloned().collect();
+        let mut per_change = Vec::with_capacity(checker.changes.len());
+        for change in &checker.changes {
+            let mut matches = FirstMatches::default();
+            for rule in &self.rules {
+                let error =
+                    |what: &str| restriction_error(&rule.rule_ref.role, rule.rule_ref.rule_index as usize, rule.deny, what);
+                if let Some(effect) = checker.check(
+                    (rule.deny, rule.clauses.as_deref()),
+                    change,
+                    error,
+                    &mut errors,
+                )? {
+                    debug_assert!(effect == rule.effect() || effect == RuleEffect::Deny);
+                    matches.record(effect, rule.cluster, rule);
+                }
+            }
+            per_change.push((change.clone(), matches));
+        }
+        Ok(aggregate(
+            per_change,
+            errors.into_iter().collect(),
+            |_, rule: &PlanRule| rule.reason.clone(),
+            |rule: &PlanRule| rule.rule_ref.clone(),
+        ))
+    }
+}
+
+/// One verdict from the per-change records: DENY if any change is denied (explained by the
+/// first), ALLOW if every change is allowed, otherwise NO_OPINION naming the first change no
+/// rule covers. Errors come sorted and de-duplicated.
+pub fn aggregate<H: Copy>(
+    per_change: Vec<(Change, FirstMatches<H>)>,
+    errors: Vec<String>,
+    reason: impl Fn(&'static str, H) -> String,
+    rule_ref: impl Fn(H) -> RuleRef,
+) -> Verdict {
+    let count = per_change.len();
+    let deciding = per_change
+        .iter()
+        .position(|(_, m)| m.decision() == crate::engine::Decision::Deny)
+        .or_else(|| {
+            per_change
+                .iter()
+                .position(|(_, m)| m.decision() != crate::engine::Decision::Allow)
+        });
+    let mut allowers: Vec<RuleRef> = Vec::new();
+    for (_, matches) in &per_change {
+        if let Some((crate::engine::Decision::Allow, Some(hit), _)) = matches.deciding_pair() {
+            let r = rule_ref(hit);
+            if !allowers.contains(&r) {
+                allowers.push(r);
+            }
+        }
+    }
+    let Some((change, matches)) = per_change.into_iter().nth(deciding.unwrap_or(0)) else {
+        return Verdict::no_opinion("", errors);
+    };
+    let mut verdict = matches.into_verdict(errors, &reason, &rule_ref);
+    match verdict.decision {
+        crate::engine::Decision::Deny => {
+            if let Some(what) = change.describe() {
+                verdict.reason = format!("{} ({what})", verdict.reason);
+            }
+        }
+        crate::engine::Decision::Allow => {
+            verdict.allowed_by = allowers;
+            if count > 1 {
+                verdict.reason = format!("{} (every one of {count} changed paths)", verdict.reason);
+            } else if let Some(what) = change.describe() {
+                verdict.reason = format!("{} ({what})", verdict.reason);
+            }
+        }
+        crate::engine::Decision::NoOpinion => {
+            if let Some(what) = change.describe() {
+                verdict.reason = format!("RBAC: no rule covers {what}");
+            }
+        }
+    }
+    verdict
+}
+
+/// A content-free answer's way to its finished form: the verdict of every authorizer of the
+/// chain, RBAC's as a plan. Super-users never get one (they bypass the chain).
+pub struct ContentPlan {
+    pub steps: Vec<PlanStep>,
+}
+
+pub enum PlanStep {
+    /// An authorizer whose verdict does not depend on content.
+    Fixed(Verdict),
+    Rbac(RbacPlan),
+}
+
+impl fmt::Debug for ContentPlan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ContentPlan({} steps)", self.steps.len())
+    }
+}
+
+impl ContentPlan {
+    /// The chain's response for `request` with its content.
+    pub fn finish(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
+        let mut verdicts = Vec::with_capacity(self.steps.len());
+        for step in &self.steps {
+            let verdict = match step {
+                PlanStep::Fixed(verdict) => verdict.clone(),
+                PlanStep::Rbac(plan) => plan.resolve(request)?,
+            };
+            let decided = verdict.decision != crate::engine::Decision::NoOpinion;
+            verdicts.push(verdict);
+            if decided {
+                break;
+            }
+        }
+        Ok(fold_chain(verdicts))
+    }
+}
+
+/// The slot a response keeps its plan in. Part of the cached value, not of the answer: two
+/// responses equal in every answered field are equal whatever their plans.
+#[derive(Clone, Debug, Default)]
+pub struct PlanSlot(pub Option<Arc<ContentPlan>>);
+
+impl PartialEq for PlanSlot {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl Eq for PlanSlot {}
+
+/// `decided`, finished against the request's content when one of the rules it rests on reads
+/// content. An answer without such rules is returned as it is, whatever the request carries.
+/// A request without content keeps the fold (it is what finishing without content gives).
+pub fn finish(decided: Decided, request: RequestRef<'_>) -> Result<Decided, ContentError> {
+    let (Some(plan), Some(_)) = (&decided.response.plan.0, request.content) else {
+        return Ok(decided);
+    };
+    Ok(Decided {
+        response: Arc::new(plan.finish(request)?),
+        cached: decided.cached,
+    })
 }

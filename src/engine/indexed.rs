@@ -7,7 +7,10 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
-use crate::engine::chain::{run_chain, subject_chain_decision, super_user, FirstMatches, Verdict};
+use crate::engine::chain::{
+    fixed_verdict, run_chain, subject_chain_decision, super_user, FirstMatches, Verdict,
+};
+use crate::engine::content::{ContentError, ContentPlan, PlanRule, PlanSlot, PlanStep, RbacPlan};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::shared::{HitKey, Outcome, SharedResponses};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
@@ -20,7 +23,10 @@ use crate::policy::index::{
     ScopeGrants, SubjectName,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
-use crate::policy::rbac::{restriction_error, rule_effect_on, MatchTarget, RuleEffect};
+use crate::policy::content::Clauses;
+use crate::policy::rbac::{
+    restriction_error, rule_effect_on, rule_match_on, MatchTarget, RuleEffect, WHO_CAN_MISSING,
+};
 use crate::request::{Action, Request, RequestRef};
 
 /// One compiled policy state plus the chain configuration. Immutable in what it answers (its
@@ -41,6 +47,16 @@ type Hit<'a> = (&'a BindingEntry, u32, usize);
 
 /// A binding reached through one of the request's subjects.
 type Candidates = SmallVec<[Grant; 16]>;
+
+/// What RBAC's walk over a request's candidate rules found.
+struct RbacWalk<'a> {
+    /// The first rule of each precedence class among rules without content clauses.
+    matches: FirstMatches<Hit<'a>>,
+    errors: Vec<String>,
+    /// Empty unless a rule with content clauses matched; from then on, every rule that can
+    /// decide in evaluation order (is a deny, clauses): the plan's rules.
+    trail: Vec<(Hit<'a>, bool, Option<&'a Arc<Clauses>>)>,
+}
 
 impl Engine {
     /// A full build of `policy`.
@@ -84,12 +100,43 @@ impl Engine {
     }
 
     /// [`Self::authorize`] for a request borrowed from wherever its strings live: nothing of
-    /// the request is copied.
+    /// the request is copied. The answer is content-free (`request.content` is not read):
+    /// when a rule with content clauses took part it is the fold, with the plan that
+    /// finishes it (see [`content`](super::content)).
     pub fn authorize_borrowed(&self, request: RequestRef<'_>) -> Response {
-        run_chain(&self.config, request.user, |mode| match mode {
-            Mode::Rbac => self.rbac(request),
+        let mut plan = None;
+        let mut response = run_chain(&self.config, request.user, |mode| match mode {
+            Mode::Rbac => {
+                let (verdict, rbac_plan) = self.rbac(request);
+                plan = rbac_plan;
+                verdict
+            }
             _ => self.abac(request),
-        })
+        });
+        if let Some(rbac_plan) = plan {
+            let mut rbac_plan = Some(rbac_plan);
+            let steps = self
+                .config
+                .modes
+                .iter()
+                .map(|&mode| match (mode, fixed_verdict(mode)) {
+                    (_, Some(verdict)) => PlanStep::Fixed(verdict),
+                    (Mode::Rbac, None) => PlanStep::Rbac(rbac_plan.take().unwrap_or_default()),
+                    (_, None) => PlanStep::Fixed(self.abac(request)),
+                })
+                .collect();
+            response.plan = PlanSlot(Some(Arc::new(ContentPlan { steps })));
+        }
+        response
+    }
+
+    /// The answer for `request` with its content: [`Self::authorize_borrowed`], finished.
+    pub fn authorize_content(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
+        let response = self.authorize_borrowed(request);
+        match (&response.plan.0, request.content) {
+            (Some(plan), Some(_)) => plan.finish(request),
+            _ => Ok(response),
+        }
     }
 
     /// [`Self::authorize_borrowed`], shared: a request decided the same way as an earlier one
@@ -114,8 +161,13 @@ impl Engine {
         for mode in &self.config.modes {
             match mode {
                 Mode::Rbac => {
-                    let (matches, errors) = self.rbac_matches(request);
-                    if !errors.is_empty() {
+                    let RbacWalk {
+                        matches,
+                        errors,
+                        trail,
+                    } = self.rbac_matches(request);
+                    // Errors and content clauses make an answer of its own.
+                    if !errors.is_empty() || !trail.is_empty() {
                         return None;
                     }
                     if let Some((decision, allow, deny)) = matches.deciding_pair() {
@@ -137,27 +189,59 @@ impl Engine {
         Some(Outcome::NoOpinion)
     }
 
-    fn rbac(&self, request: RequestRef<'_>) -> Verdict {
-        let (matches, errors) = self.rbac_matches(request);
-        matches.into_verdict(
+    /// RBAC's verdict, and its plan when a rule with content clauses matched (the verdict is
+    /// then the plan's fold).
+    fn rbac(&self, request: RequestRef<'_>) -> (Verdict, Option<RbacPlan>) {
+        let RbacWalk {
+            matches,
             errors,
-            |word, (entry, subject, _)| {
-                let subject = entry.subjects.get(subject as usize);
-                let subject = subject.map(BoundSubject::describe).unwrap_or_default();
-                describe::rbac_reason_of(word, &entry.facts(), &subject)
-            },
-            |(entry, _, index)| crate::engine::RuleRef {
-                authorizer: explain::RBAC,
-                binding: entry.binding_id.clone(),
-                role: entry.role_id.clone(),
-                rule_index: u32::try_from(index).unwrap_or(u32::MAX),
-                source: entry.source.clone(),
-            },
-        )
+            trail,
+        } = self.rbac_matches(request);
+        if trail.is_empty() {
+            let verdict = matches.into_verdict(errors, Self::hit_reason, Self::hit_ref);
+            return (verdict, None);
+        }
+        let rules = trail
+            .into_iter()
+            .map(|(hit, deny, clauses)| PlanRule {
+                deny,
+                cluster: hit.0.cluster,
+                clauses: clauses.cloned(),
+                rule_ref: Self::hit_ref(hit),
+                reason: Self::hit_reason(if deny { "denied" } else { "allowed" }, hit),
+            })
+            .collect();
+        let plan = RbacPlan { rules, errors };
+        let fold = RequestRef {
+            content: None,
+            ..request
+        };
+        // Without content nothing is decoded, so resolving cannot fail; were it to, the
+        // request would get no opinion and the reason, never a grant.
+        let verdict = plan
+            .resolve(fold)
+            .unwrap_or_else(|e| Verdict::no_opinion(format!("RBAC: {e}"), vec![e.to_string()]));
+        (verdict, Some(plan))
+    }
+
+    fn hit_reason(word: &'static str, (entry, subject, _): Hit<'_>) -> String {
+        let subject = entry.subjects.get(subject as usize);
+        let subject = subject.map(BoundSubject::describe).unwrap_or_default();
+        describe::rbac_reason_of(word, &entry.facts(), &subject)
+    }
+
+    fn hit_ref((entry, _, index): Hit<'_>) -> crate::engine::RuleRef {
+        crate::engine::RuleRef {
+            authorizer: explain::RBAC,
+            binding: entry.binding_id.clone(),
+            role: entry.role_id.clone(),
+            rule_index: u32::try_from(index).unwrap_or(u32::MAX),
+            source: entry.source.clone(),
+        }
     }
 
     /// The first allowing and denying rules RBAC finds for `request`, and its errors.
-    fn rbac_matches(&self, request: RequestRef<'_>) -> (FirstMatches<Hit<'_>>, Vec<String>) {
+    fn rbac_matches(&self, request: RequestRef<'_>) -> RbacWalk<'_> {
         let namespace = request.action.namespace();
         let local = if namespace.is_empty() {
             None
@@ -168,8 +252,11 @@ impl Engine {
         // Built on the first role big enough to have a rule index, so requests meeting only
         // small roles never pay for it.
         let probe = OnceCell::new();
-        let mut errors = Vec::new();
-        let mut matches = FirstMatches::default();
+        let mut walk = RbacWalk {
+            matches: FirstMatches::default(),
+            errors: Vec::new(),
+            trail: Vec::new(),
+        };
         // Canonical binding order: cluster bindings first, then the namespace's, each by
         // position; per binding the first subject that applies, exactly as a walk over all
         // bindings would meet them.
@@ -189,8 +276,7 @@ impl Engine {
                 None,
                 &mut cluster,
                 (&target, &probe),
-                &mut errors,
-                &mut matches,
+                &mut walk,
             );
         }
         if let Some(local) = local.filter(|_| !namespaced.is_empty()) {
@@ -199,11 +285,10 @@ impl Engine {
                 Some(local),
                 &mut namespaced,
                 (&target, &probe),
-                &mut errors,
-                &mut matches,
+                &mut walk,
             );
         }
-        (matches, errors)
+        walk
     }
 
     /// Evaluates the roles of one scope's candidate grants in canonical order; within a role,
@@ -215,24 +300,46 @@ impl Engine {
         local: Option<&'a NamespacePartition>,
         candidates: &mut Candidates,
         (target, probe): (&'t MatchTarget<'t>, &'t OnceCell<RuleProbe<'t>>),
-        errors: &mut Vec<String>,
-        matches: &mut FirstMatches<Hit<'a>>,
+        walk: &mut RbacWalk<'a>,
     ) {
         candidates.sort_unstable();
         candidates.dedup_by_key(|g| g.binding);
         for grant in candidates.iter() {
             let entry = scope.binding(grant.binding);
             let Some(role) = self.index.role_entry(local, entry) else {
-                errors.push(describe::missing_role_error_of(&entry.facts()));
+                walk.errors
+                    .push(describe::missing_role_error_of(&entry.facts()));
                 continue;
             };
             let probe = || probe.get_or_init(|| RuleProbe::new(target.action, target.combined()));
             for (index, rule) in role.candidates(probe) {
-                let (effect, restricted) = rule_effect_on(rule, target);
-                if restricted {
-                    errors.push(restriction_error(&entry.role_id, index, rule.deny));
+                let effect = rule_match_on(rule, target);
+                if effect == RuleEffect::None {
+                    continue;
                 }
-                matches.record(effect, entry.cluster, (entry, grant.subject, index));
+                let hit = (entry, grant.subject, index);
+                match &rule.clauses {
+                    None => {
+                        if !walk.trail.is_empty() && walk.matches.is_vacant(effect, entry.cluster)
+                        {
+                            walk.trail.push((hit, rule.deny, None));
+                        }
+                        walk.matches.record(effect, entry.cluster, hit);
+                    }
+                    Some(clauses) => {
+                        if walk.trail.is_empty() {
+                            // The first rule with clauses: the plan starts with what came
+                            // before it, the first plain rule of each class.
+                            let before: Vec<_> = walk
+                                .matches
+                                .recorded()
+                                .map(|(deny, _, hit)| (hit, deny, None))
+                                .collect();
+                            walk.trail.extend(before);
+                        }
+                        walk.trail.push((hit, rule.deny, Some(clauses)));
+                    }
+                }
             }
         }
     }
@@ -379,7 +486,12 @@ impl Engine {
                 }
                 for entry in entries {
                     if restricted {
-                        errors.insert(restriction_error(&entry.role_id, index, rule.deny));
+                        errors.insert(restriction_error(
+                            &entry.role_id,
+                            index,
+                            rule.deny,
+                            WHO_CAN_MISSING,
+                        ));
                     }
                     if effect == RuleEffect::None {
                         continue;

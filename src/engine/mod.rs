@@ -142,6 +142,9 @@ pub struct Response {
     /// holding this same `Arc<Response>` (cache hits, shared responses). The engine never
     /// reads it.
     pub encoded: EncodedOnce,
+    /// When a rule with content clauses took part, how to finish this content-free answer
+    /// against a request's content ([`content::finish`]); empty for every other answer.
+    pub plan: content::PlanSlot,
 }
 
 /// A serialized form of one value, computed by the first reader that needs it and kept for
@@ -266,7 +269,7 @@ pub trait Authorize {
     /// on reads content. Fails only when such a rule needs content the request carries
     /// unreadably; content no rule reads is never decoded.
     fn decide_content(&self, request: RequestRef<'_>) -> Result<Decided, content::ContentError> {
-        content::finish(self.decide(request), request.content)
+        content::finish(self.decide(request), request)
     }
 
     fn who_can(&self, action: &Action) -> AllowedSubjects;
@@ -309,6 +312,7 @@ mod tests {
             denied_by: Vec::new(),
             errors: Vec::new(),
             encoded: EncodedOnce::default(),
+            plan: content::PlanSlot::default(),
         }
     }
 

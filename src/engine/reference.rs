@@ -4,15 +4,18 @@
 
 use std::collections::{BTreeSet, HashMap};
 
-use crate::engine::chain::{run_chain, FirstMatches, Verdict};
+use crate::engine::chain::{fold_chain, run_chain, FirstMatches, Verdict};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::describe;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, RoleKind, Subject};
-use crate::policy::rbac::{restriction_error, rule_effect};
-use crate::request::{Action, Request, UserInfo};
+use crate::engine::content::{aggregate, ChangeChecker, ContentError};
+use crate::policy::rbac::{
+    restriction_error, rule_effect, rule_match_on, MatchTarget, RuleEffect, WHO_CAN_MISSING,
+};
+use crate::request::{Action, Content, Request, UserInfo};
 
 pub struct ReferenceEvaluator {
     policy: PolicySet,
@@ -69,10 +72,15 @@ impl ReferenceEvaluator {
         }
     }
 
-    fn rbac(&self, request: &Request) -> Verdict {
+    /// RBAC's verdict. When a matching rule has content clauses, each unit of change of the
+    /// request (docs/spec/SPEC.md §3) is judged by walking every rule again.
+    fn rbac(&self, request: &Request, content: Option<&Content>) -> Result<Verdict, ContentError> {
         let namespace = request.action.namespace();
+        let target = MatchTarget::new(request.action.as_borrowed());
         let mut errors = Vec::new();
-        let mut matches = FirstMatches::default();
+        // Every rule whose pattern matches, reached through an in-scope binding and the first
+        // subject of it that applies, in binding order then rule order.
+        let mut reached = Vec::new();
         for binding in &self.policy.bindings {
             if !Self::in_scope(binding, namespace) {
                 continue;
@@ -89,24 +97,55 @@ impl ReferenceEvaluator {
                 errors.push(describe::missing_role_error(binding));
                 continue;
             };
-            let cluster = binding.kind == BindingKind::ClusterRoleBinding;
             for (index, rule) in rules.iter().enumerate() {
-                let (effect, restricted) = rule_effect(rule, &request.action);
-                if restricted {
-                    errors.push(restriction_error(
-                        &describe::role_id(binding),
-                        index,
-                        rule.deny,
-                    ));
+                let effect = rule_match_on(rule, &target);
+                if effect != RuleEffect::None {
+                    reached.push(((binding, subject, index), effect, rule));
                 }
-                matches.record(effect, cluster, (binding, subject, index));
             }
         }
-        matches.into_verdict(
-            errors,
-            |word, (binding, subject, _)| describe::rbac_reason(word, binding, subject),
-            |(binding, _, index)| explain::rbac_rule_ref(binding, index),
-        )
+        let reason = |word, (binding, subject, _): (&Binding, &Subject, usize)| {
+            describe::rbac_reason(word, binding, subject)
+        };
+        let rule_ref = |(binding, _, index): (&Binding, &Subject, usize)| {
+            explain::rbac_rule_ref(binding, index)
+        };
+        let cluster = |binding: &Binding| binding.kind == BindingKind::ClusterRoleBinding;
+        if reached.iter().all(|(_, _, rule)| rule.clauses.is_none()) {
+            let mut matches = FirstMatches::default();
+            for (hit, effect, _) in reached {
+                matches.record(effect, cluster(hit.0), hit);
+            }
+            return Ok(matches.into_verdict(errors, reason, rule_ref));
+        }
+        let reads_changes = reached
+            .iter()
+            .any(|(_, _, rule)| rule.clauses.as_ref().is_some_and(|c| c.reads_changes()));
+        let checker = ChangeChecker::new(request.with_content(content), reads_changes)?;
+        let mut all_errors: BTreeSet<String> = errors.into_iter().collect();
+        let mut per_change = Vec::new();
+        for change in &checker.changes {
+            let mut matches = FirstMatches::default();
+            for &(hit, _, rule) in &reached {
+                let (binding, _, index) = hit;
+                let error = |what: &str| {
+                    restriction_error(&describe::role_id(binding), index, rule.deny, what)
+                };
+                let clauses = rule.clauses.as_deref();
+                if let Some(effect) =
+                    checker.check((rule.deny, clauses), change, error, &mut all_errors)?
+                {
+                    matches.record(effect, cluster(binding), hit);
+                }
+            }
+            per_change.push((change.clone(), matches));
+        }
+        Ok(aggregate(
+            per_change,
+            all_errors.into_iter().collect(),
+            reason,
+            rule_ref,
+        ))
     }
 
     fn abac(&self, request: &Request) -> Verdict {
@@ -121,16 +160,36 @@ impl ReferenceEvaluator {
         Verdict::no_opinion(ABAC_NO_MATCH, Vec::new())
     }
 
-    /// The full chain over this evaluator's RBAC and ABAC.
+    /// The full chain over this evaluator's RBAC and ABAC, for a request without content.
     pub fn authorize(&self, request: &Request) -> Response {
-        run_chain(
+        // Without content nothing is decoded, so this cannot fail; were it to, the answer
+        // would be no opinion with the reason, never a grant.
+        self.authorize_content(request, None)
+            .unwrap_or_else(|e| fold_chain([Verdict::no_opinion(e.to_string(), vec![e.to_string()])]))
+    }
+
+    /// The full chain for a request carrying `content`.
+    pub fn authorize_content(
+        &self,
+        request: &Request,
+        content: Option<&Content>,
+    ) -> Result<Response, ContentError> {
+        let mut failure = None;
+        let response = run_chain(
             &self.config,
             request.user.as_borrowed(),
             |mode| match mode {
-                Mode::Rbac => self.rbac(request),
+                Mode::Rbac => self.rbac(request, content).unwrap_or_else(|e| {
+                    failure = Some(e);
+                    Verdict::no_opinion("", Vec::new())
+                }),
                 _ => self.abac(request),
             },
-        )
+        );
+        match failure {
+            Some(e) => Err(e),
+            None => Ok(response),
+        }
     }
 
     /// A user name bound nowhere, for evaluating a group on its own.
@@ -255,6 +314,7 @@ impl ReferenceEvaluator {
                                 &describe::role_id(binding),
                                 index,
                                 rule.deny,
+                                WHO_CAN_MISSING,
                             ));
                         }
                     }

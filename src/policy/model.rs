@@ -44,10 +44,13 @@ pub struct PolicyRule {
     pub non_resource_urls: Vec<String>,
     /// A matching deny rule forbids instead of allowing (seed 003).
     pub deny: bool,
-    /// Seed 003 attribute restrictions, kept verbatim (as canonical JSON) for explanations.
-    /// authzd cannot evaluate them yet, so they fail closed: a restricted allow rule never
-    /// matches, a restricted deny rule matches as if unrestricted. Both report an error.
+    /// Seed 003 attribute restrictions, kept verbatim (as canonical JSON) for rendering; what
+    /// they mean is in `clauses`.
     pub attribute_restrictions: Option<String>,
+    /// Content clauses (`fields`, `objectSelector`, `fieldSelector`, `labelSelector`, or seed
+    /// 003's restrictions translated): the rule applies only where they hold. `None` for a
+    /// plain rule, which never reads content.
+    pub clauses: Option<Arc<crate::policy::content::Clauses>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -73,12 +76,8 @@ pub struct LabelSelector {
     pub match_expressions: Vec<LabelSelectorRequirement>,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LabelSelectorRequirement {
-    pub key: String,
-    pub operator: SelectorOperator,
-    pub values: Vec<String>,
-}
+/// One `matchExpressions` entry: the same shape as a request's selector requirement.
+pub type LabelSelectorRequirement = crate::request::SelectorRequirement;
 
 pub use crate::request::SelectorOperator;
 

@@ -176,38 +176,44 @@ pub enum RuleEffect {
     Deny,
 }
 
-/// The effect of a rule on an action, and whether an evaluation error must be reported.
-///
-/// Attribute restrictions cannot be evaluated yet and fail closed: a restricted allow rule is
-/// skipped, a restricted deny rule applies. Uncertainty never widens access.
+/// What a rule's pattern and `deny` flag say about an action, before any content clause.
+pub fn rule_match_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> RuleEffect {
+    match (rule_matches_target(rule, target), rule.deny) {
+        (false, _) => RuleEffect::None,
+        (true, true) => RuleEffect::Deny,
+        (true, false) => RuleEffect::Allow,
+    }
+}
+
+/// The effect of a rule on an action without its content, and whether an evaluation error
+/// must be reported: the fold of a rule with content clauses (docs/spec/SPEC.md §3) for
+/// callers that evaluate no content (who-can). A restricted allow rule is skipped, a
+/// restricted deny rule applies. Uncertainty never widens access.
 pub fn rule_effect(rule: &PolicyRule, action: &Action) -> (RuleEffect, bool) {
     rule_effect_on(rule, &MatchTarget::new(action.as_borrowed()))
 }
 
 /// [`rule_effect`] against a prepared target.
 pub fn rule_effect_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> (RuleEffect, bool) {
-    if !rule_matches_target(rule, target) {
-        return (RuleEffect::None, false);
-    }
-    let restricted = rule.attribute_restrictions.is_some();
-    match (rule.deny, restricted) {
-        (true, _) => (RuleEffect::Deny, restricted),
-        (false, false) => (RuleEffect::Allow, false),
-        (false, true) => (RuleEffect::None, true),
+    let effect = rule_match_on(rule, target);
+    match (effect, rule.clauses.is_some()) {
+        (RuleEffect::Allow, true) => (RuleEffect::None, true),
+        (effect, restricted) => (effect, restricted && effect != RuleEffect::None),
     }
 }
 
-/// The evaluation error reported for a rule with attribute restrictions.
-pub fn restriction_error(role: &str, rule_index: usize, deny: bool) -> String {
+/// The evaluation error reported for a rule with content clauses whose content is missing.
+pub fn restriction_error(role: &str, rule_index: usize, deny: bool, missing: &str) -> String {
     let consequence = if deny {
         "applied as an unrestricted deny"
     } else {
         "skipped"
     };
-    format!(
-        "{role} rule {rule_index} has attributeRestrictions, which authzd cannot evaluate; the rule was {consequence}"
-    )
+    format!("{role} rule {rule_index} needs {missing}, which the request does not carry; the rule was {consequence}")
 }
+
+/// What who-can reports missing for a rule with clauses (it evaluates no content yet).
+pub const WHO_CAN_MISSING: &str = "the object's content (who-can reads none)";
 
 #[cfg(test)]
 mod tests {
@@ -312,7 +318,7 @@ mod tests {
             ..Default::default()
         });
         let mut allow = rule(&["get"], &[""], &["pods"]);
-        allow.attribute_restrictions = Some("{}".into());
+        allow.clauses = Some(Default::default());
         assert_eq!(rule_effect(&allow, &action), (RuleEffect::None, true));
         let mut deny = allow.clone();
         deny.deny = true;

@@ -268,6 +268,7 @@ fn decided() -> impl Strategy<Value = Decided> {
                     denied_by,
                     errors,
                     encoded: EncodedOnce::default(),
+                    plan: Default::default(),
                 }),
                 cached,
             },

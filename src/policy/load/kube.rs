@@ -9,12 +9,11 @@
 use std::collections::BTreeMap;
 
 use crate::policy::model::{
-    Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, Role, RoleKind,
-    RoleRef, SelectorOperator, Subject,
+    Binding, BindingKind, LabelSelector, PolicyRule, Role, RoleKind, RoleRef, Subject,
 };
 
 use super::node::{self, Fields, Node, Problems};
-use super::rules::{check_name, restrictions, validate_rule, API_GROUP};
+use super::rules::{check_name, parse_selector, rule_clauses, validate_rule, API_GROUP};
 use super::{label, Cx, SEED003_KINDS};
 use crate::policy::model::PolicyObject;
 
@@ -368,11 +367,9 @@ fn parse_rule(node: &Node, path: &str, namespaced: bool, p: &mut Problems) -> Op
         resource_names: f.strings("resourceNames", p),
         non_resource_urls: f.strings("nonResourceURLs", p),
         deny: f.boolean("deny", p),
-        attribute_restrictions: None,
+        ..PolicyRule::default()
     };
-    rule.attribute_restrictions = f
-        .take("attributeRestrictions", p)
-        .map(|n| restrictions(n, path, p));
+    rule_clauses(&mut rule, &mut f, path, node.line, p);
     f.finish(p);
     validate_rule(&rule, path, "resources", namespaced, node.line, p);
     Some(rule)
@@ -391,63 +388,6 @@ fn parse_aggregation(node: &Node, p: &mut Problems) -> Vec<LabelSelector> {
     }
     f.finish(p);
     selectors
-}
-
-fn parse_selector(node: &Node, path: &str, p: &mut Problems) -> Option<LabelSelector> {
-    let mut f = Fields::new(node, path, false, p)?;
-    let mut selector = LabelSelector::default();
-    if let Some(labels) = f.take("matchLabels", p) {
-        selector.match_labels = node::string_map(labels, &format!("{path}.matchLabels"), p);
-    }
-    for (i, e) in f.list("matchExpressions", p).iter().enumerate() {
-        let epath = format!("{path}.matchExpressions[{i}]");
-        let Some(mut ef) = Fields::new(e, &epath, false, p) else {
-            continue;
-        };
-        let key = ef.string("key", p);
-        let operator = ef.string("operator", p);
-        let values = ef.strings("values", p);
-        ef.finish(p);
-        if key.is_empty() {
-            p.push(e.line, format!("missing `{epath}.key`"));
-        }
-        let operator = match operator.as_str() {
-            "In" => SelectorOperator::In,
-            "NotIn" => SelectorOperator::NotIn,
-            "Exists" => SelectorOperator::Exists,
-            "DoesNotExist" => SelectorOperator::DoesNotExist,
-            other => {
-                p.push(
-                    e.line,
-                    format!(
-                        "`{epath}.operator` must be `In`, `NotIn`, `Exists` or `DoesNotExist`, found {}",
-                        shown(other)
-                    ),
-                );
-                continue;
-            }
-        };
-        let needs_values = matches!(operator, SelectorOperator::In | SelectorOperator::NotIn);
-        if needs_values && values.is_empty() {
-            p.push(
-                e.line,
-                format!("`{epath}.values` must not be empty for operator `In` or `NotIn`"),
-            );
-        }
-        if !needs_values && !values.is_empty() {
-            p.push(
-                e.line,
-                format!("`{epath}.values` must be empty for operator `Exists` or `DoesNotExist`"),
-            );
-        }
-        selector.match_expressions.push(LabelSelectorRequirement {
-            key,
-            operator,
-            values,
-        });
-    }
-    f.finish(p);
-    Some(selector)
 }
 
 fn parse_subject(

@@ -2,9 +2,14 @@
 //! `ValidatePolicyRule` plus authzd's negation checks) and attribute restrictions. Both readers
 //! import this file; neither imports the other.
 
-use crate::policy::model::PolicyRule;
+use std::sync::Arc;
 
-use super::node::{Node, Problems};
+use crate::policy::content::path::PathPattern;
+use crate::policy::content::Clauses;
+use crate::policy::model::{LabelSelector, PolicyRule};
+use crate::request::{SelectorOperator, SelectorRequirement};
+
+use super::node::{self, Fields, Node, Problems, Value};
 
 /// The RBAC API group, as `roleRef.apiGroup` names it.
 pub(super) const API_GROUP: &str = "rbac.authorization.k8s.io";
@@ -22,9 +27,12 @@ pub(super) fn check_name(value: &str, path: &str, line: u32, p: &mut Problems) {
     }
 }
 
-/// `attributeRestrictions` as canonical JSON.
-pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> String {
-    match serde_json::to_string(&node.to_json()) {
+/// `attributeRestrictions` as canonical JSON (kept for rendering), and what they translate
+/// to (issue 16 point 3): `fieldsMutatable` -> `fields`, `labelsContain` -> an object selector,
+/// `{kind: sameMinionRestriction}` -> the same-node predicate. Anything else stays
+/// unevaluable: reported at evaluation, never widening.
+pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> (String, Clauses) {
+    let json = match serde_json::to_string(&node.to_json()) {
         Ok(s) => s,
         Err(e) => {
             p.push(
@@ -33,7 +41,130 @@ pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> String 
             );
             String::new()
         }
+    };
+    let path = format!("{path}.attributeRestrictions");
+    let mut clauses = Clauses::default();
+    let mut unknown = Vec::new();
+    let Value::Map(entries) = &node.value else {
+        clauses.unevaluable = Some(format!("attributeRestrictions {json}"));
+        return (json, clauses);
+    };
+    for (key, value) in entries {
+        let at = format!("{path}.{key}");
+        if key.eq_ignore_ascii_case("fieldsMutatable") {
+            for (i, field) in node::strings(value, &at, p).iter().enumerate() {
+                let text = match field.as_str() {
+                    "labels" | "annotations" | "finalizers" | "ownerReferences" => {
+                        format!(".metadata.{field}")
+                    }
+                    other => other.to_string(),
+                };
+                match PathPattern::parse(&text) {
+                    Ok(pattern) => clauses.fields.push(pattern),
+                    Err(problem) => p.push(
+                        value.line,
+                        format!("`{at}[{i}]` `{field}` is neither labels, annotations, finalizers, ownerReferences nor a path: it {problem}"),
+                    ),
+                }
+            }
+        } else if key.eq_ignore_ascii_case("labelsContain") {
+            let selector = clauses.object_selector.get_or_insert_with(LabelSelector::default);
+            for entry in node::strings(value, &at, p) {
+                match entry.split_once('=') {
+                    Some((k, v)) => {
+                        selector.match_labels.insert(k.to_string(), v.to_string());
+                    }
+                    None => selector.match_expressions.push(SelectorRequirement {
+                        key: entry,
+                        operator: SelectorOperator::Exists,
+                        values: Vec::new(),
+                    }),
+                }
+            }
+        } else if key.eq_ignore_ascii_case("kind")
+            && matches!(&value.value, Value::String(k) if k == "sameMinionRestriction")
+        {
+            clauses.same_node = true;
+        } else {
+            unknown.push(key.as_str());
+        }
     }
+    if !unknown.is_empty() {
+        clauses.unevaluable = Some(format!(
+            "attributeRestrictions {json}, whose {} authzd cannot evaluate",
+            unknown.join(", ")
+        ));
+    }
+    (json, clauses)
+}
+
+/// authzd's content clauses on a rule (`fields`, `objectSelector`, `fieldSelector`,
+/// `labelSelector`), read from the rule's fields; `None` when the rule has none. Unparsable
+/// patterns and selectors are load errors at the rule's line.
+pub(super) fn content_clauses(f: &mut Fields<'_>, path: &str, p: &mut Problems) -> Option<Clauses> {
+    let mut clauses = Clauses::default();
+    let mut any = false;
+    if let Some(fields) = f.take("fields", p) {
+        any = true;
+        let at = format!("{path}.fields");
+        let patterns = node::strings(fields, &at, p);
+        if patterns.is_empty() {
+            p.push(fields.line, format!("`{at}` must list at least one path"));
+        }
+        for (i, text) in patterns.iter().enumerate() {
+            match PathPattern::parse(text) {
+                Ok(pattern) => clauses.fields.push(pattern),
+                Err(problem) => {
+                    p.push(fields.line, format!("`{at}[{i}]` `{text}` {problem}"));
+                }
+            }
+        }
+    }
+    if let Some(selector) = f.take("objectSelector", p) {
+        any = true;
+        clauses.object_selector = parse_selector(selector, &format!("{path}.objectSelector"), p);
+    }
+    for (key, slot) in [
+        ("fieldSelector", &mut clauses.field_selector),
+        ("labelSelector", &mut clauses.label_selector),
+    ] {
+        let at = format!("{path}.{key}");
+        for (i, item) in f.list(key, p).iter().enumerate() {
+            any = true;
+            if let Some(requirement) = parse_requirement(item, &format!("{at}[{i}]"), p) {
+                slot.push(requirement);
+            }
+        }
+    }
+    any.then_some(clauses)
+}
+
+/// The clauses of a rule read by either reader: its own, or its `attributeRestrictions`
+/// translated; both on one rule is refused (which would win is not obvious).
+pub(super) fn rule_clauses(
+    rule: &mut PolicyRule,
+    f: &mut Fields<'_>,
+    path: &str,
+    line: u32,
+    p: &mut Problems,
+) {
+    let own = content_clauses(f, path, p);
+    let restricted = f.take("attributeRestrictions", p).map(|n| restrictions(n, path, p));
+    rule.clauses = match (own, restricted) {
+        (Some(_), Some(_)) => {
+            p.push(
+                line,
+                format!("`{path}` has both `attributeRestrictions` and content clauses; write one or the other"),
+            );
+            None
+        }
+        (Some(clauses), None) => Some(Arc::new(clauses)),
+        (None, Some((json, clauses))) => {
+            rule.attribute_restrictions = Some(json);
+            Some(Arc::new(clauses))
+        }
+        (None, None) => None,
+    };
 }
 
 /// Upstream's `ValidatePolicyRule`, plus the negation checks described in the module docs of
@@ -116,3 +247,55 @@ pub(super) fn validate_rule(
         }
     }
 }
+
+/// A `metav1.LabelSelector` (aggregation rules, object selectors).
+pub(super) fn parse_selector(node: &Node, path: &str, p: &mut Problems) -> Option<LabelSelector> {
+    let mut f = Fields::new(node, path, false, p)?;
+    let mut selector = LabelSelector::default();
+    if let Some(labels) = f.take("matchLabels", p) {
+        selector.match_labels = node::string_map(labels, &format!("{path}.matchLabels"), p);
+    }
+    for (i, e) in f.list("matchExpressions", p).iter().enumerate() {
+        let epath = format!("{path}.matchExpressions[{i}]");
+        if let Some(requirement) = parse_requirement(e, &epath, p) {
+            selector.match_expressions.push(requirement);
+        }
+    }
+    f.finish(p);
+    Some(selector)
+}
+
+/// One selector requirement (`{key, operator, values}`), checked as upstream validates them.
+fn parse_requirement(e: &Node, epath: &str, p: &mut Problems) -> Option<SelectorRequirement> {
+    let mut ef = Fields::new(e, epath, false, p)?;
+    let key = ef.string("key", p);
+    let operator = ef.string("operator", p);
+    let values = ef.strings("values", p);
+    ef.finish(p);
+    if key.is_empty() {
+        p.push(e.line, format!("missing `{epath}.key`"));
+    }
+    let Some(operator) = SelectorOperator::parse(&operator) else {
+        let found = if operator.is_empty() { "none".to_string() } else { format!("`{operator}`") };
+        p.push(
+            e.line,
+            format!("`{epath}.operator` must be `In`, `NotIn`, `Exists` or `DoesNotExist`, found {found}"),
+        );
+        return None;
+    };
+    let needs_values = matches!(operator, SelectorOperator::In | SelectorOperator::NotIn);
+    if needs_values && values.is_empty() {
+        p.push(
+            e.line,
+            format!("`{epath}.values` must not be empty for operator `In` or `NotIn`"),
+        );
+    }
+    if !needs_values && !values.is_empty() {
+        p.push(
+            e.line,
+            format!("`{epath}.values` must be empty for operator `Exists` or `DoesNotExist`"),
+        );
+    }
+    Some(SelectorRequirement { key, operator, values })
+}
+

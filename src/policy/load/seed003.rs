@@ -22,7 +22,7 @@
 use crate::policy::model::{Binding, BindingKind, PolicyRule, Role, RoleKind, RoleRef, Subject};
 
 use super::node::{Fields, Node, Problems, Value};
-use super::rules::{check_name, restrictions, validate_rule, API_GROUP};
+use super::rules::{check_name, rule_clauses, validate_rule, API_GROUP};
 use super::{label, Cx};
 use crate::policy::model::PolicyObject;
 
@@ -168,9 +168,7 @@ fn parse_rules(f: &mut Fields<'_>, in_master: bool, p: &mut Problems) -> Vec<Pol
                 }
             },
         };
-        rule.attribute_restrictions = rf
-            .take("attributeRestrictions", p)
-            .map(|n| restrictions(n, &path, p));
+        rule_clauses(&mut rule, &mut rf, &path, node.line, p);
         rf.finish(p);
         validate_rule(&rule, &path, "resourceKinds", !in_master, node.line, p);
         rules.push(rule);

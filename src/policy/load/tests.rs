@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::fs;
 
 use super::*;
+use crate::policy::content::Clauses;
 use crate::policy::model::{
     Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyObject, PolicyRule, Role,
     RoleKind, SelectorOperator, Subject,
@@ -186,6 +187,14 @@ fn rbac_objects_are_read_with_every_field() {
                 resources: strs(&["secrets"]),
                 deny: true,
                 attribute_restrictions: Some(r#"{"a":[true,null,"x"],"z":1}"#.to_string()),
+                // Keys authzd cannot evaluate stay unevaluable: the rule never widens access.
+                clauses: Some(std::sync::Arc::new(Clauses {
+                    unevaluable: Some(
+                        r#"attributeRestrictions {"a":[true,null,"x"],"z":1}, whose z, a authzd cannot evaluate"#
+                            .to_string()
+                    ),
+                    ..Clauses::default()
+                })),
                 ..PolicyRule::default()
             },
         ]
@@ -642,6 +651,18 @@ fn seed003_documents_map_onto_rbac() {
             resources: strs(&["DeploymentConfig"]),
             deny: true,
             attribute_restrictions: Some(r#"{"labelsContain":["protected"]}"#.into()),
+            // Seed 003's `labelsContain: [k]` translates to an object selector `k Exists`.
+            clauses: Some(std::sync::Arc::new(Clauses {
+                object_selector: Some(LabelSelector {
+                    match_expressions: vec![LabelSelectorRequirement {
+                        key: "protected".into(),
+                        operator: SelectorOperator::Exists,
+                        values: Vec::new(),
+                    }],
+                    ..LabelSelector::default()
+                }),
+                ..Clauses::default()
+            })),
             ..PolicyRule::default()
         }
     );
