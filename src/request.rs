@@ -390,9 +390,11 @@ impl Content {
     pub fn was_decoded(&self) -> bool {
         self.decoded.iter().any(|slot| slot.get().is_some())
     }
+}
 
-    /// A copy without the decoded cache, for a request copied into a batch or a log.
-    pub fn clone_raw(&self) -> Content {
+/// A copy carries the raw content; the copy decodes on its own.
+impl Clone for Content {
+    fn clone(&self) -> Self {
         Content {
             object: self.object.clone(),
             old_object: self.old_object.clone(),

@@ -13,14 +13,16 @@ mod common;
 
 use std::sync::Arc;
 
+use authzd::engine::content::finish;
 use authzd::engine::reference::ReferenceEvaluator;
+use authzd::engine::Decided;
 use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::delta::{ChangedObject, PolicyDelta};
 use authzd::policy::index::RULE_INDEX_THRESHOLD;
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
-use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
+use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo};
 use common::*;
 use proptest::prelude::*;
 
@@ -49,7 +51,7 @@ proptest! {
     fn index_agrees_with_reference(
         policy in policy(),
         config in config(),
-        requests in proptest::collection::vec((user(), action()), 1..=6),
+        requests in proptest::collection::vec((user(), action(), content()), 1..=6),
     ) {
         let engine = Engine::new(&policy, config.clone());
         agrees_with_reference(&engine, &policy, &config, &requests)?;
@@ -70,7 +72,7 @@ proptest! {
     fn rule_index_agrees_with_reference(
         policy in big_role_policy(),
         config in config(),
-        requests in proptest::collection::vec((user(), action()), 1..=6),
+        requests in proptest::collection::vec((user(), action(), content()), 1..=6),
     ) {
         let engine = Engine::new(&policy, config.clone());
         agrees_with_reference(&engine, &policy, &config, &requests)?;
@@ -83,7 +85,7 @@ proptest! {
     fn rule_index_of_roles_resolved_by_name_agrees_with_reference(
         policy in big_role_policy(),
         config in config(),
-        requests in proptest::collection::vec((user(), action()), 1..=6),
+        requests in proptest::collection::vec((user(), action(), content()), 1..=6),
     ) {
         let mut without = policy.clone();
         without.roles.retain(|r| r.kind != RoleKind::ClusterRole);
@@ -144,16 +146,17 @@ fn dedup(policy: &mut PolicySet) {
 }
 
 /// `engine` (built from `policy`, or updated to it) answers every request exactly as the
-/// reference evaluator on `policy` does (Authorize and
-/// who-can), and who-can agrees with Authorize subject by subject.
+/// reference evaluator on `policy` does (Authorize and who-can, without and with the
+/// request's content), and who-can agrees with Authorize subject by subject.
 fn agrees_with_reference(
     engine: &Engine,
     policy: &PolicySet,
     config: &EngineConfig,
-    requests: &[(UserInfo, Action)],
+    requests: &[(UserInfo, Action, Option<Content>)],
 ) -> Result<(), TestCaseError> {
     let reference = ReferenceEvaluator::new(policy, config);
-    for (user, action) in requests {
+    for (user, action, content) in requests {
+        let content = content.as_ref();
         let req = request(user.clone(), action);
         let expected = reference.authorize(&req);
         prop_assert_eq!(&engine.authorize(&req), &expected, "authorize {:?}", req);
@@ -166,9 +169,41 @@ fn agrees_with_reference(
             req
         );
 
+        // With content: the engine's content-free answer (as cached), finished per request,
+        // is the oracle's walk of every rule per unit of change.
+        let with = req.with_content(content);
+        let expected = reference.authorize_content(&req, content);
+        prop_assert_eq!(
+            &engine.authorize_content(with),
+            &expected,
+            "authorize {:?} with {:?}",
+            req,
+            content
+        );
+        let finished = finish(
+            Decided {
+                response: engine.authorize_shared(req.as_borrowed()),
+                cached: true,
+            },
+            with,
+        )
+        .map(|d| (*d.response).clone());
+        prop_assert_eq!(&finished, &expected, "finished plan {:?}", req);
+
         let fast = engine.allowed_subjects(action);
         let slow = reference.allowed_subjects(action);
         prop_assert_eq!(&fast, &slow, "who-can {:?}", action);
+        let fast = engine.allowed_subjects_content(action, content);
+        let slow = reference.allowed_subjects_content(action, content);
+        prop_assert_eq!(&fast, &slow, "who-can {:?} with {:?}", action, content);
+        let Ok(fast) = fast else {
+            continue;
+        };
+        let decide = |user: UserInfo| {
+            engine
+                .authorize_content(request(user, action).with_content(content))
+                .map(|r| r.decision)
+        };
 
         // Who-can agrees with Authorize, subject by subject.
         let everyone = fast.users.iter().any(|u| u == "*");
@@ -177,7 +212,7 @@ fn agrees_with_reference(
                 name: name.to_string(),
                 ..Default::default()
             };
-            let decision = engine.authorize(&request(alone, action)).decision;
+            let decision = decide(alone).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let listed = fast.users.iter().any(|u| u == name);
             let denied = fast.denied_users.iter().any(|u| u == name);
             prop_assert_eq!(
@@ -203,7 +238,7 @@ fn agrees_with_reference(
                 groups: vec![group.to_string()],
                 ..Default::default()
             };
-            let decision = engine.authorize(&request(member, action)).decision;
+            let decision = decide(member).map_err(|e| TestCaseError::fail(e.to_string()))?;
             let listed = fast.groups.iter().any(|g| g == group);
             let denied = fast.denied_groups.iter().any(|g| g == group);
             prop_assert_eq!(

@@ -841,4 +841,12 @@ impl crate::engine::Authorize for CachedEngine<'_> {
     fn who_can(&self, action: &Action) -> crate::engine::AllowedSubjects {
         self.engine.allowed_subjects(action)
     }
+
+    fn who_can_content(
+        &self,
+        action: &Action,
+        content: Option<&crate::request::Content>,
+    ) -> Result<crate::engine::AllowedSubjects, crate::engine::content::ContentError> {
+        self.engine.allowed_subjects_content(action, content)
+    }
 }

@@ -57,36 +57,39 @@ pub struct RbacPlan {
 
 /// How the clauses of the rules a request meets judge it, unit of change by unit of change,
 /// with the errors of the rules whose content is missing. Shared by the engine's plans and
-/// the reference evaluator's walk, which differ only in how they find the rules.
+/// who-can, and the reference evaluator's walk, which differ only in how they find the rules.
 pub struct ChangeChecker<'a> {
-    evidence: Evidence<'a>,
+    verb: &'a str,
+    content: Option<&'a crate::request::Content>,
     pub changes: Vec<Change>,
 }
 
 impl<'a> ChangeChecker<'a> {
-    /// The units of change of `request`: computed only when a rule reads them (`reads_changes`);
-    /// otherwise the one root unit every rule without a field clause covers.
-    pub fn new(request: RequestRef<'a>, reads_changes: bool) -> Result<Self, ContentError> {
-        let verb = request.action.verb();
+    /// The units of change of an action: computed only when a rule reads them
+    /// (`reads_changes`); otherwise the one root unit every rule without a field clause covers.
+    pub fn new(
+        action: crate::request::ActionRef<'a>,
+        content: Option<&'a crate::request::Content>,
+        reads_changes: bool,
+    ) -> Result<Self, ContentError> {
+        let verb = action.verb();
         let changes = if reads_changes {
-            changes(verb, request.content, &DiffConfig::default())?
+            changes(verb, content, &DiffConfig::default())?
         } else {
             vec![Change::Path(FieldPath::ROOT)]
         };
         Ok(Self {
-            evidence: Evidence {
-                verb,
-                user: request.user.name,
-                content: request.content,
-            },
+            verb,
+            content,
             changes,
         })
     }
 
-    /// Whether a rule covers `change`, by its effect once the fold is applied: `None` when it
-    /// does not apply; an error is added when content it needs is missing.
+    /// Whether a rule covers `change` for `user`, by its effect once the fold is applied:
+    /// `None` when it does not apply; an error is added when content it needs is missing.
     pub fn check(
         &self,
+        user: &str,
         (deny, clauses): (bool, Option<&Clauses>),
         change: &Change,
         error: impl FnOnce(&str) -> String,
@@ -100,7 +103,12 @@ impl<'a> ChangeChecker<'a> {
         let Some(clauses) = clauses else {
             return Ok(Some(effect));
         };
-        Ok(match clauses.check(deny, &self.evidence, change)? {
+        let evidence = Evidence {
+            verb: self.verb,
+            user,
+            content: self.content,
+        };
+        Ok(match clauses.check(deny, &evidence, change)? {
             Coverage::Covers => Some(effect),
             Coverage::Not => None,
             Coverage::Missing(what) => {
@@ -111,6 +119,29 @@ impl<'a> ChangeChecker<'a> {
     }
 }
 
+/// The decision over every unit of change: deny if any is denied, allow if all are allowed.
+pub fn combine(
+    decisions: impl IntoIterator<Item = crate::engine::Decision>,
+) -> crate::engine::Decision {
+    use crate::engine::Decision;
+    let mut all_allowed = true;
+    for decision in decisions {
+        match decision {
+            Decision::Deny => return Decision::Deny,
+            Decision::Allow => {}
+            Decision::NoOpinion => all_allowed = false,
+        }
+    }
+    if all_allowed {
+        Decision::Allow
+    } else {
+        Decision::NoOpinion
+    }
+}
+
+/// The user name who-can evaluates a group's clauses as: a member bound nowhere, no node.
+pub const WHO_CAN_PROBE: &str = "authzd:who-can-probe";
+
 impl RbacPlan {
     /// RBAC's verdict for `request` with its content (or the fold, without).
     pub fn resolve(&self, request: RequestRef<'_>) -> Result<Verdict, ContentError> {
@@ -118,15 +149,22 @@ impl RbacPlan {
             .rules
             .iter()
             .any(|r| r.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let checker = ChangeChecker::new(request, reads)?;
+        let checker = ChangeChecker::new(request.action, request.content, reads)?;
         let mut errors: BTreeSet<String> = self.errors.iter().cloned().collect();
         let mut per_change = Vec::with_capacity(checker.changes.len());
         for change in &checker.changes {
             let mut matches = FirstMatches::default();
             for rule in &self.rules {
-                let error =
-                    |what: &str| restriction_error(&rule.rule_ref.role, rule.rule_ref.rule_index as usize, rule.deny, what);
+                let error = |what: &str| {
+                    restriction_error(
+                        &rule.rule_ref.role,
+                        rule.rule_ref.rule_index as usize,
+                        rule.deny,
+                        what,
+                    )
+                };
                 if let Some(effect) = checker.check(
+                    request.user.name,
                     (rule.deny, rule.clauses.as_deref()),
                     change,
                     error,

@@ -10,12 +10,16 @@ use smallvec::SmallVec;
 use crate::engine::chain::{
     fixed_verdict, run_chain, subject_chain_decision, super_user, FirstMatches, Verdict,
 };
-use crate::engine::content::{ContentError, ContentPlan, PlanRule, PlanSlot, PlanStep, RbacPlan};
+use crate::engine::content::{
+    combine, ChangeChecker, ContentError, ContentPlan, PlanRule, PlanSlot, PlanStep, RbacPlan,
+    WHO_CAN_PROBE,
+};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::shared::{HitKey, Outcome, SharedResponses};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
+use crate::policy::content::Clauses;
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::describe;
 use crate::policy::index::{
@@ -23,10 +27,7 @@ use crate::policy::index::{
     ScopeGrants, SubjectName,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
-use crate::policy::content::Clauses;
-use crate::policy::rbac::{
-    restriction_error, rule_effect_on, rule_match_on, MatchTarget, RuleEffect, WHO_CAN_MISSING,
-};
+use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect};
 use crate::request::{Action, Request, RequestRef};
 
 /// One compiled policy state plus the chain configuration. Immutable in what it answers (its
@@ -320,8 +321,7 @@ impl Engine {
                 let hit = (entry, grant.subject, index);
                 match &rule.clauses {
                     None => {
-                        if !walk.trail.is_empty() && walk.matches.is_vacant(effect, entry.cluster)
-                        {
+                        if !walk.trail.is_empty() && walk.matches.is_vacant(effect, entry.cluster) {
                             walk.trail.push((hit, rule.deny, None));
                         }
                         walk.matches.record(effect, entry.cluster, hit);
@@ -380,12 +380,47 @@ impl Engine {
     /// follows each matching rule to the in-scope bindings of its role, and decides each
     /// subject reached on its own through the chain.
     pub fn allowed_subjects(&self, action: &Action) -> AllowedSubjects {
+        // Without content nothing is decoded, so this cannot fail; were it to, nobody would
+        // be listed and the error said.
+        self.allowed_subjects_content(action, None)
+            .unwrap_or_else(|e| AllowedSubjects {
+                errors: vec![e.to_string()],
+                ..AllowedSubjects::default()
+            })
+    }
+
+    /// [`Self::allowed_subjects`] for an action on an object: every subject a rule with
+    /// content clauses reaches is decided against `content`, unit of change by unit of
+    /// change, as [`Self::authorize_content`] decides it.
+    pub fn allowed_subjects_content(
+        &self,
+        action: &Action,
+        content: Option<&crate::request::Content>,
+    ) -> Result<AllowedSubjects, ContentError> {
         let mut user_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
         let mut group_matches: FxHashMap<&str, FirstMatches<()>> = FxHashMap::default();
         let mut errors = BTreeSet::new();
+        let mut conditional = Vec::new();
         if self.config.modes.contains(&Mode::Rbac) {
-            self.rbac_subjects(action, &mut user_matches, &mut group_matches, &mut errors);
+            self.rbac_subjects(
+                action,
+                &mut user_matches,
+                &mut group_matches,
+                &mut errors,
+                &mut conditional,
+            );
         }
+        let by_content = if conditional.is_empty() {
+            FxHashMap::default()
+        } else {
+            content_decisions(
+                action,
+                content,
+                &conditional,
+                (&user_matches, &group_matches),
+                &mut errors,
+            )?
+        };
 
         let mut abac_users = BTreeSet::new();
         let mut abac_groups = BTreeSet::new();
@@ -409,17 +444,26 @@ impl Engine {
         }
 
         let modes = &self.config.modes;
-        let decide = |matches: Option<&FirstMatches<()>>, abac_allows: bool| {
-            let rbac = matches.map_or(Decision::NoOpinion, FirstMatches::decision);
+        let decide = |user: bool, name: &str, matches: Option<&FirstMatches<()>>, abac_allows| {
+            let rbac = match by_content.get(&(user, name)) {
+                Some(&decision) => decision,
+                None => matches.map_or(Decision::NoOpinion, FirstMatches::decision),
+            };
             subject_chain_decision(modes, rbac, abac_allows)
         };
         let mut result = AllowedSubjects::default();
         let mut users: BTreeSet<&str> = user_matches.keys().copied().collect();
         users.extend(abac_users.iter().copied());
+        users.extend(by_content.keys().filter(|(u, _)| *u).map(|(_, n)| *n));
         let mut allowed_users = BTreeSet::new();
         let mut denied_users = BTreeSet::new();
         for user in users {
-            match decide(user_matches.get(user), abac_users.contains(user)) {
+            match decide(
+                true,
+                user,
+                user_matches.get(user),
+                abac_users.contains(user),
+            ) {
                 Decision::Allow => allowed_users.insert(user.to_string()),
                 Decision::Deny => denied_users.insert(user.to_string()),
                 Decision::NoOpinion => false,
@@ -427,10 +471,16 @@ impl Engine {
         }
         let mut groups: BTreeSet<&str> = group_matches.keys().copied().collect();
         groups.extend(abac_groups.iter().copied());
+        groups.extend(by_content.keys().filter(|(u, _)| !*u).map(|(_, n)| *n));
         let mut allowed_groups = BTreeSet::new();
         let mut denied_groups = BTreeSet::new();
         for group in groups {
-            match decide(group_matches.get(group), abac_groups.contains(group)) {
+            match decide(
+                false,
+                group,
+                group_matches.get(group),
+                abac_groups.contains(group),
+            ) {
                 Decision::Allow => allowed_groups.insert(group.to_string()),
                 Decision::Deny => denied_groups.insert(group.to_string()),
                 Decision::NoOpinion => false,
@@ -454,7 +504,7 @@ impl Engine {
         result.denied_users = denied_users.into_iter().collect();
         result.denied_groups = denied_groups.into_iter().collect();
         result.errors = errors.into_iter().collect();
-        result
+        Ok(result)
     }
 
     /// RBAC's view of every subject the action's matching rules reach, plus who-can errors.
@@ -464,6 +514,7 @@ impl Engine {
         user_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
         group_matches: &mut FxHashMap<&'a str, FirstMatches<()>>,
         errors: &mut BTreeSet<String>,
+        conditional: &mut Vec<Conditional<'a>>,
     ) {
         let namespace = action.namespace();
         let target = MatchTarget::new(action.as_borrowed());
@@ -477,23 +528,17 @@ impl Engine {
         };
         // Records what one rule says for every subject of the bindings reaching it.
         let mut visit =
-            |rule: &PolicyRule,
+            |rule: &'a PolicyRule,
              index: usize,
              entries: &mut dyn Iterator<Item = &'a BindingEntry>| {
-                let (effect, restricted) = rule_effect_on(rule, &target);
-                if effect == RuleEffect::None && !restricted {
+                let effect = rule_match_on(rule, &target);
+                if effect == RuleEffect::None {
                     return;
                 }
                 for entry in entries {
-                    if restricted {
-                        errors.insert(restriction_error(
-                            &entry.role_id,
-                            index,
-                            rule.deny,
-                            WHO_CAN_MISSING,
-                        ));
-                    }
-                    if effect == RuleEffect::None {
+                    if let Some(clauses) = &rule.clauses {
+                        // Decided subject by subject once every rule is seen.
+                        conditional.push((clauses, rule.deny, index, entry));
                         continue;
                     }
                     for subject in &entry.subjects {
@@ -570,6 +615,70 @@ impl Engine {
             errors.insert(describe::missing_role_error_of(&entry.facts()));
         }
     }
+}
+
+/// Who-can's record per subject name, from the rules without content clauses.
+type SubjectMatches<'a> = FxHashMap<&'a str, FirstMatches<()>>;
+
+/// A rule with content clauses reached by who-can: its clauses, whether it denies, its index
+/// in its role, and the binding that reaches it.
+type Conditional<'a> = (&'a Arc<Clauses>, bool, usize, &'a BindingEntry);
+
+/// RBAC's decision for every subject a rule with content clauses reaches (users `true`,
+/// groups `false`), per unit of change from what the plain rules said about it.
+fn content_decisions<'a>(
+    action: &'a Action,
+    content: Option<&'a crate::request::Content>,
+    conditional: &[Conditional<'a>],
+    (users, groups): (&SubjectMatches<'a>, &SubjectMatches<'a>),
+    errors: &mut BTreeSet<String>,
+) -> Result<FxHashMap<(bool, &'a str), Decision>, ContentError> {
+    let reads = conditional.iter().any(|(c, ..)| c.reads_changes());
+    let checker = ChangeChecker::new(action.as_borrowed(), content, reads)?;
+    let mut subjects: Vec<(bool, &'a str)> = Vec::new();
+    for (_, _, _, entry) in conditional {
+        for subject in &entry.subjects {
+            match subject.matches() {
+                SubjectName::User(user) => subjects.push((true, user)),
+                SubjectName::Group(group) => subjects.push((false, group)),
+                SubjectName::Nothing => {}
+            }
+        }
+    }
+    subjects.sort_unstable();
+    subjects.dedup();
+    let mut decisions = FxHashMap::default();
+    for (is_user, name) in subjects {
+        let plain = if is_user {
+            users.get(name)
+        } else {
+            groups.get(name)
+        };
+        let as_user = if is_user { name } else { WHO_CAN_PROBE };
+        let mut per_change = Vec::with_capacity(checker.changes.len());
+        for change in &checker.changes {
+            let mut matches = plain.copied().unwrap_or_default();
+            for &(clauses, deny, index, entry) in conditional {
+                let reaches = entry.subjects.iter().any(|s| match s.matches() {
+                    SubjectName::User(user) => is_user && user == name,
+                    SubjectName::Group(group) => !is_user && group == name,
+                    SubjectName::Nothing => false,
+                });
+                if !reaches {
+                    continue;
+                }
+                let error = |what: &str| restriction_error(&entry.role_id, index, deny, what);
+                if let Some(effect) =
+                    checker.check(as_user, (deny, Some(clauses)), change, error, errors)?
+                {
+                    matches.record(effect, entry.cluster, ());
+                }
+            }
+            per_change.push(matches.decision());
+        }
+        decisions.insert((is_user, name), combine(per_change));
+    }
+    Ok(decisions)
 }
 
 /// A hit's identity for [`Outcome`].

@@ -298,6 +298,14 @@ impl Authorize for Engine {
     fn who_can(&self, action: &Action) -> AllowedSubjects {
         self.allowed_subjects(action)
     }
+
+    fn who_can_content(
+        &self,
+        action: &Action,
+        content: Option<&crate::request::Content>,
+    ) -> Result<AllowedSubjects, content::ContentError> {
+        self.allowed_subjects_content(action, content)
+    }
 }
 
 #[cfg(test)]

@@ -5,16 +5,14 @@
 use std::collections::{BTreeSet, HashMap};
 
 use crate::engine::chain::{fold_chain, run_chain, FirstMatches, Verdict};
+use crate::engine::content::{aggregate, ChangeChecker, ContentError};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::describe;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, RoleKind, Subject};
-use crate::engine::content::{aggregate, ChangeChecker, ContentError};
-use crate::policy::rbac::{
-    restriction_error, rule_effect, rule_match_on, MatchTarget, RuleEffect, WHO_CAN_MISSING,
-};
+use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect};
 use crate::request::{Action, Content, Request, UserInfo};
 
 pub struct ReferenceEvaluator {
@@ -121,7 +119,7 @@ impl ReferenceEvaluator {
         let reads_changes = reached
             .iter()
             .any(|(_, _, rule)| rule.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let checker = ChangeChecker::new(request.with_content(content), reads_changes)?;
+        let checker = ChangeChecker::new(request.action.as_borrowed(), content, reads_changes)?;
         let mut all_errors: BTreeSet<String> = errors.into_iter().collect();
         let mut per_change = Vec::new();
         for change in &checker.changes {
@@ -132,9 +130,13 @@ impl ReferenceEvaluator {
                     restriction_error(&describe::role_id(binding), index, rule.deny, what)
                 };
                 let clauses = rule.clauses.as_deref();
-                if let Some(effect) =
-                    checker.check((rule.deny, clauses), change, error, &mut all_errors)?
-                {
+                if let Some(effect) = checker.check(
+                    &request.user.name,
+                    (rule.deny, clauses),
+                    change,
+                    error,
+                    &mut all_errors,
+                )? {
                     matches.record(effect, cluster(binding), hit);
                 }
             }
@@ -164,8 +166,9 @@ impl ReferenceEvaluator {
     pub fn authorize(&self, request: &Request) -> Response {
         // Without content nothing is decoded, so this cannot fail; were it to, the answer
         // would be no opinion with the reason, never a grant.
-        self.authorize_content(request, None)
-            .unwrap_or_else(|e| fold_chain([Verdict::no_opinion(e.to_string(), vec![e.to_string()])]))
+        self.authorize_content(request, None).unwrap_or_else(|e| {
+            fold_chain([Verdict::no_opinion(e.to_string(), vec![e.to_string()])])
+        })
     }
 
     /// The full chain for a request carrying `content`.
@@ -227,6 +230,20 @@ impl ReferenceEvaluator {
     /// Who can: every subject named anywhere in the policy, each evaluated on its own through
     /// the full chain (a user with no groups; a group through an unbound user).
     pub fn allowed_subjects(&self, action: &Action) -> AllowedSubjects {
+        // Without content nothing is decoded, so this cannot fail.
+        self.allowed_subjects_content(action, None)
+            .unwrap_or_else(|e| AllowedSubjects {
+                errors: vec![e.to_string()],
+                ..AllowedSubjects::default()
+            })
+    }
+
+    /// Who can, for an action on an object: each subject decided with `content`.
+    pub fn allowed_subjects_content(
+        &self,
+        action: &Action,
+        content: Option<&Content>,
+    ) -> Result<AllowedSubjects, ContentError> {
         let mut users = BTreeSet::new();
         let mut groups = BTreeSet::new();
         for binding in &self.policy.bindings {
@@ -259,7 +276,7 @@ impl ReferenceEvaluator {
                 },
                 action: action.clone(),
             };
-            match Self::own_decision(&self.authorize(&request)) {
+            match Self::own_decision(&self.authorize_content(&request, content)?) {
                 Decision::Allow => result.users.push(user),
                 Decision::Deny => result.denied_users.push(user),
                 Decision::NoOpinion => {}
@@ -275,7 +292,7 @@ impl ReferenceEvaluator {
                 },
                 action: action.clone(),
             };
-            match Self::own_decision(&self.authorize(&request)) {
+            match Self::own_decision(&self.authorize_content(&request, content)?) {
                 Decision::Allow => result.groups.push(group),
                 Decision::Deny => result.denied_groups.push(group),
                 Decision::NoOpinion => {}
@@ -288,17 +305,25 @@ impl ReferenceEvaluator {
             result.groups.push("*".to_string());
             result.groups.sort();
         }
-        result.errors = self.who_can_errors(action);
-        result
+        result.errors = self.who_can_errors(action, content, &probe)?;
+        Ok(result)
     }
 
-    /// Who-can errors: every in-scope binding whose role is missing, and every in-scope rule
-    /// with attribute restrictions that matches the action. Sorted and de-duplicated.
-    fn who_can_errors(&self, action: &Action) -> Vec<String> {
+    /// Who-can errors: every in-scope binding whose role is missing, and every rule with
+    /// content clauses that matches the action and lacks content for one of its binding's
+    /// subjects. Sorted and de-duplicated.
+    fn who_can_errors(
+        &self,
+        action: &Action,
+        content: Option<&Content>,
+        probe: &str,
+    ) -> Result<Vec<String>, ContentError> {
         let mut errors = BTreeSet::new();
         if !self.config.modes.contains(&Mode::Rbac) {
-            return Vec::new();
+            return Ok(Vec::new());
         }
+        let target = MatchTarget::new(action.as_borrowed());
+        let mut conditional = Vec::new();
         for binding in &self.policy.bindings {
             if !Self::in_scope(binding, action.namespace()) {
                 continue;
@@ -309,18 +334,43 @@ impl ReferenceEvaluator {
                 }
                 Some(rules) => {
                     for (index, rule) in rules.iter().enumerate() {
-                        if rule_effect(rule, action).1 {
-                            errors.insert(restriction_error(
-                                &describe::role_id(binding),
-                                index,
-                                rule.deny,
-                                WHO_CAN_MISSING,
-                            ));
+                        if rule.clauses.is_some()
+                            && rule_match_on(rule, &target) != RuleEffect::None
+                        {
+                            conditional.push((binding, index, rule));
                         }
                     }
                 }
             }
         }
-        errors.into_iter().collect()
+        if conditional.is_empty() {
+            return Ok(errors.into_iter().collect());
+        }
+        let reads = conditional
+            .iter()
+            .any(|(_, _, rule)| rule.clauses.as_ref().is_some_and(|c| c.reads_changes()));
+        let checker = ChangeChecker::new(action.as_borrowed(), content, reads)?;
+        for (binding, index, rule) in conditional {
+            for subject in &binding.subjects {
+                let user = match (subject.user_name(&binding.namespace), subject.group_name()) {
+                    (Some(user), _) => user,
+                    (None, Some(_)) => probe.to_string(),
+                    (None, None) => continue,
+                };
+                for change in &checker.changes {
+                    let error = |what: &str| {
+                        restriction_error(&describe::role_id(binding), index, rule.deny, what)
+                    };
+                    checker.check(
+                        &user,
+                        (rule.deny, rule.clauses.as_deref()),
+                        change,
+                        error,
+                        &mut errors,
+                    )?;
+                }
+            }
+        }
+        Ok(errors.into_iter().collect())
     }
 }

@@ -3,17 +3,23 @@
 //! (`*/`, case differences, negation, missing roles, service accounts without namespaces) come
 //! up often.
 #![allow(dead_code)]
+#![allow(clippy::expect_used)] // generators of fixed vocabularies, outside #[test]
 
 use std::collections::BTreeMap;
 
 use authzd::engine::{EngineConfig, Mode};
+use authzd::policy::content::path::PathPattern;
+use authzd::policy::content::Clauses;
 use authzd::policy::model::{
     AbacRule, Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, PolicySet,
     Role, RoleKind, RoleRef, SelectorOperator, Source, Subject,
 };
-use authzd::request::{Action, NonResourceAttributes, ResourceAttributes, UserInfo};
+use authzd::request::{
+    Action, Content, NonResourceAttributes, ResourceAttributes, SelectorRequirement, UserInfo,
+};
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
+use std::sync::Arc;
 
 pub const USERS: &[&str] = &[
     "alice",
@@ -21,10 +27,13 @@ pub const USERS: &[&str] = &[
     "Alice",
     "system:serviceaccount:ns1:sa",
     "system:serviceaccount:ns2:default",
+    "system:node:n1",
 ];
 pub const GROUPS: &[&str] = &["dev", "ops", "Dev", "system:authenticated"];
 const NAMESPACES: &[&str] = &["ns1", "ns2", "*"];
-const VERBS: &[&str] = &["get", "list", "create", "delete", "GET", "*", "watch"];
+const VERBS: &[&str] = &[
+    "get", "list", "create", "delete", "GET", "*", "watch", "update", "patch",
+];
 const API_GROUPS: &[&str] = &["", "apps", "*"];
 const RULE_RESOURCES: &[&str] = &[
     "pods",
@@ -71,18 +80,10 @@ pub fn rule() -> impl Strategy<Value = PolicyRule> {
         prop_oneof![3 => Just(Vec::new()), 1 => strings(RESOURCE_NAMES, 2)],
         prop_oneof![3 => Just(Vec::new()), 1 => strings(URLS, 2)],
         prop::bool::weighted(0.25),
-        prop::bool::weighted(0.1),
+        clauses(),
     )
         .prop_map(
-            |(
-                verbs,
-                api_groups,
-                resources,
-                resource_names,
-                non_resource_urls,
-                deny,
-                restricted,
-            )| {
+            |(verbs, api_groups, resources, resource_names, non_resource_urls, deny, clauses)| {
                 PolicyRule {
                     verbs,
                     api_groups,
@@ -90,8 +91,8 @@ pub fn rule() -> impl Strategy<Value = PolicyRule> {
                     resource_names,
                     non_resource_urls,
                     deny,
-                    attribute_restrictions: restricted
-                        .then(|| "{\"labelsContain\":[\"x\"]}".to_string()),
+                    attribute_restrictions: None,
+                    clauses,
                 }
             },
         )
@@ -307,4 +308,148 @@ pub fn user() -> impl Strategy<Value = UserInfo> {
         groups: groups.into_iter().map(str::to_string).collect(),
         ..Default::default()
     })
+}
+
+/// Field patterns rules may carry, overlapping the paths [`content`] changes.
+const FIELD_PATTERNS: &[&str] = &[
+    ".metadata.labels",
+    ".metadata.labels['team.example.com/*']",
+    ".metadata.finalizers[=\"f1\"]",
+    ".metadata",
+    ".spec.replicas",
+    ".spec",
+    ".data",
+    ".",
+];
+const OBJECT_LABELS: &[&str] = &["protected", "app", "team.example.com/owner"];
+
+fn requirement(
+    keys: &'static [&'static str],
+    values: &'static [&'static str],
+) -> impl Strategy<Value = SelectorRequirement> {
+    (
+        select(keys),
+        select(&[In, NotIn, Exists, DoesNotExist][..]),
+        select(values),
+    )
+        .prop_map(|(key, operator, value)| SelectorRequirement {
+            key: key.to_string(),
+            operator,
+            values: match operator {
+                In | NotIn => vec![value.to_string()],
+                Exists | DoesNotExist => Vec::new(),
+            },
+        })
+}
+
+use authzd::request::SelectorOperator::{DoesNotExist, Exists, In, NotIn};
+
+/// Content clauses on a rule, mostly none.
+pub fn clauses() -> impl Strategy<Value = Option<Arc<Clauses>>> {
+    let some = (
+        subsequence(FIELD_PATTERNS, 0..=2),
+        prop::option::weighted(0.3, selector_over(OBJECT_LABELS)),
+        proptest::collection::vec(requirement(OBJECT_LABELS, &["x", "true"]), 0..=1),
+        proptest::collection::vec(
+            requirement(
+                &["spec.nodeName", "metadata.name"],
+                &["n1", "a", "{{nodeName}}", "{{user}}"],
+            ),
+            0..=1,
+        ),
+        prop::bool::weighted(0.1),
+        prop::bool::weighted(0.05),
+    )
+        .prop_map(
+            |(fields, object_selector, label_selector, field_selector, same_node, unevaluable)| {
+                Arc::new(Clauses {
+                    fields: fields
+                        .into_iter()
+                        .map(|f| PathPattern::parse(f).expect("vocabulary patterns parse"))
+                        .collect(),
+                    object_selector,
+                    field_selector,
+                    label_selector,
+                    same_node,
+                    unevaluable: unevaluable.then(|| "attributeRestrictions {\"x\":1}".to_string()),
+                })
+            },
+        );
+    prop_oneof![6 => Just(None), 1 => some.prop_map(Some)]
+}
+
+fn selector_over(labels: &'static [&'static str]) -> impl Strategy<Value = LabelSelector> {
+    (
+        proptest::collection::btree_map(select(labels), select(&["x", "true"][..]), 0..=1),
+        proptest::collection::vec(requirement(labels, &["x", "true"]), 0..=1),
+    )
+        .prop_map(|(labels, expressions)| LabelSelector {
+            match_labels: labels
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            match_expressions: expressions,
+        })
+}
+
+/// A small Kubernetes-like object whose labels, finalizers, node and data vary.
+pub fn object() -> impl Strategy<Value = serde_json::Value> {
+    (
+        select(&["a", "b"][..]),
+        proptest::collection::btree_map(select(OBJECT_LABELS), select(&["x", "true"][..]), 0..=2),
+        subsequence(&["f1", "f2"][..], 0..=2),
+        select(&["n1", "n2"][..]),
+        select(&[1, 2][..]),
+        select(&["v1", "v2"][..]),
+    )
+        .prop_map(|(name, labels, finalizers, node, replicas, data)| {
+            serde_json::json!({
+                "metadata": {"name": name, "labels": labels, "finalizers": finalizers,
+                    "resourceVersion": replicas.to_string()},
+                "spec": {"nodeName": node, "replicas": replicas},
+                "data": {"k": data},
+            })
+        })
+}
+
+/// What a request may carry: nothing, objects, a changed-path list, and selectors.
+pub fn content() -> impl Strategy<Value = Option<Content>> {
+    let bytes = |v: serde_json::Value| serde_json::to_vec(&v).expect("JSON values serialize");
+    let some = (
+        prop::option::weighted(0.7, object()),
+        prop::option::weighted(0.6, object()),
+        prop::option::weighted(
+            0.15,
+            subsequence(
+                &[
+                    ".metadata.labels.app",
+                    ".spec.replicas",
+                    ".data.k",
+                    ".metadata.finalizers[=\"f1\"]",
+                ][..],
+                1..=2,
+            ),
+        ),
+        proptest::collection::vec(requirement(OBJECT_LABELS, &["x", "true"]), 0..=1),
+        proptest::collection::vec(
+            requirement(&["spec.nodeName", "metadata.name"], &["n1", "a"]),
+            0..=1,
+        ),
+    )
+        .prop_map(
+            move |(object, old_object, changed, label_selector, field_selector)| {
+                let (object, old_object, changed_paths) = match changed {
+                    Some(paths) => (None, None, paths.into_iter().map(str::to_string).collect()),
+                    None => (object.map(bytes), old_object.map(bytes), Vec::new()),
+                };
+                let mut content = Content::default();
+                content.object = object;
+                content.old_object = old_object;
+                content.changed_paths = changed_paths;
+                content.field_selector = field_selector;
+                content.label_selector = label_selector;
+                content
+            },
+        );
+    prop_oneof![1 => Just(None), 3 => some.prop_map(Some)]
 }

@@ -235,9 +235,9 @@ impl Clauses {
             return Ok(Coverage::Not);
         };
         if is_collection_verb(evidence.verb) {
-            let (asked_fields, asked_labels) = evidence
-                .content
-                .map_or((&[][..], &[][..]), |c| (&c.field_selector[..], &c.label_selector[..]));
+            let (asked_fields, asked_labels) = evidence.content.map_or((&[][..], &[][..]), |c| {
+                (&c.field_selector[..], &c.label_selector[..])
+            });
             let pairs = fields
                 .iter()
                 .map(|r| (asked_fields, r))
@@ -248,9 +248,15 @@ impl Clauses {
                     .into_iter()
                     .all(|(asked, r)| !selector::disjoint(asked, r))
             } else {
-                pairs.into_iter().all(|(asked, r)| selector::implies(asked, r))
+                pairs
+                    .into_iter()
+                    .all(|(asked, r)| selector::implies(asked, r))
             };
-            return Ok(if holds { Coverage::Covers } else { Coverage::Not });
+            return Ok(if holds {
+                Coverage::Covers
+            } else {
+                Coverage::Not
+            });
         }
         let object_holds = |object: &Value| {
             fields
@@ -271,7 +277,12 @@ impl Clauses {
         let mut missing = Vec::new();
         let mut results = Vec::new();
         for &which in needed {
-            match evidence.content.map(|c| decoded(c, which)).transpose()?.flatten() {
+            match evidence
+                .content
+                .map(|c| decoded(c, which))
+                .transpose()?
+                .flatten()
+            {
                 Some(object) => results.push(object_holds(object)),
                 None => missing.push(which.field()),
             }
@@ -301,7 +312,10 @@ impl Clauses {
     }
 
     fn predicate_words(&self) -> &'static str {
-        match (self.same_node, self.object_selector.is_some() || !self.label_selector.is_empty()) {
+        match (
+            self.same_node,
+            self.object_selector.is_some() || !self.label_selector.is_empty(),
+        ) {
             (true, _) => "node",
             (false, true) if self.field_selector.is_empty() => "labels",
             (false, true) => "labels and fields",
@@ -331,21 +345,37 @@ impl Clauses {
                 values,
             })
         };
-        let mut fields: Vec<SelectorRequirement> =
-            self.field_selector.iter().map(resolve).collect::<Option<_>>()?;
-        let mut labels: Vec<SelectorRequirement> =
-            self.label_selector.iter().map(resolve).collect::<Option<_>>()?;
+        let mut fields: Vec<SelectorRequirement> = self
+            .field_selector
+            .iter()
+            .map(resolve)
+            .collect::<Option<_>>()?;
+        let mut labels: Vec<SelectorRequirement> = self
+            .label_selector
+            .iter()
+            .map(resolve)
+            .collect::<Option<_>>()?;
         if let Some(selector) = &self.object_selector {
-            labels.extend(selector.match_labels.iter().map(|(k, v)| SelectorRequirement {
-                key: k.clone(),
-                operator: SelectorOperator::In,
-                values: vec![v.clone()],
-            }));
-            labels.extend(selector.match_expressions.iter().map(|e| SelectorRequirement {
-                key: e.key.clone(),
-                operator: e.operator,
-                values: e.values.clone(),
-            }));
+            labels.extend(
+                selector
+                    .match_labels
+                    .iter()
+                    .map(|(k, v)| SelectorRequirement {
+                        key: k.clone(),
+                        operator: SelectorOperator::In,
+                        values: vec![v.clone()],
+                    }),
+            );
+            labels.extend(
+                selector
+                    .match_expressions
+                    .iter()
+                    .map(|e| SelectorRequirement {
+                        key: e.key.clone(),
+                        operator: e.operator,
+                        values: e.values.clone(),
+                    }),
+            );
         }
         if self.same_node {
             fields.push(SelectorRequirement {

@@ -218,7 +218,12 @@ fn parse_steps(text: &str, globs: bool) -> Result<Vec<PatternStep>, String> {
                 steps.push(step);
                 at = next;
             }
-            _ => return Err(format!("has an unexpected `{}` at byte {at}", &text[at..=at])),
+            _ => {
+                return Err(format!(
+                    "has an unexpected `{}` at byte {at}",
+                    &text[at..=at]
+                ))
+            }
         }
     }
     Ok(steps)
@@ -264,9 +269,9 @@ fn parse_bracket(text: &str, at: usize, globs: bool) -> Result<(PatternStep, usi
     let mut keys = Vec::new();
     let mut rest = rest;
     loop {
-        let eq = rest
-            .find('=')
-            .ok_or_else(|| format!("has a `[` at byte {at} that is not a key, value or keyed element"))?;
+        let eq = rest.find('=').ok_or_else(|| {
+            format!("has a `[` at byte {at} that is not a key, value or keyed element")
+        })?;
         let name = rest[..eq].trim();
         if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             return Err(format!("has a keyed element with key field `{name}`"));
@@ -564,24 +569,41 @@ mod tests {
         assert!(!labels.covers(&FieldPath::ROOT));
         assert!(PathPattern::parse(".").unwrap().covers(&FieldPath::ROOT));
         let team = PathPattern::parse(".metadata.labels['team.example.com/*']").unwrap();
-        assert!(team.covers(&FieldPath::parse(".metadata.labels['team.example.com/owner']").unwrap()));
+        assert!(
+            team.covers(&FieldPath::parse(".metadata.labels['team.example.com/owner']").unwrap())
+        );
         assert!(!team.covers(&FieldPath::parse(".metadata.labels['other/owner']").unwrap()));
         let finalizer = PathPattern::parse(".metadata.finalizers[=\"x\"]").unwrap();
         assert!(finalizer.covers(&FieldPath::parse(".metadata.finalizers[=\"x\"]").unwrap()));
         assert!(!finalizer.covers(&FieldPath::parse(".metadata.finalizers[=\"y\"]").unwrap()));
         let ready = PathPattern::parse(".status.conditions[type=\"Ready\"]").unwrap();
-        assert!(ready.covers(&FieldPath::parse(".status.conditions[type=\"Ready\"].status").unwrap()));
+        assert!(
+            ready.covers(&FieldPath::parse(".status.conditions[type=\"Ready\"].status").unwrap())
+        );
         let any = PathPattern::parse(".spec[*].image").unwrap();
         assert!(any.covers(&FieldPath::parse(".spec.x.image").unwrap()));
         // `.name` and `['name']` are the same member.
-        assert!(PathPattern::parse("['metadata'].labels").unwrap().covers(&app));
+        assert!(PathPattern::parse("['metadata'].labels")
+            .unwrap()
+            .covers(&app));
     }
 
     #[test]
     fn bad_patterns_are_refused_with_a_reason() {
         for bad in [
-            "", "metadata", ".", "..a", ".a[", ".a['x", ".a[x]", ".a['x*y']", ".a[=]", ".a[={}]",
-            ".a b", ".a[k=\"v\",k=\"w\"]", ".a]",
+            "",
+            "metadata",
+            ".",
+            "..a",
+            ".a[",
+            ".a['x",
+            ".a[x]",
+            ".a['x*y']",
+            ".a[=]",
+            ".a[={}]",
+            ".a b",
+            ".a[k=\"v\",k=\"w\"]",
+            ".a]",
         ] {
             if bad == "." {
                 continue;
@@ -666,11 +688,19 @@ mod tests {
             .contains("deeper"));
         let mut old_deep = json!({"x": deep.clone()});
         old_deep["x"] = json!(1);
-        assert!(changed_paths(Some(&old_deep), Some(&json!({"x": deep})), &DiffConfig::default()).is_err());
-        let wide: serde_json::Map<String, Value> =
-            (0..MAX_PATHS + 1).map(|i| (format!("k{i}"), json!(i))).collect();
-        assert!(changed_paths(None, Some(&Value::Object(wide)), &DiffConfig::default())
-            .unwrap_err()
-            .contains("more than"));
+        assert!(changed_paths(
+            Some(&old_deep),
+            Some(&json!({"x": deep})),
+            &DiffConfig::default()
+        )
+        .is_err());
+        let wide: serde_json::Map<String, Value> = (0..MAX_PATHS + 1)
+            .map(|i| (format!("k{i}"), json!(i)))
+            .collect();
+        assert!(
+            changed_paths(None, Some(&Value::Object(wide)), &DiffConfig::default())
+                .unwrap_err()
+                .contains("more than")
+        );
     }
 }

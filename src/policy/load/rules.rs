@@ -68,7 +68,9 @@ pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> (String
                 }
             }
         } else if key.eq_ignore_ascii_case("labelsContain") {
-            let selector = clauses.object_selector.get_or_insert_with(LabelSelector::default);
+            let selector = clauses
+                .object_selector
+                .get_or_insert_with(LabelSelector::default);
             for entry in node::strings(value, &at, p) {
                 match entry.split_once('=') {
                     Some((k, v)) => {
@@ -149,7 +151,9 @@ pub(super) fn rule_clauses(
     p: &mut Problems,
 ) {
     let own = content_clauses(f, path, p);
-    let restricted = f.take("attributeRestrictions", p).map(|n| restrictions(n, path, p));
+    let restricted = f
+        .take("attributeRestrictions", p)
+        .map(|n| restrictions(n, path, p));
     rule.clauses = match (own, restricted) {
         (Some(_), Some(_)) => {
             p.push(
@@ -276,7 +280,11 @@ fn parse_requirement(e: &Node, epath: &str, p: &mut Problems) -> Option<Selector
         p.push(e.line, format!("missing `{epath}.key`"));
     }
     let Some(operator) = SelectorOperator::parse(&operator) else {
-        let found = if operator.is_empty() { "none".to_string() } else { format!("`{operator}`") };
+        let found = if operator.is_empty() {
+            "none".to_string()
+        } else {
+            format!("`{operator}`")
+        };
         p.push(
             e.line,
             format!("`{epath}.operator` must be `In`, `NotIn`, `Exists` or `DoesNotExist`, found {found}"),
@@ -296,6 +304,9 @@ fn parse_requirement(e: &Node, epath: &str, p: &mut Problems) -> Option<Selector
             format!("`{epath}.values` must be empty for operator `Exists` or `DoesNotExist`"),
         );
     }
-    Some(SelectorRequirement { key, operator, values })
+    Some(SelectorRequirement {
+        key,
+        operator,
+        values,
+    })
 }
-
