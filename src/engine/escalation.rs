@@ -17,6 +17,10 @@
 //! rule are ignored when breaking it down — the rule is treated as granting its positive
 //! entries, which can only make the check stricter.
 //!
+//! Content clauses (issue 16): a rule with clauses is narrower than the same rule without, so
+//! an unrestricted grant covers it; a grant the caller holds only under clauses covers only a
+//! rule restricted exactly the same way (a refusal says so).
+//!
 //! Super-users bypass the check, as upstream's super-user does (that is how policy bootstraps).
 
 use std::collections::BTreeSet;
@@ -27,7 +31,7 @@ use crate::policy::model::PolicyObject;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
 use crate::policy::rbac::{
     api_group_matches, is_negated, non_resource_url_entry_matches, resource_matches,
-    resource_name_matches, verb_matches,
+    resource_name_matches, rule_matches, verb_matches,
 };
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
@@ -196,6 +200,17 @@ fn deny_rules_for<'p>(
     user: &UserInfo,
     namespace: &str,
 ) -> Vec<(&'p Binding, &'p PolicyRule)> {
+    rules_for(policy, aggregated, user, namespace, |rule| rule.deny)
+}
+
+/// The rules of `pick` that apply to `user` in `namespace`.
+fn rules_for<'p>(
+    policy: &'p PolicySet,
+    aggregated: &'p std::collections::HashMap<String, Vec<PolicyRule>>,
+    user: &UserInfo,
+    namespace: &str,
+    pick: impl Fn(&PolicyRule) -> bool,
+) -> Vec<(&'p Binding, &'p PolicyRule)> {
     let mut out = Vec::new();
     for binding in &policy.bindings {
         let in_scope = match binding.kind {
@@ -211,7 +226,7 @@ fn deny_rules_for<'p>(
             continue;
         }
         for rule in role_rules(policy, aggregated, binding).unwrap_or_default() {
-            if rule.deny {
+            if pick(rule) {
                 out.push((binding, rule));
             }
         }
@@ -297,16 +312,40 @@ impl EscalationCheck<'_> {
         namespace: &str,
     ) -> Vec<String> {
         let denies = deny_rules_for(policy, aggregated, self.caller, namespace);
+        // Allow rules the caller holds only under content clauses: each covers exactly the
+        // same rule restricted the same way (issue 16 point 7).
+        let restricted = rules_for(policy, aggregated, self.caller, namespace, |rule| {
+            !rule.deny && rule.clauses.is_some()
+        });
         let mut missing = BTreeSet::new();
         for rule in rules {
             for atom in atoms(rule) {
+                let action = atom.action(namespace);
                 if let Some((binding, _)) = denies.iter().find(|(_, deny)| atom.overlaps(deny)) {
                     missing.insert(format!(
                         "{} (a deny rule reached through {} withholds it from you)",
                         atom.describe(),
                         binding.describe()
                     ));
-                } else if !self.allowed(atom.action(namespace)) {
+                } else if self.allowed(action.clone()) {
+                    // Held without restriction: covers the rule with or without clauses.
+                } else if let Some(clauses) = &rule.clauses {
+                    let held = restricted.iter().any(|(_, held)| {
+                        held.clauses.as_deref() == Some(&**clauses) && rule_matches(held, &action)
+                    });
+                    if !held {
+                        missing.insert(format!(
+                            "{} restricted to {} (you hold it under no restriction, nor under exactly this one)",
+                            atom.describe(),
+                            clauses.describe()
+                        ));
+                    }
+                } else if restricted.iter().any(|(_, held)| rule_matches(held, &action)) {
+                    missing.insert(format!(
+                        "{} (you hold it only under content restrictions, which this rule lacks)",
+                        atom.describe()
+                    ));
+                } else {
                     missing.insert(atom.describe());
                 }
             }

@@ -184,3 +184,56 @@ rules: []
     assert!(refusal.contains("aggregationRule"), "{refusal}");
     assert_eq!(check(&engine, &policy, "root", aggregator), Ok(()));
 }
+
+/// A holder's restricted rule covers only the identical restricted rule; an unrestricted
+/// grant covers any restriction of it (issue 16 point 7).
+#[test]
+fn restricted_grants_cover_only_the_same_restriction() {
+    let (policy, engine) = setup(
+        r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: labeler, namespace: team}
+rules:
+- {apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"], fields: [".metadata.labels"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bot-labeler, namespace: team}
+subjects: [{kind: User, name: bot}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: labeler}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bot-roles, namespace: team}
+subjects: [{kind: User, name: bot}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: role-writer}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: role-writer, namespace: team}
+rules:
+- {apiGroups: ["rbac.authorization.k8s.io"], resources: ["roles"], verbs: ["create"]}
+"#,
+    );
+    let role = |rule: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: copy, namespace: team}}\nrules:\n- {rule}\n"
+        )
+    };
+    let same = role(
+        r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"], fields: [".metadata.labels"]}"#,
+    );
+    assert_eq!(check(&engine, &policy, "bot", &same), Ok(()));
+    let unrestricted = role(r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"]}"#);
+    let refusal = check(&engine, &policy, "bot", &unrestricted).unwrap_err();
+    assert!(refusal.contains("only under content restrictions"), "{refusal}");
+    let other = role(
+        r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"], fields: [".spec"]}"#,
+    );
+    let refusal = check(&engine, &policy, "bot", &other).unwrap_err();
+    assert!(refusal.contains("restricted to fields [.spec]"), "{refusal}");
+    // Ann holds `*` on apps unrestricted: any restriction of it is hers to grant.
+    assert_eq!(check(&engine, &policy, "ann", &other), Ok(()));
+}
