@@ -340,7 +340,10 @@ impl EscalationCheck<'_> {
                             clauses.describe()
                         ));
                     }
-                } else if restricted.iter().any(|(_, held)| rule_matches(held, &action)) {
+                } else if restricted
+                    .iter()
+                    .any(|(_, held)| rule_matches(held, &action))
+                {
                     missing.insert(format!(
                         "{} (you hold it only under content restrictions, which this rule lacks)",
                         atom.describe()

@@ -5,9 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::policy::model::{
-    Binding, BindingKind, LabelSelector, PolicyRule, Role, RoleKind, SelectorOperator,
-};
+use crate::policy::model::{Binding, BindingKind, LabelSelector, PolicyRule, Role, RoleKind};
 
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -47,8 +45,38 @@ fn rule(rule: &PolicyRule) -> Value {
         let value =
             serde_json::from_str(restrictions).unwrap_or(Value::String(restrictions.clone()));
         out.insert("attributeRestrictions".into(), value);
+    } else if let Some(clauses) = &rule.clauses {
+        // authzd's own clauses (restrictions were rendered as written, above).
+        if !clauses.fields.is_empty() {
+            let fields: Vec<&str> = clauses.fields.iter().map(|p| p.text()).collect();
+            out.insert("fields".into(), json!(fields));
+        }
+        if let Some(object) = &clauses.object_selector {
+            out.insert("objectSelector".into(), selector(object));
+        }
+        for (key, requirements) in [
+            ("fieldSelector", &clauses.field_selector),
+            ("labelSelector", &clauses.label_selector),
+        ] {
+            if !requirements.is_empty() {
+                out.insert(
+                    key.into(),
+                    Value::Array(requirements.iter().map(requirement).collect()),
+                );
+            }
+        }
     }
     Value::Object(out)
+}
+
+fn requirement(req: &crate::request::SelectorRequirement) -> Value {
+    let mut e = Map::new();
+    e.insert("key".into(), json!(req.key));
+    e.insert("operator".into(), json!(req.operator.as_str()));
+    if !req.values.is_empty() {
+        e.insert("values".into(), json!(req.values));
+    }
+    Value::Object(e)
 }
 
 fn selector(selector: &LabelSelector) -> Value {
@@ -57,25 +85,7 @@ fn selector(selector: &LabelSelector) -> Value {
         out.insert("matchLabels".into(), json!(selector.match_labels));
     }
     if !selector.match_expressions.is_empty() {
-        let expressions: Vec<Value> = selector
-            .match_expressions
-            .iter()
-            .map(|req| {
-                let operator = match req.operator {
-                    SelectorOperator::In => "In",
-                    SelectorOperator::NotIn => "NotIn",
-                    SelectorOperator::Exists => "Exists",
-                    SelectorOperator::DoesNotExist => "DoesNotExist",
-                };
-                let mut e = Map::new();
-                e.insert("key".into(), json!(req.key));
-                e.insert("operator".into(), json!(operator));
-                if !req.values.is_empty() {
-                    e.insert("values".into(), json!(req.values));
-                }
-                Value::Object(e)
-            })
-            .collect();
+        let expressions: Vec<Value> = selector.match_expressions.iter().map(requirement).collect();
         out.insert("matchExpressions".into(), Value::Array(expressions));
     }
     Value::Object(out)
@@ -161,6 +171,42 @@ mod tests {
     use super::*;
     use crate::policy::load::{load_paths, load_sources, LoadOptions};
     use crate::policy::model::Source;
+
+    /// Rules with content clauses render to manifests that load back to the same rules.
+    #[test]
+    fn content_clauses_round_trip() {
+        let text = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: clauses}
+rules:
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["update"]
+  fields: [".metadata.labels['team.example.com/*']", ".metadata.finalizers[=\"x\"]"]
+  objectSelector: {matchLabels: {app: web}, matchExpressions: [{key: protected, operator: DoesNotExist}]}
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+  fieldSelector: [{key: spec.nodeName, operator: In, values: ["{{nodeName}}"]}]
+  labelSelector: [{key: tier, operator: Exists}]
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["delete"]
+  deny: true
+  attributeRestrictions: {labelsContain: [protected]}
+"#;
+        let policy =
+            load_sources(&[("c.yaml".into(), text.into())], &LoadOptions::default()).unwrap();
+        let values: Vec<Value> = policy.roles.iter().map(role_to_value).collect();
+        let back = load_sources(
+            &[("r.yaml".into(), to_multi_yaml(&values))],
+            &LoadOptions::default(),
+        )
+        .unwrap();
+        assert_eq!(back.roles[0].rules, policy.roles[0].rules);
+        assert!(policy.roles[0].rules.iter().all(|r| r.clauses.is_some()));
+    }
 
     /// Every object of the shipped policy renders to a manifest that loads back to itself.
     #[test]

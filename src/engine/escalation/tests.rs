@@ -226,14 +226,21 @@ rules:
         r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"], fields: [".metadata.labels"]}"#,
     );
     assert_eq!(check(&engine, &policy, "bot", &same), Ok(()));
-    let unrestricted = role(r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"]}"#);
+    let unrestricted =
+        role(r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"]}"#);
     let refusal = check(&engine, &policy, "bot", &unrestricted).unwrap_err();
-    assert!(refusal.contains("only under content restrictions"), "{refusal}");
+    assert!(
+        refusal.contains("only under content restrictions"),
+        "{refusal}"
+    );
     let other = role(
         r#"{apiGroups: ["apps"], resources: ["deployments"], verbs: ["update"], fields: [".spec"]}"#,
     );
     let refusal = check(&engine, &policy, "bot", &other).unwrap_err();
-    assert!(refusal.contains("restricted to fields [.spec]"), "{refusal}");
+    assert!(
+        refusal.contains("restricted to fields [.spec]"),
+        "{refusal}"
+    );
     // Ann holds `*` on apps unrestricted: any restriction of it is hers to grant.
     assert_eq!(check(&engine, &policy, "ann", &other), Ok(()));
 }
