@@ -20,8 +20,16 @@
 //!     resource: {namespace: ns, verb: get, group: "", version: v1, resource: pods,
 //!                subresource: "", name: ""}
 //!     # or non_resource: {path: /healthz, verb: get}
+//!     content:                 # optional (issue 16): what the request carries
+//!       object: {metadata: {labels: {a: b}}}       # the object as it will be stored
+//!       old_object: {...}                          # the stored object
+//!       object_text: "not json"                    # raw text instead of `object`
+//!       changed_paths: [".metadata.labels"]        # the caller's own diff
+//!       field_selector: ["spec.nodeName In n1"]    # KEP-4601: `key Op v1,v2`
+//!       label_selector: ["tier Exists"]
 //!     expect:
-//!       decision: ALLOW | DENY | NO_OPINION        # required, written by hand
+//!       decision: ALLOW | DENY | NO_OPINION        # required, written by hand;
+//!                                                  # INVALID_ARGUMENT: unreadable content
 //!       reason: "exact reason"                     # optional; exact
 //!       allowed_by: ["RBAC ClusterRoleBinding/b -> ClusterRole/r rule 0"]  # optional; exact
 //!       denied_by: []                              # optional; exact
@@ -57,11 +65,15 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
+use authzd::engine::content::ContentError;
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{AllowedSubjects, Decision, Engine, EngineConfig, Mode, Response, RuleRef};
 use authzd::policy::load::{load_sources, LoadError, LoadErrors, LoadOptions};
 use authzd::policy::model::PolicySet;
-use authzd::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
+use authzd::request::{
+    Action, Content, NonResourceAttributes, Request, ResourceAttributes, SelectorOperator,
+    SelectorRequirement, UserInfo,
+};
 use serde::Deserialize;
 
 const UPDATE_ENV: &str = "AUTHZD_GOLDEN_UPDATE";
@@ -114,6 +126,67 @@ struct NonResourceSpec {
     verb: String,
 }
 
+/// What a request carries beyond its deciding fields (issue 16): objects as YAML, the
+/// caller's own changed paths, and KEP-4601 selectors as `key op value` strings.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct ContentSpec {
+    object: Option<serde_json::Value>,
+    old_object: Option<serde_json::Value>,
+    /// The object as raw text (for unreadable content); replaces `object`.
+    object_text: Option<String>,
+    changed_paths: Vec<String>,
+    field_selector: Vec<String>,
+    label_selector: Vec<String>,
+}
+
+impl ContentSpec {
+    fn build(&self) -> Result<Content, String> {
+        let mut content = Content::default();
+        content.object = match (&self.object_text, &self.object) {
+            (Some(text), _) => Some(text.clone().into_bytes()),
+            (None, Some(v)) => Some(serde_json::to_vec(v).map_err(|e| e.to_string())?),
+            (None, None) => None,
+        };
+        content.old_object = match &self.old_object {
+            Some(v) => Some(serde_json::to_vec(v).map_err(|e| e.to_string())?),
+            None => None,
+        };
+        content.changed_paths = self.changed_paths.clone();
+        content.field_selector = self
+            .field_selector
+            .iter()
+            .map(|r| requirement(r))
+            .collect::<Result<_, _>>()?;
+        content.label_selector = self
+            .label_selector
+            .iter()
+            .map(|r| requirement(r))
+            .collect::<Result<_, _>>()?;
+        Ok(content)
+    }
+}
+
+/// `key In a,b`, `key NotIn a`, `key Exists`, `key DoesNotExist`.
+fn requirement(text: &str) -> Result<SelectorRequirement, String> {
+    let mut parts = text.split_whitespace();
+    let (Some(key), Some(op)) = (parts.next(), parts.next()) else {
+        return Err(format!(
+            "selector requirement `{text}`: want `key Op [values]`"
+        ));
+    };
+    let operator = SelectorOperator::parse(op).ok_or_else(|| format!("unknown operator `{op}`"))?;
+    let values = parts
+        .next()
+        .map(|v| v.split(',').map(str::to_string).collect())
+        .unwrap_or_default();
+    Ok(SelectorRequirement {
+        key: key.to_string(),
+        operator,
+        values,
+    })
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuthorizeCase {
@@ -126,12 +199,16 @@ struct AuthorizeCase {
     resource: Option<ResourceSpec>,
     #[serde(default)]
     non_resource: Option<NonResourceSpec>,
+    #[serde(default)]
+    content: Option<ContentSpec>,
     expect: AuthorizeExpect,
 }
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct AuthorizeExpect {
+    /// `ALLOW`, `DENY`, `NO_OPINION`, or `INVALID_ARGUMENT` for content a rule needed and
+    /// could not read (then `evaluation_error` holds the refusal).
     decision: String,
     #[serde(default)]
     reason: Option<String>,
@@ -151,6 +228,8 @@ struct WhoCanCase {
     resource: Option<ResourceSpec>,
     #[serde(default)]
     non_resource: Option<NonResourceSpec>,
+    #[serde(default)]
+    content: Option<ContentSpec>,
     expect: WhoCanExpect,
 }
 
@@ -361,8 +440,28 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
             },
             action,
         };
-        let got = engine.authorize(&request);
-        let oracle = reference.authorize(&request);
+        let content = match case.content.as_ref().map(ContentSpec::build).transpose() {
+            Ok(c) => c,
+            Err(e) => {
+                report.failures.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        let refused = |e: ContentError| Response {
+            decision: Decision::NoOpinion,
+            reason: "INVALID_ARGUMENT".into(),
+            allowed_by: Vec::new(),
+            denied_by: Vec::new(),
+            errors: vec![e.to_string()],
+            encoded: Default::default(),
+            plan: Default::default(),
+        };
+        let got = engine
+            .authorize_content(request.with_content(content.as_ref()))
+            .unwrap_or_else(refused);
+        let oracle = reference
+            .authorize_content(&request, content.as_ref())
+            .unwrap_or_else(refused);
         if got != oracle {
             report.failures.push(format!(
                 "{what}: engine and reference evaluator disagree\n  engine:    {}\n  reference: {}",
@@ -370,8 +469,13 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
                 show_response(&oracle)
             ));
         }
+        let decision = if got.reason == "INVALID_ARGUMENT" {
+            "INVALID_ARGUMENT"
+        } else {
+            got.decision.as_str()
+        };
         let mut problems = check_authorize(&case.expect, &got);
-        let decision_ok = got.decision.as_str() == case.expect.decision;
+        let decision_ok = decision == case.expect.decision;
         if decision_ok {
             updates.insert(
                 (doc, Section::Authorize, case.name.clone()),
@@ -400,8 +504,23 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
                 continue;
             }
         };
-        let got = engine.allowed_subjects(&action);
-        let oracle = reference.allowed_subjects(&action);
+        let content = match case.content.as_ref().map(ContentSpec::build).transpose() {
+            Ok(c) => c,
+            Err(e) => {
+                report.failures.push(format!("{what}: {e}"));
+                continue;
+            }
+        };
+        let unreadable = |e: ContentError| AllowedSubjects {
+            errors: vec![format!("INVALID_ARGUMENT {e}")],
+            ..Default::default()
+        };
+        let got = engine
+            .allowed_subjects_content(&action, content.as_ref())
+            .unwrap_or_else(unreadable);
+        let oracle = reference
+            .allowed_subjects_content(&action, content.as_ref())
+            .unwrap_or_else(unreadable);
         if got != oracle {
             report.failures.push(format!(
                 "{what}: engine and reference evaluator disagree\n  engine:    {got:?}\n  reference: {oracle:?}"
@@ -418,7 +537,12 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
                 problems.clear();
             }
         }
-        problems.extend(who_can_agrees_with_authorize(&engine, &action, &got));
+        problems.extend(who_can_agrees_with_authorize(
+            &engine,
+            &action,
+            content.as_ref(),
+            &got,
+        ));
         if !problems.is_empty() {
             report
                 .failures
@@ -501,16 +625,21 @@ fn show_response(r: &Response) -> String {
 
 fn check_authorize(expect: &AuthorizeExpect, got: &Response) -> Vec<String> {
     let mut problems = Vec::new();
-    let known = [Decision::Allow, Decision::Deny, Decision::NoOpinion];
-    if !known.iter().any(|d| d.as_str() == expect.decision) {
+    let known = ["ALLOW", "DENY", "NO_OPINION", "INVALID_ARGUMENT"];
+    let decision = if got.reason == "INVALID_ARGUMENT" {
+        "INVALID_ARGUMENT"
+    } else {
+        got.decision.as_str()
+    };
+    if !known.contains(&expect.decision.as_str()) {
         problems.push(format!(
-            "  decision: `{}` is not ALLOW, DENY or NO_OPINION",
+            "  decision: `{}` is not ALLOW, DENY, NO_OPINION or INVALID_ARGUMENT",
             expect.decision
         ));
-    } else if got.decision.as_str() != expect.decision {
+    } else if decision != expect.decision {
         problems.push(format!(
-            "  decision: expected {}, got {}",
-            expect.decision, got.decision
+            "  decision: expected {}, got {decision}",
+            expect.decision
         ));
     }
     if let Some(reason) = &expect.reason {
@@ -581,19 +710,21 @@ fn check_who_can(expect: &WhoCanExpect, got: &AllowedSubjects) -> Vec<String> {
 fn who_can_agrees_with_authorize(
     engine: &Engine,
     action: &Action,
+    content: Option<&Content>,
     got: &AllowedSubjects,
 ) -> Vec<String> {
     let ask = |name: &str, groups: Vec<String>| {
+        let request = Request {
+            user: UserInfo {
+                name: name.to_string(),
+                groups,
+                ..Default::default()
+            },
+            action: action.clone(),
+        };
         engine
-            .authorize(&Request {
-                user: UserInfo {
-                    name: name.to_string(),
-                    groups,
-                    ..Default::default()
-                },
-                action: action.clone(),
-            })
-            .decision
+            .authorize_content(request.with_content(content))
+            .map_or(Decision::NoOpinion, |r| r.decision)
     };
     let mut problems = Vec::new();
     for (list, expected) in [
