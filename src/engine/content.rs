@@ -14,7 +14,9 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
+
+use smallvec::SmallVec;
 
 use crate::engine::chain::{fold_chain, FirstMatches, Verdict};
 use crate::engine::{Decided, Response, RuleRef};
@@ -61,7 +63,7 @@ pub struct RbacPlan {
 pub struct ChangeChecker<'a> {
     verb: &'a str,
     content: Option<&'a crate::request::Content>,
-    pub changes: Vec<Change>,
+    pub changes: SmallVec<[Change; 1]>,
 }
 
 impl<'a> ChangeChecker<'a> {
@@ -74,9 +76,9 @@ impl<'a> ChangeChecker<'a> {
     ) -> Result<Self, ContentError> {
         let verb = action.verb();
         let changes = if reads_changes {
-            changes(verb, content, &DiffConfig::default())?
+            changes(verb, content, &DiffConfig::default())?.into()
         } else {
-            vec![Change::Path(FieldPath::ROOT)]
+            smallvec::smallvec![Change::Path(FieldPath::ROOT)]
         };
         Ok(Self {
             verb,
@@ -142,19 +144,66 @@ pub fn combine(
 /// The user name who-can evaluates a group's clauses as: a member bound nowhere, no node.
 pub const WHO_CAN_PROBE: &str = "authzd:who-can-probe";
 
+/// What RBAC's plan found for one request: per unit of change, the first covering rule of
+/// each precedence class (as positions in the plan), and the errors.
+pub struct RbacOutcome<'p> {
+    plan: &'p RbacPlan,
+    per_change: PerChange<FirstMatches<usize>>,
+    errors: BTreeSet<String>,
+}
+
+/// Records per unit of change; most requests have one.
+type PerChange<M> = SmallVec<[(Change, M); 1]>;
+
+/// The identity of an outcome that alone determines the finished answer: one unit of change
+/// with nothing to say about it, no errors, and the deciding rules.
+type OutcomeKey = (crate::engine::Decision, Option<usize>, Option<usize>);
+
+impl RbacOutcome<'_> {
+    fn key(&self) -> Option<OutcomeKey> {
+        match &self.per_change[..] {
+            [(change, matches)] if self.errors.is_empty() && change.describe().is_none() => {
+                match matches.deciding_pair() {
+                    Some((decision, allow, deny)) => Some((decision, allow, deny)),
+                    None => Some((crate::engine::Decision::NoOpinion, None, None)),
+                }
+            }
+            _ => None,
+        }
+    }
+
+    fn verdict(self) -> Verdict {
+        let rules = &self.plan.rules;
+        aggregate(
+            self.per_change,
+            self.errors.into_iter().collect(),
+            |_, i: usize| rules.get(i).map(|r| r.reason.clone()).unwrap_or_default(),
+            |i: usize| match rules.get(i) {
+                Some(rule) => rule.rule_ref.clone(),
+                None => crate::engine::explain::simple_rule_ref(crate::engine::explain::RBAC, ""),
+            },
+        )
+    }
+}
+
 impl RbacPlan {
     /// RBAC's verdict for `request` with its content (or the fold, without).
     pub fn resolve(&self, request: RequestRef<'_>) -> Result<Verdict, ContentError> {
+        Ok(self.outcome(request)?.verdict())
+    }
+
+    fn outcome(&self, request: RequestRef<'_>) -> Result<RbacOutcome<'_>, ContentError> {
         let reads = self
             .rules
             .iter()
             .any(|r| r.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let checker = ChangeChecker::new(request.action, request.content, reads)?;
+        let mut checker = ChangeChecker::new(request.action, request.content, reads)?;
         let mut errors: BTreeSet<String> = self.errors.iter().cloned().collect();
-        let mut per_change = Vec::with_capacity(checker.changes.len());
-        for change in &checker.changes {
+        let mut per_change = PerChange::new();
+        let changes = std::mem::take(&mut checker.changes);
+        for change in changes {
             let mut matches = FirstMatches::default();
-            for rule in &self.rules {
+            for (i, rule) in self.rules.iter().enumerate() {
                 let error = |what: &str| {
                     restriction_error(
                         &rule.rule_ref.role,
@@ -166,22 +215,21 @@ impl RbacPlan {
                 if let Some(effect) = checker.check(
                     request.user.name,
                     (rule.deny, rule.clauses.as_deref()),
-                    change,
+                    &change,
                     error,
                     &mut errors,
                 )? {
                     debug_assert!(effect == rule.effect() || effect == RuleEffect::Deny);
-                    matches.record(effect, rule.cluster, rule);
+                    matches.record(effect, rule.cluster, i);
                 }
             }
-            per_change.push((change.clone(), matches));
+            per_change.push((change, matches));
         }
-        Ok(aggregate(
+        Ok(RbacOutcome {
+            plan: self,
             per_change,
-            errors.into_iter().collect(),
-            |_, rule: &PlanRule| rule.reason.clone(),
-            |rule: &PlanRule| rule.rule_ref.clone(),
-        ))
+            errors,
+        })
     }
 }
 
@@ -189,11 +237,12 @@ impl RbacPlan {
 /// first), ALLOW if every change is allowed, otherwise NO_OPINION naming the first change no
 /// rule covers. Errors come sorted and de-duplicated.
 pub fn aggregate<H: Copy>(
-    per_change: Vec<(Change, FirstMatches<H>)>,
+    per_change: impl IntoIterator<Item = (Change, FirstMatches<H>)>,
     errors: Vec<String>,
     reason: impl Fn(&'static str, H) -> String,
     rule_ref: impl Fn(H) -> RuleRef,
 ) -> Verdict {
+    let per_change: PerChange<FirstMatches<H>> = per_change.into_iter().collect();
     let count = per_change.len();
     let deciding = per_change
         .iter()
@@ -242,8 +291,17 @@ pub fn aggregate<H: Copy>(
 /// A content-free answer's way to its finished form: the verdict of every authorizer of the
 /// chain, RBAC's as a plan. Super-users never get one (they bypass the chain).
 pub struct ContentPlan {
-    pub steps: Vec<PlanStep>,
+    steps: Vec<PlanStep>,
+    /// Finished answers by outcome, for outcomes that alone determine the answer: a hot
+    /// object finished again and again allocates nothing after its first answer.
+    finished: RwLock<Finished>,
 }
+
+/// A plan's finished answers by outcome.
+type Finished = SmallVec<[(OutcomeKey, Arc<Response>); 2]>;
+
+/// How many finished answers one plan keeps.
+const FINISHED_MEMO: usize = 8;
 
 pub enum PlanStep {
     /// An authorizer whose verdict does not depend on content.
@@ -258,13 +316,38 @@ impl fmt::Debug for ContentPlan {
 }
 
 impl ContentPlan {
-    /// The chain's response for `request` with its content.
-    pub fn finish(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
-        let mut verdicts = Vec::with_capacity(self.steps.len());
+    pub fn new(steps: Vec<PlanStep>) -> Self {
+        Self {
+            steps,
+            finished: RwLock::new(SmallVec::new()),
+        }
+    }
+
+    /// The chain's response for `request` with its content. Every step before RBAC said no
+    /// opinion when the plan was made (or RBAC would not have run), so RBAC's outcome, found
+    /// first, determines the answer.
+    pub fn finish(&self, request: RequestRef<'_>) -> Result<Arc<Response>, ContentError> {
+        let mut rbac = None;
+        for step in &self.steps {
+            if let PlanStep::Rbac(plan) = step {
+                rbac = Some(plan.outcome(request)?);
+            }
+        }
+        let key = rbac.as_ref().and_then(RbacOutcome::key);
+        if let Some(key) = key {
+            let memo = self.finished.read().unwrap_or_else(|e| e.into_inner());
+            if let Some((_, response)) = memo.iter().find(|(k, _)| *k == key) {
+                return Ok(response.clone());
+            }
+        }
+        let mut verdicts: SmallVec<[Verdict; 2]> = SmallVec::new();
         for step in &self.steps {
             let verdict = match step {
                 PlanStep::Fixed(verdict) => verdict.clone(),
-                PlanStep::Rbac(plan) => plan.resolve(request)?,
+                PlanStep::Rbac(_) => match rbac.take() {
+                    Some(outcome) => outcome.verdict(),
+                    None => Verdict::no_opinion("", Vec::new()),
+                },
             };
             let decided = verdict.decision != crate::engine::Decision::NoOpinion;
             verdicts.push(verdict);
@@ -272,7 +355,14 @@ impl ContentPlan {
                 break;
             }
         }
-        Ok(fold_chain(verdicts))
+        let response = Arc::new(fold_chain(verdicts));
+        if let Some(key) = key {
+            let mut memo = self.finished.write().unwrap_or_else(|e| e.into_inner());
+            if memo.len() < FINISHED_MEMO && !memo.iter().any(|(k, _)| *k == key) {
+                memo.push((key, response.clone()));
+            }
+        }
+        Ok(response)
     }
 }
 
@@ -297,7 +387,7 @@ pub fn finish(decided: Decided, request: RequestRef<'_>) -> Result<Decided, Cont
         return Ok(decided);
     };
     Ok(Decided {
-        response: Arc::new(plan.finish(request)?),
+        response: plan.finish(request)?,
         cached: decided.cached,
     })
 }

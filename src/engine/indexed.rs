@@ -126,7 +126,7 @@ impl Engine {
                     (_, None) => PlanStep::Fixed(self.abac(request)),
                 })
                 .collect();
-            response.plan = PlanSlot(Some(Arc::new(ContentPlan { steps })));
+            response.plan = PlanSlot(Some(Arc::new(ContentPlan::new(steps))));
         }
         response
     }
@@ -135,7 +135,7 @@ impl Engine {
     pub fn authorize_content(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
         let response = self.authorize_borrowed(request);
         match (&response.plan.0, request.content) {
-            (Some(plan), Some(_)) => plan.finish(request),
+            (Some(plan), Some(_)) => plan.finish(request).map(|r| (*r).clone()),
             _ => Ok(response),
         }
     }

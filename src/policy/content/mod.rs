@@ -10,8 +10,11 @@
 pub mod path;
 pub mod selector;
 
+use std::borrow::Cow;
 use std::collections::BTreeSet;
 use std::fmt;
+
+use smallvec::SmallVec;
 
 use serde_json::Value;
 
@@ -170,6 +173,33 @@ pub fn decoded(content: &Content, which: Which) -> Result<Option<&Value>, Conten
     }
 }
 
+/// Whether a requirement reads a field or a label.
+#[derive(Clone, Copy, Debug)]
+enum On {
+    Field,
+    Label,
+}
+
+/// A clause requirement as one request sees it: templates resolved, borrowed where possible.
+struct Requirement<'s> {
+    on: On,
+    key: &'s str,
+    operator: SelectorOperator,
+    values: SmallVec<[Cow<'s, str>; 2]>,
+}
+
+impl Requirement<'_> {
+    fn view(&self) -> selector::Requirement<'_> {
+        selector::Requirement {
+            key: self.key,
+            operator: self.operator,
+            values: &self.values,
+        }
+    }
+}
+
+type Requirements<'s> = SmallVec<[Requirement<'s>; 4]>;
+
 /// What a rule's clauses are evaluated against.
 #[derive(Clone, Copy, Debug)]
 pub struct Evidence<'a> {
@@ -231,26 +261,26 @@ impl Clauses {
         if self.same_node && node.is_none() {
             return Ok(Coverage::Not);
         }
-        let Some((fields, labels)) = self.resolved(evidence.user, node) else {
+        let Some(requirements) = self.resolved(evidence.user, node) else {
             return Ok(Coverage::Not);
         };
         if is_collection_verb(evidence.verb) {
             let (asked_fields, asked_labels) = evidence.content.map_or((&[][..], &[][..]), |c| {
                 (&c.field_selector[..], &c.label_selector[..])
             });
-            let pairs = fields
-                .iter()
-                .map(|r| (asked_fields, r))
-                .chain(labels.iter().map(|r| (asked_labels, r)));
+            let asked = |r: &Requirement<'_>| match r.on {
+                On::Field => asked_fields,
+                On::Label => asked_labels,
+            };
             let holds = if deny {
                 // A deny applies unless the request's selection provably avoids it.
-                pairs
-                    .into_iter()
-                    .all(|(asked, r)| !selector::disjoint(asked, r))
+                requirements
+                    .iter()
+                    .all(|r| !selector::disjoint(asked(r), &r.view()))
             } else {
-                pairs
-                    .into_iter()
-                    .all(|(asked, r)| selector::implies(asked, r))
+                requirements
+                    .iter()
+                    .all(|r| selector::implies(asked(r), &r.view()))
             };
             return Ok(if holds {
                 Coverage::Covers
@@ -259,12 +289,10 @@ impl Clauses {
             });
         }
         let object_holds = |object: &Value| {
-            fields
-                .iter()
-                .all(|r| selector::holds(r, selector::field(object, &r.key).as_deref()))
-                && labels
-                    .iter()
-                    .all(|r| selector::holds(r, selector::label(object, &r.key)))
+            requirements.iter().all(|r| match r.on {
+                On::Field => r.view().holds(selector::field(object, r.key).as_deref()),
+                On::Label => r.view().holds(selector::label(object, r.key)),
+            })
         };
         let needed: &[Which] = match evidence.verb {
             "create" => &[Which::Object],
@@ -274,8 +302,8 @@ impl Clauses {
                 _ => &[Which::OldObject],
             },
         };
-        let mut missing = Vec::new();
-        let mut results = Vec::new();
+        let mut missing: SmallVec<[&str; 2]> = SmallVec::new();
+        let (mut any_holds, mut any_fails) = (false, false);
         for &which in needed {
             match evidence
                 .content
@@ -283,7 +311,8 @@ impl Clauses {
                 .transpose()?
                 .flatten()
             {
-                Some(object) => results.push(object_holds(object)),
+                Some(object) if object_holds(object) => any_holds = true,
+                Some(_) => any_fails = true,
                 None => missing.push(which.field()),
             }
         }
@@ -295,14 +324,14 @@ impl Clauses {
             ))
         };
         Ok(if deny {
-            if results.iter().any(|&r| r) {
+            if any_holds {
                 Coverage::Covers
             } else if !missing.is_empty() {
                 what()
             } else {
                 Coverage::Not
             }
-        } else if results.iter().any(|&r| !r) {
+        } else if any_fails {
             Coverage::Not
         } else if !missing.is_empty() {
             what()
@@ -323,68 +352,61 @@ impl Clauses {
         }
     }
 
-    /// The field and label requirements with templates resolved (the object selector and the
-    /// same-node rule included); `None` when a template cannot resolve.
-    fn resolved(
-        &self,
-        user: &str,
-        node: Option<&str>,
-    ) -> Option<(Vec<SelectorRequirement>, Vec<SelectorRequirement>)> {
-        let resolve = |r: &SelectorRequirement| -> Option<SelectorRequirement> {
-            let mut values = Vec::with_capacity(r.values.len());
-            for value in &r.values {
-                let mut v = value.replace("{{user}}", user);
-                if v.contains("{{nodeName}}") {
-                    v = v.replace("{{nodeName}}", node?);
-                }
-                values.push(v);
+    /// Every field and label requirement (the object selector and the same-node rule
+    /// included), with templates resolved; `None` when a template cannot resolve. Borrows
+    /// from the clauses: only a templated value is a new string.
+    fn resolved<'s>(&'s self, user: &str, node: Option<&'s str>) -> Option<Requirements<'s>> {
+        let mut out = Requirements::new();
+        let resolve = |value: &'s str| -> Option<Cow<'s, str>> {
+            if !value.contains("{{") {
+                return Some(Cow::Borrowed(value));
             }
-            Some(SelectorRequirement {
-                key: r.key.clone(),
-                operator: r.operator,
-                values,
-            })
+            let mut v = value.replace("{{user}}", user);
+            if v.contains("{{nodeName}}") {
+                v = v.replace("{{nodeName}}", node?);
+            }
+            Some(Cow::Owned(v))
         };
-        let mut fields: Vec<SelectorRequirement> = self
-            .field_selector
-            .iter()
-            .map(resolve)
-            .collect::<Option<_>>()?;
-        let mut labels: Vec<SelectorRequirement> = self
-            .label_selector
-            .iter()
-            .map(resolve)
-            .collect::<Option<_>>()?;
+        for (on, list) in [
+            (On::Field, &self.field_selector),
+            (On::Label, &self.label_selector),
+        ] {
+            for r in list {
+                out.push(Requirement {
+                    on,
+                    key: &r.key,
+                    operator: r.operator,
+                    values: r.values.iter().map(|v| resolve(v)).collect::<Option<_>>()?,
+                });
+            }
+        }
         if let Some(selector) = &self.object_selector {
-            labels.extend(
-                selector
-                    .match_labels
-                    .iter()
-                    .map(|(k, v)| SelectorRequirement {
-                        key: k.clone(),
-                        operator: SelectorOperator::In,
-                        values: vec![v.clone()],
-                    }),
-            );
-            labels.extend(
-                selector
-                    .match_expressions
-                    .iter()
-                    .map(|e| SelectorRequirement {
-                        key: e.key.clone(),
-                        operator: e.operator,
-                        values: e.values.clone(),
-                    }),
-            );
+            for (k, v) in &selector.match_labels {
+                out.push(Requirement {
+                    on: On::Label,
+                    key: k,
+                    operator: SelectorOperator::In,
+                    values: smallvec::smallvec![Cow::Borrowed(v.as_str())],
+                });
+            }
+            for e in &selector.match_expressions {
+                out.push(Requirement {
+                    on: On::Label,
+                    key: &e.key,
+                    operator: e.operator,
+                    values: e.values.iter().map(|v| Cow::Borrowed(v.as_str())).collect(),
+                });
+            }
         }
         if self.same_node {
-            fields.push(SelectorRequirement {
-                key: "spec.nodeName".into(),
+            out.push(Requirement {
+                on: On::Field,
+                key: "spec.nodeName",
                 operator: SelectorOperator::In,
-                values: vec![node?.to_string()],
+                values: smallvec::smallvec![Cow::Borrowed(node?)],
             });
         }
-        Some((fields, labels))
+        Some(out)
     }
 
     /// A short description for explanations and errors.

@@ -126,12 +126,6 @@ impl FieldPath {
                 .collect(),
         ))
     }
-
-    fn child(&self, step: Step) -> FieldPath {
-        let mut steps = self.0.clone();
-        steps.push(step);
-        FieldPath(steps)
-    }
 }
 
 impl fmt::Display for FieldPath {
@@ -409,20 +403,41 @@ pub fn changed_paths(
     config: &DiffConfig,
 ) -> Result<BTreeSet<FieldPath>, String> {
     let mut out = BTreeSet::new();
-    diff(&FieldPath::ROOT, old, new, config, &mut out)?;
+    // One path, pushed and popped as the walk descends: a path is copied only when emitted.
+    let mut path = FieldPath::default();
+    if old != new {
+        diff(&mut path, old, new, config, &mut out)?;
+    }
     Ok(out)
 }
 
-fn emit(out: &mut BTreeSet<FieldPath>, path: FieldPath) -> Result<(), String> {
+fn emit(out: &mut BTreeSet<FieldPath>, path: &FieldPath) -> Result<(), String> {
     if out.len() >= MAX_PATHS {
         return Err(format!("changes more than {MAX_PATHS} paths"));
     }
-    out.insert(path);
+    out.insert(path.clone());
     Ok(())
 }
 
+/// [`diff`] one step below `path`, when the two values differ (the step is made only then).
+fn diff_child(
+    path: &mut FieldPath,
+    step: impl FnOnce() -> Step,
+    (old, new): (Option<&Value>, Option<&Value>),
+    config: &DiffConfig,
+    out: &mut BTreeSet<FieldPath>,
+) -> Result<(), String> {
+    if old == new {
+        return Ok(());
+    }
+    path.0.push(step());
+    let result = diff(path, old, new, config, out);
+    path.0.pop();
+    result
+}
+
 fn diff(
-    path: &FieldPath,
+    path: &mut FieldPath,
     old: Option<&Value>,
     new: Option<&Value>,
     config: &DiffConfig,
@@ -431,37 +446,41 @@ fn diff(
     if path.0.len() > MAX_DEPTH {
         return Err(format!("nests deeper than {MAX_DEPTH} levels"));
     }
-    if old == new || (!path.0.is_empty() && config.ignores(path)) {
+    // The caller compared the values: they differ.
+    if !path.0.is_empty() && config.ignores(path) {
         return Ok(());
     }
     match (old, new) {
-        (None | Some(Value::Object(_)), None | Some(Value::Object(_)))
-            if !(old.is_none() && new.is_none()) =>
-        {
-            let old_map = old.and_then(Value::as_object);
-            let new_map = new.and_then(Value::as_object);
+        (None | Some(Value::Object(_)), None | Some(Value::Object(_))) => {
             let empty = serde_json::Map::new();
-            let (o, n) = (old_map.unwrap_or(&empty), new_map.unwrap_or(&empty));
+            let o = old.and_then(Value::as_object).unwrap_or(&empty);
+            let n = new.and_then(Value::as_object).unwrap_or(&empty);
             if o.is_empty() && n.is_empty() {
                 // `{}` appearing or disappearing is a change of the member itself.
-                return emit(out, path.clone());
+                return emit(out, path);
             }
-            let keys: BTreeSet<&String> = o.keys().chain(n.keys()).collect();
-            for key in keys {
-                diff(
-                    &path.child(Step::Member(key.clone())),
-                    o.get(key),
-                    n.get(key),
-                    config,
-                    out,
-                )?;
+            // Keys of the old object (changed or removed), then keys only the new one has.
+            for (key, value) in o {
+                let pair = (Some(value), n.get(key));
+                diff_child(path, || Step::Member(key.clone()), pair, config, out)?;
+            }
+            for (key, value) in n {
+                if !o.contains_key(key) {
+                    diff_child(
+                        path,
+                        || Step::Member(key.clone()),
+                        (None, Some(value)),
+                        config,
+                        out,
+                    )?;
+                }
             }
             Ok(())
         }
         (None | Some(Value::Array(_)), None | Some(Value::Array(_))) => {
             match config.list_kind(path) {
                 Some(kind) => diff_list(path, old, new, kind, config, out),
-                None => emit(out, path.clone()),
+                None => emit(out, path),
             }
         }
         _ => {
@@ -470,7 +489,7 @@ fn diff(
             for value in [old, new].into_iter().flatten() {
                 check_depth(value, path.0.len())?;
             }
-            emit(out, path.clone())
+            emit(out, path)
         }
     }
 }
@@ -487,64 +506,68 @@ fn check_depth(value: &Value, depth: usize) -> Result<(), String> {
 }
 
 fn diff_list(
-    path: &FieldPath,
+    path: &mut FieldPath,
     old: Option<&Value>,
     new: Option<&Value>,
     kind: &ListKind,
     config: &DiffConfig,
     out: &mut BTreeSet<FieldPath>,
 ) -> Result<(), String> {
-    let items = |v: Option<&Value>| -> Vec<Value> {
-        v.and_then(Value::as_array).cloned().unwrap_or_default()
-    };
-    let (old_items, new_items) = (items(old), items(new));
+    let empty = Vec::new();
+    let old_items = old.and_then(Value::as_array).unwrap_or(&empty);
+    let new_items = new.and_then(Value::as_array).unwrap_or(&empty);
     match kind {
         ListKind::Set => {
+            let depth = path.0.len() + 1;
             let set = |items: &[Value]| -> Result<BTreeSet<String>, String> {
                 items
                     .iter()
-                    .map(|v| check_depth(v, path.0.len() + 1).map(|()| v.to_string()))
+                    .map(|v| check_depth(v, depth).map(|()| v.to_string()))
                     .collect()
             };
-            let (o, n) = (set(&old_items)?, set(&new_items)?);
+            let (o, n) = (set(old_items)?, set(new_items)?);
             for value in o.symmetric_difference(&n) {
-                emit(out, path.child(Step::Value(value.clone())))?;
+                path.0.push(Step::Value(value.clone()));
+                let result = emit(out, path);
+                path.0.pop();
+                result?;
             }
             Ok(())
         }
         ListKind::Keyed(fields) => {
-            let keyed = |items: &[Value]| -> Option<BTreeMap<Vec<(String, String)>, Value>> {
-                let mut map = BTreeMap::new();
-                for item in items {
-                    let object = item.as_object()?;
-                    let mut key: Vec<(String, String)> = fields
-                        .iter()
-                        .map(|f| object.get(f).map(|v| (f.clone(), v.to_string())))
-                        .collect::<Option<_>>()?;
-                    key.sort();
-                    if map.insert(key, item.clone()).is_some() {
-                        return None;
-                    }
-                }
-                Some(map)
-            };
             // A list whose elements do not all carry their keys, or repeat one, is atomic.
-            let (Some(o), Some(n)) = (keyed(&old_items), keyed(&new_items)) else {
-                return emit(out, path.clone());
+            let (Some(o), Some(n)) = (keyed(old_items, fields), keyed(new_items, fields)) else {
+                return emit(out, path);
             };
             let keys: BTreeSet<&Vec<(String, String)>> = o.keys().chain(n.keys()).collect();
             for key in keys {
-                diff(
-                    &path.child(Step::Keyed(key.clone())),
-                    o.get(key),
-                    n.get(key),
-                    config,
-                    out,
-                )?;
+                let pair = (o.get(key).copied(), n.get(key).copied());
+                diff_child(path, || Step::Keyed(key.clone()), pair, config, out)?;
             }
             Ok(())
         }
     }
+}
+
+/// A keyed list's elements by their key fields; `None` when an element lacks one or a key
+/// repeats.
+fn keyed<'v>(
+    items: &'v [Value],
+    fields: &[String],
+) -> Option<BTreeMap<Vec<(String, String)>, &'v Value>> {
+    let mut map = BTreeMap::new();
+    for item in items {
+        let object = item.as_object()?;
+        let mut key: Vec<(String, String)> = fields
+            .iter()
+            .map(|f| object.get(f).map(|v| (f.clone(), v.to_string())))
+            .collect::<Option<_>>()?;
+        key.sort();
+        if map.insert(key, item).is_some() {
+            return None;
+        }
+    }
+    Some(map)
 }
 
 #[cfg(test)]

@@ -1,19 +1,30 @@
 //! Selectors in rule clauses: matched against an object's labels and fields, or, for list,
 //! watch and deletecollection, compared with the request's own KEP-4601 selectors.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use crate::request::{SelectorOperator, SelectorRequirement};
 
-/// Whether `value` (the object's value for the requirement's key, `None` when absent)
-/// satisfies the requirement, as `labels.Selector` matches.
-pub fn holds(requirement: &SelectorRequirement, value: Option<&str>) -> bool {
-    let listed = |v: &str| requirement.values.iter().any(|w| w == v);
-    match requirement.operator {
-        SelectorOperator::In => value.is_some_and(listed),
-        SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
-        SelectorOperator::Exists => value.is_some(),
-        SelectorOperator::DoesNotExist => value.is_none(),
+/// A rule's requirement as one request sees it (templates resolved).
+pub struct Requirement<'a> {
+    pub key: &'a str,
+    pub operator: SelectorOperator,
+    pub values: &'a [Cow<'a, str>],
+}
+
+impl Requirement<'_> {
+    /// Whether `value` (the object's value for the key, `None` when absent) satisfies the
+    /// requirement, as `labels.Selector` matches.
+    pub fn holds(&self, value: Option<&str>) -> bool {
+        let listed = |v: &str| self.values.iter().any(|w| w == v);
+        match self.operator {
+            SelectorOperator::In => value.is_some_and(listed),
+            SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
+            SelectorOperator::Exists => value.is_some(),
+            SelectorOperator::DoesNotExist => value.is_none(),
+        }
     }
 }
 
@@ -40,15 +51,19 @@ pub fn field(object: &Value, key: &str) -> Option<String> {
 /// Whether every object the request's selector selects satisfies `clause`: the request's
 /// requirements on the same key imply it. Only what can be shown is shown; anything else is
 /// `false` (an allow that cannot be shown to apply does not apply).
-pub fn implies(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
+pub fn implies(request: &[SelectorRequirement], clause: &Requirement<'_>) -> bool {
     let on_key = || request.iter().filter(|r| r.key == clause.key);
-    let subset = |values: &[String], of: &[String]| values.iter().all(|v| of.contains(v));
+    let in_clause = |v: &String| clause.values.iter().any(|c| c == v.as_str());
     match clause.operator {
-        SelectorOperator::In => on_key()
-            .any(|r| r.operator == SelectorOperator::In && subset(&r.values, &clause.values)),
+        SelectorOperator::In => {
+            on_key().any(|r| r.operator == SelectorOperator::In && r.values.iter().all(in_clause))
+        }
         SelectorOperator::NotIn => on_key().any(|r| match r.operator {
-            SelectorOperator::In => r.values.iter().all(|v| !clause.values.contains(v)),
-            SelectorOperator::NotIn => subset(&clause.values, &r.values),
+            SelectorOperator::In => !r.values.iter().any(in_clause),
+            SelectorOperator::NotIn => clause
+                .values
+                .iter()
+                .all(|c| r.values.iter().any(|v| v == c.as_ref())),
             SelectorOperator::DoesNotExist => true,
             SelectorOperator::Exists => false,
         }),
@@ -63,16 +78,16 @@ pub fn implies(request: &[SelectorRequirement], clause: &SelectorRequirement) ->
 
 /// Whether no object the request's selector selects can satisfy `clause`: the selections are
 /// provably disjoint. A deny applies unless this is shown.
-pub fn disjoint(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
-    let negated = SelectorRequirement {
-        key: clause.key.clone(),
+pub fn disjoint(request: &[SelectorRequirement], clause: &Requirement<'_>) -> bool {
+    let negated = Requirement {
+        key: clause.key,
         operator: match clause.operator {
             SelectorOperator::In => SelectorOperator::NotIn,
             SelectorOperator::NotIn => SelectorOperator::In,
             SelectorOperator::Exists => SelectorOperator::DoesNotExist,
             SelectorOperator::DoesNotExist => SelectorOperator::Exists,
         },
-        values: clause.values.clone(),
+        values: clause.values,
     };
     implies(request, &negated)
 }
@@ -90,20 +105,63 @@ mod tests {
         }
     }
 
+    /// The clause side of a requirement.
+    fn check(
+        f: fn(&[SelectorRequirement], &Requirement<'_>) -> bool,
+        request: &[SelectorRequirement],
+        clause: &SelectorRequirement,
+    ) -> bool {
+        let values: Vec<Cow<'_, str>> = clause
+            .values
+            .iter()
+            .map(|v| Cow::Borrowed(v.as_str()))
+            .collect();
+        f(
+            request,
+            &Requirement {
+                key: &clause.key,
+                operator: clause.operator,
+                values: &values,
+            },
+        )
+    }
+
+    fn implies(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
+        check(super::implies, request, clause)
+    }
+
+    fn disjoint(request: &[SelectorRequirement], clause: &SelectorRequirement) -> bool {
+        check(super::disjoint, request, clause)
+    }
+
+    fn holds(clause: &SelectorRequirement, value: Option<&str>) -> bool {
+        let values: Vec<Cow<'_, str>> = clause
+            .values
+            .iter()
+            .map(|v| Cow::Borrowed(v.as_str()))
+            .collect();
+        Requirement {
+            key: &clause.key,
+            operator: clause.operator,
+            values: &values,
+        }
+        .holds(value)
+    }
+
     use SelectorOperator::*;
 
     #[test]
     fn implication_is_what_every_selected_object_satisfies() {
         let node_a = req("spec.nodeName", In, &["a"]);
         assert!(implies(
-            std::slice::from_ref(&node_a),
+            &[node_a.clone()][..],
             &req("spec.nodeName", In, &["a", "b"])
         ));
         assert!(!implies(&[req("spec.nodeName", In, &["a", "c"])], &node_a));
         assert!(!implies(&[], &node_a));
         assert!(!implies(&[req("other", In, &["a"])], &node_a));
         assert!(implies(
-            std::slice::from_ref(&node_a),
+            &[node_a.clone()][..],
             &req("spec.nodeName", NotIn, &["b"])
         ));
         assert!(implies(
@@ -115,7 +173,7 @@ mod tests {
             &req("k", NotIn, &["x", "y"])
         ));
         assert!(implies(
-            std::slice::from_ref(&node_a),
+            &[node_a.clone()][..],
             &req("spec.nodeName", Exists, &[])
         ));
         assert!(!implies(&[req("k", NotIn, &["x"])], &req("k", Exists, &[])));

@@ -1,0 +1,229 @@
+//! Content-aware rules (issue 16), side by side with the plain path they must not slow down.
+//! Every bench checks its expected answer before it measures.
+//!
+//! * `content/plain-hit` vs `content/unread-2k-hit`: a cache hit, without content and carrying
+//!   2 KiB of content no candidate rule reads (never decoded: checked).
+//! * `content/plan-hit_object-selector`: a cached plan finished by an object selector on an
+//!   object already decoded.
+//! * `content/decode_2k-pair` vs `content/fields_2k-update`: decoding a 2 KiB update's two
+//!   objects, against the whole fields check of that update (decode, diff, coverage) with one
+//!   label changed.
+//! * `content/who-can-plain` vs `content/who-can-content` at 100k bindings: who can update a
+//!   ConfigMap, without and with an update's content.
+//!
+//! Run: `cargo bench --bench content`.
+
+use std::hint::black_box;
+use std::sync::Arc;
+use std::time::Duration;
+
+use authzd::cache::{CacheConfig, CachedEngine, DecisionCache};
+use authzd::engine::{Authorize, Decision, Engine, EngineConfig};
+use authzd::policy::load::{parse_manifest, LoadOptions};
+use authzd::policy::model::{PolicyObject, PolicySet};
+use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo, Which};
+use authzd::synth::{self, Shape};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+
+/// Restricted rules for `content-bot` in `ns-0`, next to the synthetic policy.
+const RULES: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: content-rules, namespace: ns-0}
+rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [update], fields: [".metadata.labels"]}
+- {apiGroups: [""], resources: [configmaps], verbs: [get], objectSelector: {matchLabels: {app: web}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: content-bot, namespace: ns-0}
+subjects: [{kind: User, name: content-bot}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: content-rules}
+"#;
+
+fn policy_of(bindings: usize) -> (Shape, PolicySet) {
+    let shape = Shape::with_bindings(bindings);
+    let mut policy = synth::policy(&shape, 42);
+    for object in
+        parse_manifest("content.yaml", RULES, &LoadOptions::default()).expect("rules load")
+    {
+        match object {
+            PolicyObject::Role(role) => policy.roles.push(role),
+            PolicyObject::Binding(binding) => policy.bindings.push(binding),
+        }
+    }
+    (shape, policy)
+}
+
+/// A ConfigMap of about 2 KiB, and the same with one label changed.
+fn configmap_pair() -> (Vec<u8>, Vec<u8>) {
+    let labels: serde_json::Map<String, serde_json::Value> = (0..10)
+        .map(|i| {
+            (
+                format!("label-{i}.example.com/key"),
+                format!("value-{i}").into(),
+            )
+        })
+        .collect();
+    let data: serde_json::Map<String, serde_json::Value> = (0..24)
+        .map(|i| (format!("key-{i}"), "x".repeat(48).into()))
+        .collect();
+    let old = serde_json::json!({
+        "apiVersion": "v1", "kind": "ConfigMap",
+        "metadata": {"name": "web", "namespace": "ns-0", "resourceVersion": "17",
+            "uid": "3f1c0e6a-8f3e-4c3a-9a4e-2d3c1b0a9f8e", "labels": labels},
+        "data": data,
+    });
+    let mut new = old.clone();
+    new["metadata"]["labels"]["label-3.example.com/key"] = "changed".into();
+    let old = serde_json::to_vec(&old).expect("serializes");
+    let new = serde_json::to_vec(&new).expect("serializes");
+    assert!((1900..2400).contains(&old.len()), "{} bytes", old.len());
+    (old, new)
+}
+
+fn content_of(old: &[u8], new: &[u8]) -> Content {
+    let mut content = Content::default();
+    content.old_object = Some(old.to_vec());
+    content.object = Some(new.to_vec());
+    content
+}
+
+fn request(user: &str, verb: &str) -> Request {
+    Request {
+        user: UserInfo {
+            name: user.to_string(),
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: "ns-0".into(),
+            verb: verb.into(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            name: "web".into(),
+            ..Default::default()
+        }),
+    }
+}
+
+fn content(c: &mut Criterion) {
+    let (shape, policy) = policy_of(10_000);
+    let engine = Engine::new(&policy, EngineConfig::default());
+    let cache = DecisionCache::new(CacheConfig::default());
+    cache.begin_revision(1);
+    let cached = CachedEngine {
+        cache: &cache,
+        engine: &engine,
+        revision: 1,
+    };
+    let (old, new) = configmap_pair();
+    let mut group = c.benchmark_group("content");
+    group.measurement_time(Duration::from_secs(3));
+    group.warm_up_time(Duration::from_millis(500));
+
+    // A plain request, with and without content no rule reads.
+    let plain = synth::allowed_request(&shape);
+    let unread = content_of(&old, &new);
+    let with_unread = plain.with_content(Some(&unread));
+    assert!(
+        !cached
+            .decide_content(plain.as_borrowed())
+            .expect("decides")
+            .cached
+    );
+    assert!(cached.decide_content(with_unread).expect("decides").cached);
+    assert!(
+        !unread.was_decoded(),
+        "content no rule reads is never decoded"
+    );
+    group.bench_function("plain-hit", |b| {
+        b.iter(|| cached.decide_content(black_box(plain.as_borrowed())))
+    });
+    group.bench_function("unread-2k-hit", |b| {
+        b.iter(|| cached.decide_content(black_box(with_unread)))
+    });
+    assert!(!unread.was_decoded());
+
+    // A plan hit finished by an object selector on a decoded object.
+    let get = request("content-bot", "get");
+    let mut stored = Content::default();
+    stored.old_object = Some(br#"{"metadata":{"name":"web","labels":{"app":"web"}}}"#.to_vec());
+    assert!(stored.decoded(Which::OldObject).is_some_and(|v| v.is_ok()));
+    let ask = get.with_content(Some(&stored));
+    assert_eq!(
+        cached
+            .decide_content(ask)
+            .expect("decides")
+            .response
+            .decision,
+        Decision::Allow
+    );
+    assert!(cached.decide_content(ask).expect("decides").cached);
+    group.bench_function("plan-hit_object-selector", |b| {
+        b.iter(|| cached.decide_content(black_box(ask)))
+    });
+
+    // Decoding a 2 KiB update's objects, against the whole fields check of it.
+    let update = request("content-bot", "update");
+    let fresh = content_of(&old, &new);
+    assert_eq!(
+        cached
+            .decide_content(update.with_content(Some(&fresh)))
+            .expect("decides")
+            .response
+            .decision,
+        Decision::Allow
+    );
+    group.bench_function("decode_2k-pair", |b| {
+        b.iter_batched(
+            || content_of(&old, &new),
+            |content| {
+                let _ = black_box(content.decoded(Which::Object));
+                let _ = black_box(content.decoded(Which::OldObject));
+                content
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.bench_function("fields_2k-update", |b| {
+        b.iter_batched(
+            || content_of(&old, &new),
+            |content| {
+                let decided = cached.decide_content(update.with_content(Some(&content)));
+                (black_box(decided).is_ok(), content)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+
+    // Who can at 100k bindings, without and with an update's content.
+    let (_, big) = policy_of(100_000);
+    let engine = Arc::new(Engine::new(&big, EngineConfig::default()));
+    let action = update.action.clone();
+    let plain_answer = engine.allowed_subjects(&action);
+    let content_answer = engine
+        .allowed_subjects_content(&action, Some(&content_of(&old, &new)))
+        .expect("decides");
+    assert!(!plain_answer.users.iter().any(|u| u == "content-bot"));
+    assert!(content_answer.users.iter().any(|u| u == "content-bot"));
+    let mut group = c.benchmark_group("content");
+    group.measurement_time(Duration::from_secs(3));
+    group.bench_function("who-can-plain_100k", |b| {
+        b.iter(|| engine.allowed_subjects(black_box(&action)))
+    });
+    group.bench_function("who-can-content_100k", |b| {
+        b.iter_batched(
+            || content_of(&old, &new),
+            |content| {
+                let answer = engine.allowed_subjects_content(black_box(&action), Some(&content));
+                (answer.is_ok(), content)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+    group.finish();
+}
+
+criterion_group!(benches, content);
+criterion_main!(benches);
