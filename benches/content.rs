@@ -13,6 +13,9 @@
 //!
 //! Run: `cargo bench --bench content`.
 
+// Bench setup: a panic is a failed bench, which is what we want.
+#![allow(clippy::expect_used, clippy::unwrap_used)]
+
 use std::hint::black_box;
 use std::sync::Arc;
 use std::time::Duration;
