@@ -480,7 +480,13 @@ fn diff(
         (None | Some(Value::Array(_)), None | Some(Value::Array(_))) => {
             match config.list_kind(path) {
                 Some(kind) => diff_list(path, old, new, kind, config, out),
-                None => emit(out, path),
+                None => {
+                    // An atomic list changes as a whole; its depth is bounded all the same.
+                    for value in [old, new].into_iter().flatten() {
+                        check_depth(value, path.0.len())?;
+                    }
+                    emit(out, path)
+                }
             }
         }
         _ => {
@@ -725,5 +731,86 @@ mod tests {
                 .unwrap_err()
                 .contains("more than")
         );
+    }
+
+    proptest::proptest! {
+        /// Pattern fuzz: any text is parsed or refused with a reason, never a panic; a parsed
+        /// concrete path reads back from its own display.
+        #[test]
+        fn any_text_parses_or_is_refused(text in "[.\\[\\]'\"=*a-z0-9_/ ,{}-]{0,40}") {
+            let _ = PathPattern::parse(&text);
+            if let Ok(path) = FieldPath::parse(&text) {
+                let shown = path.to_string();
+                proptest::prop_assert_eq!(FieldPath::parse(&shown), Ok(path), "{}", shown);
+            }
+        }
+
+        /// Every path a create lists exists in the object, and an object compared with itself
+        /// changes nothing.
+        #[test]
+        fn create_paths_exist_and_self_diffs_are_empty(object in json_object()) {
+            let config = DiffConfig::default();
+            let paths = changed_paths(None, Some(&object), &config).unwrap();
+            for path in &paths {
+                proptest::prop_assert!(lookup(&object, path).is_some(), "{}", path);
+            }
+            proptest::prop_assert!(changed_paths(Some(&object), Some(&object), &config).unwrap().is_empty());
+        }
+    }
+
+    fn json_object() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i32>().prop_map(|n| json!(n)),
+            "[a-z'\\.\\[\\] ]{0,6}".prop_map(Value::String),
+        ];
+        let value = leaf.prop_recursive(4, 32, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..3).prop_map(Value::Array),
+                proptest::collection::btree_map("[a-z'. ]{1,4}", inner, 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        });
+        proptest::collection::btree_map("[a-z]{1,3}", value, 1..4)
+            .prop_map(|m| Value::Object(m.into_iter().collect()))
+    }
+
+    /// The value at a concrete path (members and set elements only: what these objects have).
+    fn lookup<'v>(value: &'v Value, path: &FieldPath) -> Option<&'v Value> {
+        let mut at = value;
+        for step in &path.0 {
+            at = match step {
+                Step::Member(name) => at.get(name)?,
+                Step::Value(_) | Step::Keyed(_) => return Some(at),
+            };
+        }
+        Some(at)
+    }
+
+    /// A JSON bomb is refused where it is read: nesting beyond serde_json's limit fails to
+    /// decode (a `ContentError` naming the field), nesting within it but beyond the diff's
+    /// bound fails the diff.
+    #[test]
+    fn json_bombs_are_refused() {
+        let mut content = crate::request::Content::default();
+        content.object =
+            Some(format!("{{\"a\":{}1{}}}", "[".repeat(100_000), "]".repeat(100_000)).into_bytes());
+        let err =
+            crate::policy::content::decoded(&content, crate::request::Which::Object).unwrap_err();
+        assert_eq!(err.field, "content.object");
+        assert!(err.problem.contains("recursion limit"), "{}", err.problem);
+
+        let nested = format!("{{\"a\":{}1{}}}", "[".repeat(100), "]".repeat(100));
+        let value: Value = serde_json::from_str(&nested).unwrap();
+        let err = changed_paths(None, Some(&value), &DiffConfig::default()).unwrap_err();
+        assert!(err.contains("deeper"), "{err}");
+
+        // A huge key is one path, shown whole; the size bound is the API's.
+        let key = "k".repeat(1 << 20);
+        let value = json!({ key.clone(): 1 });
+        let paths = changed_paths(None, Some(&value), &DiffConfig::default()).unwrap();
+        assert_eq!(paths.len(), 1);
     }
 }
