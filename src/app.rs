@@ -190,6 +190,21 @@ fn lint(settings: &PolicySettings) -> Outcome {
         .join(", ");
     match load_paths(&settings.paths, &settings.load) {
         Ok(policy) => {
+            // Likely typos in content clauses load fine and match nothing: say so.
+            for role in &policy.roles {
+                for (index, rule) in role.rules.iter().enumerate() {
+                    let Some(clauses) = &rule.clauses else {
+                        continue;
+                    };
+                    for warning in clauses.warnings(&rule.verbs) {
+                        println!(
+                            "warning: {}: {} rule {index}: {warning}",
+                            role.source,
+                            role.describe()
+                        );
+                    }
+                }
+            }
             println!(
                 "ok: {paths}: {} roles, {} bindings, {} ABAC rules",
                 policy.roles.len(),

@@ -409,6 +409,92 @@ impl Clauses {
         Some(out)
     }
 
+    /// Likely mistakes in clauses that load (for `authzd lint`): a misspelt top-level or
+    /// metadata field, a field clause on a rule that writes nothing, a template authzd does
+    /// not know.
+    pub fn warnings(&self, verbs: &[String]) -> Vec<String> {
+        const TOP: &[&str] = &[
+            "apiVersion",
+            "kind",
+            "metadata",
+            "spec",
+            "status",
+            "data",
+            "stringData",
+            "binaryData",
+            "type",
+            "immutable",
+            "rules",
+            "subjects",
+            "roleRef",
+            "webhooks",
+            "secrets",
+            "imagePullSecrets",
+            "automountServiceAccountToken",
+            "provisioner",
+            "parameters",
+            "reclaimPolicy",
+            "allowVolumeExpansion",
+            "volumeBindingMode",
+        ];
+        const METADATA: &[&str] = &[
+            "name",
+            "namespace",
+            "labels",
+            "annotations",
+            "finalizers",
+            "ownerReferences",
+            "generateName",
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+        ];
+        let mut out = Vec::new();
+        for pattern in &self.fields {
+            let steps = pattern.steps();
+            if let Some(path::PatternStep::Member(top)) = steps.first() {
+                if !TOP.contains(&top.as_str()) {
+                    out.push(format!(
+                        "field pattern `{pattern}`: `{top}` is not a top-level field of Kubernetes objects (metadata, spec, status, data, …); a typo matches nothing"
+                    ));
+                }
+                if let (true, Some(path::PatternStep::Member(child))) =
+                    (top == "metadata", steps.get(1))
+                {
+                    if !METADATA.contains(&child.as_str()) {
+                        out.push(format!(
+                            "field pattern `{pattern}`: `metadata.{child}` is not a metadata field a client sets (labels, annotations, finalizers, …)"
+                        ));
+                    }
+                }
+            }
+        }
+        let writes = verbs
+            .iter()
+            .any(|v| matches!(v.as_str(), "*" | "create" | "update" | "patch"));
+        if !self.fields.is_empty() && !writes {
+            out.push(
+                "a `fields` clause on a rule without create, update or patch: other verbs change only the root, which the clause does not cover, so the rule never applies"
+                    .to_string(),
+            );
+        }
+        for requirement in self.field_selector.iter().chain(&self.label_selector) {
+            for value in &requirement.values {
+                let mut rest = value.as_str();
+                while let Some(at) = rest.find("{{") {
+                    let end = rest[at..].find("}}").map_or(rest.len(), |e| at + e + 2);
+                    let template = &rest[at..end];
+                    if template != "{{user}}" && template != "{{nodeName}}" {
+                        out.push(format!(
+                            "selector value `{value}`: `{template}` is not a template authzd resolves ({{{{user}}}}, {{{{nodeName}}}}); it is compared literally"
+                        ));
+                    }
+                    rest = &rest[end..];
+                }
+            }
+        }
+        out
+    }
+
     /// A short description for explanations and errors.
     pub fn describe(&self) -> String {
         let mut parts = Vec::new();
@@ -432,5 +518,40 @@ impl Clauses {
             parts.push("same node".into());
         }
         parts.join(", ")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `authzd lint` warns on clauses that load but can never match what was meant.
+    #[test]
+    fn likely_typos_are_warned() {
+        let pattern = |t: &str| PathPattern::parse(t).unwrap_or_else(|e| panic!("{t}: {e}"));
+        let clauses = Clauses {
+            fields: vec![
+                pattern(".metdata.labels"),
+                pattern(".metadata.label"),
+                pattern(".spec"),
+            ],
+            label_selector: vec![SelectorRequirement {
+                key: "owner".into(),
+                operator: SelectorOperator::In,
+                values: vec!["{{User}}".into(), "{{user}}".into()],
+            }],
+            ..Clauses::default()
+        };
+        let warnings = clauses.warnings(&["get".to_string()]);
+        assert_eq!(warnings.len(), 4, "{warnings:#?}");
+        assert!(warnings[0].contains("`metdata` is not a top-level field"));
+        assert!(warnings[1].contains("`metadata.label` is not a metadata field"));
+        assert!(warnings[2].contains("without create, update or patch"));
+        assert!(warnings[3].contains("`{{User}}` is not a template"));
+        let fine = Clauses {
+            fields: vec![pattern(".metadata.labels['a/*']"), pattern(".data")],
+            ..Clauses::default()
+        };
+        assert!(fine.warnings(&["update".to_string()]).is_empty());
     }
 }
