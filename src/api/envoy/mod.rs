@@ -233,25 +233,18 @@ impl EnvoyApi {
         if path.is_empty() {
             return Err(ApiError::Malformed("the check names no HTTP path".into()));
         }
-        let kind = match self.config.templates.iter().find_map(|t| t.capture(path)) {
+        let action = match self.config.templates.iter().find_map(|t| t.capture(path)) {
             Some(mut attributes) => {
                 attributes.verb = resource_verb(&http.method, !attributes.name.is_empty(), query);
-                proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
-                    namespace: attributes.namespace,
-                    verb: attributes.verb,
-                    group: attributes.group,
-                    version: attributes.version,
-                    resource: attributes.resource,
-                    subresource: attributes.subresource,
-                    name: attributes.name,
-                })
+                request::Action::Resource(attributes)
             }
-            None => proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
+            None => request::Action::NonResource(request::NonResourceAttributes {
                 path: path.to_string(),
                 verb: http.method.to_ascii_lowercase(),
             }),
         };
-        convert::action(Some(proto::Action { kind: Some(kind) }))
+        convert::check_action(action.as_borrowed())?;
+        Ok(action)
     }
 
     fn check_one(&self, check: &CheckRequest) -> Result<CheckResponse> {

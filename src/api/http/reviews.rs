@@ -164,6 +164,8 @@ fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
             resource: r.string("resource")?,
             subresource: r.string("subresource")?,
             name: r.string("name")?,
+            field_selector: None,
+            label_selector: None,
         }),
         (None, Some(n)) => Kind::NonResourceAttributes(proto::NonResourceAttributes {
             path: n.string("path")?,
@@ -253,6 +255,7 @@ fn kube_review_request(
         uid: spec.string("uid")?,
         extra: spec.extra("extra")?,
         min_revision,
+        content: None,
     })
 }
 
@@ -268,6 +271,7 @@ fn local_review(
         uid,
         extra,
         min_revision,
+        content,
     } = review;
     proto::LocalSubjectAccessReviewRequest {
         namespace,
@@ -277,6 +281,7 @@ fn local_review(
         uid,
         extra,
         min_revision,
+        content,
     }
 }
 
@@ -306,6 +311,7 @@ pub(super) async fn kube_self_subject_access_review(
         let message = proto::PersonalSubjectAccessReviewRequest {
             action: Some(kube_action(&spec)?),
             min_revision,
+            content: None,
         };
         Ok((message, KUBE_RENAMES))
     };
@@ -419,6 +425,8 @@ fn seed_action(root: &Object<'_>) -> Result<proto::Action, BodyError> {
             resource: attributes.string("resource")?,
             subresource: attributes.string("subresource")?,
             name: attributes.string("resourceName")?,
+            field_selector: None,
+            label_selector: None,
         })
     };
     Ok(proto::Action { kind: Some(kind) })
@@ -477,6 +485,7 @@ fn seed_review_request(
         uid: String::new(),
         extra: Default::default(),
         min_revision,
+        content: None,
     })
 }
 
@@ -507,6 +516,7 @@ pub(super) async fn seed_personal_subject_access_review(
         let message = proto::PersonalSubjectAccessReviewRequest {
             action: Some(seed_action(root)?),
             min_revision,
+            content: None,
         };
         Ok((message, SEED_RENAMES))
     };
@@ -552,6 +562,7 @@ pub(super) async fn seed_resource_access_review(
         let message = proto::ResourceAccessReviewRequest {
             action: Some(seed_action(root)?),
             min_revision,
+            content: None,
         };
         Ok((message, SEED_RENAMES))
     };
@@ -572,6 +583,7 @@ pub(super) async fn seed_local_resource_access_review(
             namespace,
             action: Some(seed_action(root)?),
             min_revision,
+            content: None,
         };
         Ok((message, SEED_RENAMES))
     };
