@@ -330,6 +330,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         Arc::clone(&identity),
         settings.envoy.clone(),
     )
+    .with_content_limits(settings.limits.content)
     .service(MAX_REQUEST_BYTES);
     let grpc_api = GrpcApi::new(
         Arc::clone(&state),

@@ -165,6 +165,11 @@ pub struct EnvoyArgs {
     /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
     #[arg(long)]
     pub envoy_allowed_by_header: bool,
+
+    /// Take the body of a POST, PUT or PATCH (Envoy's `with_request_body`) as the object the
+    /// request acts on, for rules over object content; bounded by --max-content-bytes.
+    #[arg(long)]
+    pub envoy_body_as_object: bool,
 }
 
 /// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
@@ -429,6 +434,7 @@ mod tests {
         assert_eq!(s.limits.http2_keepalive_interval, None);
         assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(30));
         assert_eq!(s.limits.content.max_object_bytes, 3 * 1024 * 1024);
+        assert!(!s.envoy.body_as_object);
         assert_eq!(s.audit, None);
 
         let cli = Cli::try_parse_from([
@@ -446,6 +452,7 @@ mod tests {
             "2m",
             "--max-content-bytes",
             "1024",
+            "--envoy-body-as-object",
         ])
         .unwrap();
         let Settings::Serve(s) = cli.settings().unwrap() else {
@@ -459,6 +466,7 @@ mod tests {
         );
         assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(120));
         assert_eq!(s.limits.content.max_object_bytes, 1024);
+        assert!(s.envoy.body_as_object);
         assert_eq!(
             s.audit,
             Some(AuditSettings {
