@@ -1010,9 +1010,23 @@ fn refused_as_too_many(decoded: Result<BatchDecoded<'_>>) -> Option<usize> {
     }
 }
 
-/// An authorizer that answers with what `decide_content` was given: the object it saw as the
-/// reason, and unreadable content (`not json`) as the engine refuses it.
-struct SeesContent;
+/// An authorizer that records the object each `decide_content` call was given, refuses
+/// unreadable content (`not json`) as the engine does, and otherwise answers as an engine with
+/// no policy. `decide` must not be called: the handlers' requests may carry content.
+struct SeesContent {
+    engine: crate::engine::Engine,
+    seen: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+impl SeesContent {
+    fn new() -> Self {
+        let policy = crate::policy::model::PolicySet::default();
+        Self {
+            engine: crate::engine::Engine::new(&policy, crate::engine::EngineConfig::default()),
+            seen: Default::default(),
+        }
+    }
+}
 
 impl Authorize for SeesContent {
     fn decide(&self, _: request::RequestRef<'_>) -> Decided {
@@ -1020,28 +1034,16 @@ impl Authorize for SeesContent {
     }
 
     fn decide_content(&self, request: request::RequestRef<'_>) -> Result<Decided, ContentError> {
-        let object = request.content.and_then(|c| c.object.as_deref());
-        if object == Some(&b"not json"[..]) {
+        let object = request.content.and_then(|c| c.object.clone());
+        let unreadable = object.as_deref() == Some(&b"not json"[..]);
+        self.seen.lock().unwrap().push(object);
+        if unreadable {
             return Err(ContentError {
                 field: "content.object".into(),
                 problem: "is not JSON".into(),
             });
         }
-        let reason = match object {
-            Some(object) => String::from_utf8_lossy(object).into_owned(),
-            None => "no content".into(),
-        };
-        Ok(Decided {
-            response: Arc::new(Response {
-                decision: Decision::NoOpinion,
-                reason,
-                allowed_by: vec![],
-                denied_by: vec![],
-                errors: vec![],
-                encoded: EncodedOnce::default(),
-            }),
-            cached: false,
-        })
+        Ok(self.engine.decide(request))
     }
 
     fn who_can(&self, _: &request::Action) -> crate::engine::AllowedSubjects {
@@ -1054,16 +1056,15 @@ impl Authorize for SeesContent {
 /// unreadable content comes back as it is.
 #[test]
 fn requests_reach_the_engine_with_their_content() {
-    let seen = |bytes: Vec<u8>| -> std::result::Result<String, ContentError> {
+    let authorizer = SeesContent::new();
+    let decide = |bytes: Vec<u8>| -> std::result::Result<Decided, ContentError> {
         let call = AuthorizeCall::from(Bytes::from(bytes));
         let owned;
+        let view;
         let input = match call.decode().unwrap() {
-            Decoded::View(view) => {
-                return Ok(AuthorizeInput::Borrowed(&view)
-                    .decide(&SeesContent)?
-                    .response
-                    .reason
-                    .clone())
+            Decoded::View(decoded) => {
+                view = decoded;
+                AuthorizeInput::Borrowed(&view)
             }
             Decoded::Owned(wire) => {
                 owned = convert::authorize_request(wire, &ContentLimits::default()).unwrap();
@@ -1073,7 +1074,7 @@ fn requests_reach_the_engine_with_their_content() {
                 }
             }
         };
-        Ok(input.decide(&SeesContent)?.response.reason.clone())
+        input.decide(&authorizer)
     };
     let plain = proto::AuthorizeRequest {
         user: Some(proto::UserInfo {
@@ -1084,7 +1085,6 @@ fn requests_reach_the_engine_with_their_content() {
         min_revision: 0,
         content: None,
     };
-    assert_eq!(seen(plain.encode_to_vec()).unwrap(), "no content");
     let with = |object: &[u8]| proto::AuthorizeRequest {
         content: Some(proto::Content {
             object: object.to_vec(),
@@ -1092,11 +1092,18 @@ fn requests_reach_the_engine_with_their_content() {
         }),
         ..plain.clone()
     };
+    let answered = decide(plain.encode_to_vec()).unwrap();
+    assert_eq!(answered.response.decision, Decision::NoOpinion);
+    decide(with(b"{\"a\":1}").encode_to_vec()).unwrap();
+    let refused = decide(with(b"not json").encode_to_vec()).unwrap_err();
     assert_eq!(
-        seen(with(b"{\"a\":1}").encode_to_vec()).unwrap(),
-        "{\"a\":1}"
+        *authorizer.seen.lock().unwrap(),
+        [
+            None,
+            Some(b"{\"a\":1}".to_vec()),
+            Some(b"not json".to_vec())
+        ]
     );
-    let refused = seen(with(b"not json").encode_to_vec()).unwrap_err();
     assert_eq!(refused.field, "content.object");
     let status = Status::from(ApiError::from(refused));
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
