@@ -345,13 +345,15 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         Arc::clone(&identity),
         settings.envoy.clone(),
     )
+    .with_content_limits(settings.limits.content)
     .service(MAX_REQUEST_BYTES);
     let grpc_api = GrpcApi::new(
         Arc::clone(&state),
         Arc::clone(&identity),
         settings.max_revision_wait,
     )
-    .with_audit(audit.clone());
+    .with_audit(audit.clone())
+    .with_content_limits(settings.limits.content);
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);

@@ -429,3 +429,88 @@ async fn bad_templates_stop_the_server_with_a_usage_error() {
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("unknown placeholder `{kind}`"), "{stderr}");
 }
+
+/// `check_request` with `body` as Envoy's `with_request_body` sends it: as text in `body`, or
+/// as bytes in `raw_body` (`pack_as_bytes`).
+fn with_body(mut request: CheckRequest, body: &str, as_bytes: bool) -> CheckRequest {
+    let http = request
+        .attributes
+        .as_mut()
+        .and_then(|a| a.request.as_mut())
+        .and_then(|r| r.http.as_mut())
+        .unwrap();
+    if as_bytes {
+        http.raw_body = body.as_bytes().to_vec();
+    } else {
+        http.body = body.into();
+    }
+    request
+}
+
+#[tokio::test]
+async fn bodies_are_the_object_with_the_flag_bounded_and_whole() {
+    let policy = policy();
+    let server = Server::start_serving(
+        policy.path(),
+        &["--envoy-body-as-object", "--max-content-bytes", "64"],
+    )
+    .await;
+    let mut envoy = client(&server).await;
+    // The super-group: allowed whatever it asks, so a refusal can only be the body's.
+    let admin = [
+        ("x-remote-user", "root"),
+        ("x-remote-group", "system:masters"),
+    ];
+    let pod = r#"{"kind":"Pod","metadata":{"name":"web"}}"#;
+
+    // Within the bound, as text or bytes: decided as without a body (no rule reads it).
+    for method in ["POST", "PUT", "PATCH"] {
+        for as_bytes in [false, true] {
+            let request = with_body(check_request(method, "/objects", &admin), pod, as_bytes);
+            assert_allowed(&check(&mut envoy, request).await);
+        }
+    }
+
+    // Over --max-content-bytes: refused (400), not decided, naming where the body was.
+    let large = format!(r#"{{"data":"{}"}}"#, "x".repeat(64));
+    for (as_bytes, field) in [
+        (false, "attributes.request.http.body"),
+        (true, "attributes.request.http.raw_body"),
+    ] {
+        let request = with_body(check_request("PUT", "/objects", &admin), &large, as_bytes);
+        let refused = check(&mut envoy, request).await;
+        assert_eq!(code(&refused), 3, "{refused:?}");
+        let (status, reason, _) = denial(&refused);
+        assert_eq!(status, 400);
+        assert_eq!(
+            reason,
+            format!("{field}: is {} bytes long; the limit is 64", large.len())
+        );
+    }
+
+    // A body Envoy cut short (allow_partial_message) is never read as the whole object.
+    let mut partial_headers = admin.to_vec();
+    partial_headers.push(("x-envoy-auth-partial-body", "true"));
+    let request = with_body(
+        check_request("POST", "/objects", &partial_headers),
+        pod,
+        false,
+    );
+    let refused = check(&mut envoy, request).await;
+    assert_eq!(code(&refused), 3, "{refused:?}");
+    let (status, reason, _) = denial(&refused);
+    assert_eq!(status, 400);
+    assert!(reason.contains("only part of the body"), "{reason}");
+
+    // Other methods' bodies are not objects: neither bounded nor read.
+    for method in ["GET", "DELETE"] {
+        let request = with_body(check_request(method, "/objects", &admin), &large, false);
+        assert_allowed(&check(&mut envoy, request).await);
+    }
+
+    // Without the flag, no body is read.
+    let plain = Server::start_serving(policy.path(), &["--max-content-bytes", "64"]).await;
+    let mut plain_client = client(&plain).await;
+    let request = with_body(check_request("POST", "/objects", &admin), &large, false);
+    assert_allowed(&check(&mut plain_client, request).await);
+}

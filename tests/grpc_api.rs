@@ -52,6 +52,7 @@ fn request(name: &str, groups: &[&str], action: Option<Action>) -> AuthorizeRequ
         user: user(name, groups),
         action,
         min_revision: 0,
+        content: None,
     }
 }
 
@@ -309,6 +310,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
         .get_allowed_subjects(GetAllowedSubjectsRequest {
             action: resource("default", "get", "pods"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -321,6 +323,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
         .get_allowed_subjects(GetAllowedSubjectsRequest {
             action: resource("dev", "get", "secrets"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -332,6 +335,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
         .get_allowed_subjects(GetAllowedSubjectsRequest {
             action: resource("prod", "get", "configmaps"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -346,6 +350,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
             .get_allowed_subjects(GetAllowedSubjectsRequest {
                 action: None,
                 min_revision: 0,
+                content: None,
             })
             .await,
         "action",
@@ -401,6 +406,7 @@ async fn the_five_review_flavours() {
         .personal_subject_access_review(PersonalSubjectAccessReviewRequest {
             action: resource("default", "watch", "pods"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -410,6 +416,7 @@ async fn the_five_review_flavours() {
         .personal_subject_access_review(PersonalSubjectAccessReviewRequest {
             action: resource("default", "delete", "pods"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -435,6 +442,7 @@ async fn the_five_review_flavours() {
         .resource_access_review(ResourceAccessReviewRequest {
             action: resource("dev", "get", "secrets"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -448,6 +456,7 @@ async fn the_five_review_flavours() {
             namespace: "dev".into(),
             action: resource("", "create", "pods"),
             min_revision: 0,
+            content: None,
         })
         .await
         .unwrap()
@@ -486,6 +495,7 @@ async fn the_five_review_flavours() {
                 namespace: String::new(),
                 action: resource("", "get", "pods"),
                 min_revision: 0,
+                content: None,
             })
             .await,
         "namespace",
@@ -564,6 +574,7 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
                 user: None,
                 action: resource("", "get", "pods"),
                 min_revision: 0,
+                content: None,
             })
             .await,
         "user",
@@ -617,6 +628,7 @@ async fn min_revision_ahead_of_the_server_fails_precondition() {
     let mut behind = tonic::Request::new(GetAllowedSubjectsRequest {
         action: resource("", "get", "pods"),
         min_revision: 2,
+        content: None,
     });
     behind.set_timeout(std::time::Duration::from_secs(2));
     let status = client.get_allowed_subjects(behind).await.unwrap_err();

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use authzd::api::convert;
 use authzd::api::error::ApiError;
+use authzd::api::limits::ContentLimits;
 use authzd::policy::load::{load_paths, parse_manifest, LoadOptions};
 use authzd::proto;
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -206,10 +207,31 @@ proptest! {
     ) {
         // Random bytes, and damaged encodings of a valid request (which get further into the
         // decoder than pure noise does).
+        let mut action = resource_request("a", &[], "dev", "list", "pods").action;
+        if let Some(proto::action::Kind::ResourceAttributes(r)) =
+            action.as_mut().and_then(|a| a.kind.as_mut())
+        {
+            r.field_selector = Some(proto::FieldSelectorAttributes {
+                raw_selector: r"spec.nodeName=n\,1".into(),
+                requirements: vec![],
+            });
+            r.label_selector = Some(proto::LabelSelectorAttributes {
+                raw_selector: String::new(),
+                requirements: vec![proto::SelectorRequirement {
+                    key: "app".into(),
+                    operator: "In".into(),
+                    values: vec!["web".into()],
+                }],
+            });
+        }
         let valid = proto::SubjectAccessReviewRequest {
             user: "alice".into(),
             groups: vec!["devs".into(); 3],
-            action: resource_request("a", &[], "dev", "get", "pods").action,
+            action,
+            content: Some(proto::Content {
+                object: br#"{"metadata":{"labels":{"app":"web"}}}"#.to_vec(),
+                ..Default::default()
+            }),
             ..Default::default()
         }
         .encode_to_vec();
@@ -230,33 +252,44 @@ fn convert_everything(bytes: &[u8]) -> Result<(), TestCaseError> {
         }
         Ok(())
     }
+    let limits = &ContentLimits::default();
     if let Ok(r) = proto::AuthorizeRequest::decode(bytes) {
-        check(convert::authorize_request(r))?;
+        check(convert::authorize_request(r, limits))?;
     }
     if let Ok(r) = proto::BatchAuthorizeRequest::decode(bytes) {
         for one in r.requests {
-            check(convert::authorize_request(one))?;
+            check(convert::authorize_request(one, limits))?;
         }
     }
     if let Ok(r) = proto::GetAllowedSubjectsRequest::decode(bytes) {
-        check(convert::action(r.action))?;
+        check(convert::action(r.action, r.content, limits))?;
     }
     if let Ok(r) = proto::SubjectAccessReviewRequest::decode(bytes) {
-        check(convert::action(r.action))?;
+        check(convert::action(r.action, r.content, limits))?;
         check(convert::review_subject(r.user, r.uid, r.groups, r.extra))?;
     }
     if let Ok(r) = proto::PersonalSubjectAccessReviewRequest::decode(bytes) {
-        check(convert::action(r.action))?;
+        check(convert::action(r.action, r.content, limits))?;
     }
     if let Ok(r) = proto::LocalSubjectAccessReviewRequest::decode(bytes) {
-        check(convert::local_action(&r.namespace, r.action))?;
+        check(convert::local_action(
+            &r.namespace,
+            r.action,
+            r.content,
+            limits,
+        ))?;
         check(convert::review_subject(r.user, r.uid, r.groups, r.extra))?;
     }
     if let Ok(r) = proto::ResourceAccessReviewRequest::decode(bytes) {
-        check(convert::action(r.action))?;
+        check(convert::action(r.action, r.content, limits))?;
     }
     if let Ok(r) = proto::LocalResourceAccessReviewRequest::decode(bytes) {
-        check(convert::local_action(&r.namespace, r.action))?;
+        check(convert::local_action(
+            &r.namespace,
+            r.action,
+            r.content,
+            limits,
+        ))?;
     }
     if let Ok(r) = proto::ApplyRequest::decode(bytes) {
         let _ = parse_manifest("manifest", &r.manifest, &LoadOptions::default());

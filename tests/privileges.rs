@@ -262,6 +262,7 @@ fn personal(verb: &str, what: &str) -> PersonalSubjectAccessReviewRequest {
     PersonalSubjectAccessReviewRequest {
         action: resource("default", verb, what),
         min_revision: 0,
+        content: None,
     }
 }
 
@@ -371,6 +372,7 @@ async fn an_unprivileged_caller_gets_only_its_personal_review() {
                 ResourceAccessReviewRequest {
                     action: resource("default", "get", "pods"),
                     min_revision: 0,
+                    content: None,
                 },
             ))
             .await,
@@ -394,6 +396,7 @@ async fn an_unprivileged_caller_gets_only_its_personal_review() {
                 GetAllowedSubjectsRequest {
                     action: resource("default", "get", "pods"),
                     min_revision: 0,
+                    content: None,
                 },
             ))
             .await,
@@ -437,6 +440,7 @@ async fn an_unprivileged_caller_gets_only_its_personal_review() {
             GetAllowedSubjectsRequest {
                 action: resource("default", "get", "pods"),
                 min_revision: 0,
+                content: None,
             },
         ))
         .await
@@ -482,6 +486,7 @@ async fn a_namespace_admin_reviews_only_its_own_namespace() {
                 namespace: namespace.into(),
                 action: resource("", "get", "pods"),
                 min_revision: 0,
+                content: None,
             },
         )
     };

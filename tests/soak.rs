@@ -25,6 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use authzd::api::convert;
+use authzd::api::limits::ContentLimits;
 use authzd::app::build_engine;
 use authzd::config::{Cli, Settings};
 use authzd::engine::Engine;
@@ -103,7 +104,8 @@ fn offline_engine(policy: &std::path::Path) -> Engine {
 }
 
 fn expected_decision(engine: &Engine, request: &proto::AuthorizeRequest) -> i32 {
-    let request = convert::authorize_request(request.clone()).unwrap();
+    let (request, _) =
+        convert::authorize_request(request.clone(), &ContentLimits::default()).unwrap();
     convert::decision(engine.authorize(&request).decision) as i32
 }
 

@@ -185,6 +185,7 @@ fn personal(verb: &str, resource: &str) -> PersonalSubjectAccessReviewRequest {
             })),
         }),
         min_revision: 0,
+        content: None,
     }
 }
 

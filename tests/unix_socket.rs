@@ -49,6 +49,7 @@ fn authorize(user: &str, verb: &str) -> AuthorizeRequest {
             })),
         }),
         min_revision: 0,
+        content: None,
     }
 }
 

@@ -126,8 +126,15 @@ fn the_wire_field_tables_match_the_proto() {
 }
 
 /// Fields whose messages the view never reads: a request with `extra` is decoded by prost
-/// (`read_user`), so `ExtraEntry` and `ExtraValues` need no table.
-const LEFT_TO_PROST: &[(&str, &str)] = &[("authz.v1.UserInfo", "extra")];
+/// (`read_user`), so `ExtraEntry` and `ExtraValues` need no table; nor does a request carrying
+/// content or selectors (`read_authorize_from`, `read_resource`), so `Content`,
+/// `FieldSelectorAttributes`, `LabelSelectorAttributes` and `SelectorRequirement` need none.
+const LEFT_TO_PROST: &[(&str, &str)] = &[
+    ("authz.v1.UserInfo", "extra"),
+    ("authz.v1.AuthorizeRequest", "content"),
+    ("authz.v1.ResourceAttributes", "field_selector"),
+    ("authz.v1.ResourceAttributes", "label_selector"),
+];
 
 /// The messages reachable from `root` through message-typed fields, `root` included.
 fn reachable(root: &str, messages: &BTreeMap<String, &DescriptorProto>) -> BTreeSet<String> {

@@ -9,8 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{
-    MAX_EXTRA_KEYS, MAX_EXTRA_VALUES, MAX_GROUPS, MAX_PATH_BYTES, MAX_STRING_BYTES,
+    ContentLimits, MAX_CHANGED_PATHS, MAX_CHANGED_PATH_BYTES, MAX_EXTRA_KEYS, MAX_EXTRA_VALUES,
+    MAX_GROUPS, MAX_PATH_BYTES, MAX_RAW_SELECTOR_BYTES, MAX_SELECTOR_REQUIREMENTS,
+    MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
+use crate::api::selector;
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::request;
@@ -174,34 +177,56 @@ pub fn review_subject(
     )
 }
 
-/// Validates an action (field `action`).
-pub fn action(action: Option<proto::Action>) -> Result<request::Action> {
+/// Validates an action (field `action`) and what the request carries with it: `content` and
+/// the action's KEP-4601 field and label selectors, bounded by `limits`. The content is `None`
+/// when the request carries none of them, so a plain request reaches the engine as before.
+pub fn action(
+    wire: Option<proto::Action>,
+    content: Option<proto::Content>,
+    limits: &ContentLimits,
+) -> Result<(request::Action, Option<request::Content>)> {
     use proto::action::Kind;
-    match action.and_then(|a| a.kind) {
-        None => Err(ApiError::invalid("action", Invalid::MissingAction)),
+    let (action, field_selector, label_selector) = match wire.and_then(|a| a.kind) {
+        None => return Err(ApiError::invalid("action", Invalid::MissingAction)),
         Some(Kind::ResourceAttributes(r)) => {
+            // Every field named: one added to the proto does not compile until it is handled.
+            let proto::ResourceAttributes {
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
+                field_selector,
+                label_selector,
+            } = r;
             let attributes = request::ResourceAttributes {
-                namespace: r.namespace,
-                verb: r.verb,
-                group: r.group,
-                version: r.version,
-                resource: r.resource,
-                subresource: r.subresource,
-                name: r.name,
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
             };
-            let action = request::Action::Resource(attributes);
-            check_action(action.as_borrowed())?;
-            Ok(action)
+            (
+                request::Action::Resource(attributes),
+                field_selector,
+                label_selector,
+            )
         }
         Some(Kind::NonResourceAttributes(n)) => {
             let action = request::Action::NonResource(request::NonResourceAttributes {
                 path: n.path,
                 verb: n.verb,
             });
-            check_action(action.as_borrowed())?;
-            Ok(action)
+            (action, None, None)
         }
-    }
+    };
+    check_action(action.as_borrowed())?;
+    let content = request_content(content, field_selector, label_selector, limits)?;
+    Ok((action, content))
 }
 
 /// Validates the attributes of an action (field `action`), wherever they are borrowed from.
@@ -239,17 +264,23 @@ pub fn check_action(action: request::ActionRef<'_>) -> Result<()> {
 
 /// Validates the action of a local review against the review's namespace (upstream's
 /// LocalSubjectAccessReview rules): the namespace is required, an empty attribute namespace
-/// takes the review's, a different one is an error, and non-resource actions are refused.
-pub fn local_action(namespace: &str, wire: Option<proto::Action>) -> Result<request::Action> {
+/// takes the review's, a different one is an error, and non-resource actions are refused. The
+/// content is validated as [`action`]'s.
+pub fn local_action(
+    namespace: &str,
+    wire: Option<proto::Action>,
+    content: Option<proto::Content>,
+    limits: &ContentLimits,
+) -> Result<(request::Action, Option<request::Content>)> {
     let top = At { scope: "" };
     top.check_len("namespace", namespace, MAX_STRING_BYTES)?;
     top.check_non_empty("namespace", namespace)?;
-    match action(wire)? {
-        request::Action::NonResource(_) => Err(top.invalid(
+    match action(wire, content, limits)? {
+        (request::Action::NonResource(_), _) => Err(top.invalid(
             "action.non_resource_attributes",
             Invalid::NonResourceInLocalReview,
         )),
-        request::Action::Resource(mut r) => {
+        (request::Action::Resource(mut r), content) => {
             if r.namespace.is_empty() {
                 r.namespace = namespace.to_string();
             } else if r.namespace != namespace {
@@ -261,20 +292,248 @@ pub fn local_action(namespace: &str, wire: Option<proto::Action>) -> Result<requ
                     },
                 ));
             }
-            Ok(request::Action::Resource(r))
+            Ok((request::Action::Resource(r), content))
         }
     }
 }
 
-/// Validates one `AuthorizeRequest`.
-pub fn authorize_request(wire: proto::AuthorizeRequest) -> Result<request::Request> {
-    let Some(user) = wire.user else {
+/// Validates one `AuthorizeRequest`: the engine's request and the content it carries.
+pub fn authorize_request(
+    wire: proto::AuthorizeRequest,
+    limits: &ContentLimits,
+) -> Result<(request::Request, Option<request::Content>)> {
+    let proto::AuthorizeRequest {
+        user,
+        action: wire_action,
+        min_revision: _,
+        content,
+    } = wire;
+    let Some(user) = user else {
         return Err(ApiError::invalid("user", Invalid::NoSubject));
     };
-    Ok(request::Request {
-        user: subject("user.", "name", user.into())?,
-        action: action(wire.action)?,
-    })
+    let user = subject("user.", "name", user.into())?;
+    let (action, content) = action(wire_action, content, limits)?;
+    Ok((request::Request { user, action }, content))
+}
+
+/// The request's content and selectors as the engine reads them; `None` when it carries
+/// neither. Objects are bounded in size and kept as the caller's bytes: they are decoded by
+/// the engine, and only when a rule reads them.
+fn request_content(
+    wire: Option<proto::Content>,
+    field_selector: Option<proto::FieldSelectorAttributes>,
+    label_selector: Option<proto::LabelSelectorAttributes>,
+    limits: &ContentLimits,
+) -> Result<Option<request::Content>> {
+    let field_selector = match field_selector {
+        Some(s) => Selector::Field.requirements(&s.raw_selector, s.requirements)?,
+        None => Vec::new(),
+    };
+    let label_selector = match label_selector {
+        Some(s) => Selector::Label.requirements(&s.raw_selector, s.requirements)?,
+        None => Vec::new(),
+    };
+    let proto::Content {
+        object,
+        old_object,
+        changed_paths,
+    } = wire.unwrap_or_default();
+    let at = At { scope: "content." };
+    for (field, bytes) in [("object", &object), ("old_object", &old_object)] {
+        if bytes.len() > limits.max_object_bytes {
+            return Err(at.invalid(
+                field,
+                Invalid::TooLong {
+                    len: bytes.len(),
+                    max: limits.max_object_bytes,
+                },
+            ));
+        }
+    }
+    if !changed_paths.is_empty() {
+        if !object.is_empty() || !old_object.is_empty() {
+            return Err(at.invalid(
+                "changed_paths",
+                Invalid::Exclusive {
+                    other: "object or old_object",
+                },
+            ));
+        }
+        at.check_count("changed_paths", changed_paths.len(), MAX_CHANGED_PATHS)?;
+        for (i, path) in changed_paths.iter().enumerate() {
+            if path.len() > MAX_CHANGED_PATH_BYTES {
+                at.check_len(&format!("changed_paths[{i}]"), path, MAX_CHANGED_PATH_BYTES)?;
+            }
+        }
+    }
+    if object.is_empty()
+        && old_object.is_empty()
+        && changed_paths.is_empty()
+        && field_selector.is_empty()
+        && label_selector.is_empty()
+    {
+        return Ok(None);
+    }
+    // proto3 bytes: empty is absent. (Field by field: the decoded cache is private to it.)
+    let present = |bytes: Vec<u8>| (!bytes.is_empty()).then_some(bytes);
+    let mut content = request::Content::default();
+    content.object = present(object);
+    content.old_object = present(old_object);
+    content.changed_paths = changed_paths;
+    content.field_selector = field_selector;
+    content.label_selector = label_selector;
+    Ok(Some(content))
+}
+
+/// The two KEP-4601 selectors of resource attributes, which differ only in their raw syntax.
+#[derive(Clone, Copy)]
+enum Selector {
+    Field,
+    Label,
+}
+
+impl Selector {
+    /// The field's path, and its fields' scope.
+    fn path(self) -> (&'static str, At<'static>) {
+        match self {
+            Selector::Field => (
+                "action.resource_attributes.field_selector",
+                At {
+                    scope: "action.resource_attributes.field_selector.",
+                },
+            ),
+            Selector::Label => (
+                "action.resource_attributes.label_selector",
+                At {
+                    scope: "action.resource_attributes.label_selector.",
+                },
+            ),
+        }
+    }
+
+    fn parse(self, raw: &str) -> std::result::Result<Vec<request::SelectorRequirement>, String> {
+        match self {
+            Selector::Field => selector::parse_field_selector(raw),
+            Selector::Label => selector::parse_label_selector(raw),
+        }
+    }
+
+    /// The selector's requirements: parsed from `raw`, or `requirements` checked; never both
+    /// and never neither (KEP-4601's validation, which answers 400 to either).
+    fn requirements(
+        self,
+        raw: &str,
+        requirements: Vec<proto::SelectorRequirement>,
+    ) -> Result<Vec<request::SelectorRequirement>> {
+        let (path, at) = self.path();
+        match (raw.is_empty(), requirements.is_empty()) {
+            (false, false) => Err(at.invalid(
+                "raw_selector",
+                Invalid::Exclusive {
+                    other: "requirements",
+                },
+            )),
+            (true, true) => Err(ApiError::invalid(path, Invalid::EmptySelector)),
+            (false, true) => {
+                at.check_len("raw_selector", raw, MAX_RAW_SELECTOR_BYTES)?;
+                let parsed = self
+                    .parse(raw)
+                    .map_err(|problem| at.invalid("raw_selector", Invalid::Selector(problem)))?;
+                if parsed.len() > MAX_SELECTOR_REQUIREMENTS {
+                    return Err(at.invalid(
+                        "raw_selector",
+                        Invalid::Other(format!(
+                            "has {} requirements; the limit is {MAX_SELECTOR_REQUIREMENTS}",
+                            parsed.len()
+                        )),
+                    ));
+                }
+                for (i, r) in parsed.iter().enumerate() {
+                    check_requirement(&r.key, r.operator, &r.values).map_err(
+                        |(field, problem)| {
+                            at.invalid(
+                                "raw_selector",
+                                Invalid::Other(format!("requirement {i}: {field} {problem}")),
+                            )
+                        },
+                    )?;
+                }
+                Ok(parsed)
+            }
+            (true, false) => {
+                at.check_count(
+                    "requirements",
+                    requirements.len(),
+                    MAX_SELECTOR_REQUIREMENTS,
+                )?;
+                let mut checked = Vec::with_capacity(requirements.len());
+                for (i, r) in requirements.into_iter().enumerate() {
+                    let proto::SelectorRequirement {
+                        key,
+                        operator,
+                        values,
+                    } = r;
+                    let field = |name: &str| format!("requirements[{i}].{name}");
+                    let Some(operator) = request::SelectorOperator::parse(&operator) else {
+                        return Err(
+                            at.invalid(&field("operator"), Invalid::UnknownOperator(operator))
+                        );
+                    };
+                    check_requirement(&key, operator, &values)
+                        .map_err(|(name, problem)| at.invalid(&field(&name), problem))?;
+                    checked.push(request::SelectorRequirement {
+                        key,
+                        operator,
+                        values,
+                    });
+                }
+                Ok(checked)
+            }
+        }
+    }
+}
+
+/// One selector requirement's key and values against its operator and the bounds; the error
+/// names the requirement's field (`key`, `values`, `values[2]`).
+fn check_requirement(
+    key: &str,
+    operator: request::SelectorOperator,
+    values: &[String],
+) -> std::result::Result<(), (String, Invalid)> {
+    use request::SelectorOperator::{DoesNotExist, Exists, In, NotIn};
+    let too_long = |len| Invalid::TooLong {
+        len,
+        max: MAX_SELECTOR_STRING_BYTES,
+    };
+    if key.is_empty() {
+        return Err(("key".into(), Invalid::Empty));
+    }
+    if key.len() > MAX_SELECTOR_STRING_BYTES {
+        return Err(("key".into(), too_long(key.len())));
+    }
+    match operator {
+        In | NotIn if values.is_empty() => {
+            let operator = operator.as_str();
+            return Err(("values".into(), Invalid::ValuesRequired { operator }));
+        }
+        Exists | DoesNotExist if !values.is_empty() => {
+            let operator = operator.as_str();
+            return Err(("values".into(), Invalid::ValuesForbidden { operator }));
+        }
+        _ => {}
+    }
+    if values.len() > MAX_SELECTOR_VALUES {
+        let count = values.len();
+        let max = MAX_SELECTOR_VALUES;
+        return Err(("values".into(), Invalid::TooMany { count, max }));
+    }
+    match values
+        .iter()
+        .position(|v| v.len() > MAX_SELECTOR_STRING_BYTES)
+    {
+        Some(j) => Err((format!("values[{j}]"), too_long(values[j].len()))),
+        None => Ok(()),
+    }
 }
 
 pub fn decision(decision: Decision) -> proto::Decision {
@@ -382,9 +641,23 @@ mod tests {
         }
     }
 
+    /// An action that carries nothing: it converts to no content.
+    fn plain(wire: Option<proto::Action>) -> Result<request::Action> {
+        let (action, content) = action(wire, None, &ContentLimits::default())?;
+        assert!(content.is_none());
+        Ok(action)
+    }
+
+    fn local(namespace: &str, wire: Option<proto::Action>) -> Result<request::Action> {
+        let limits = ContentLimits::default();
+        let (action, content) = local_action(namespace, wire, None, &limits)?;
+        assert!(content.is_none());
+        Ok(action)
+    }
+
     #[test]
     fn missing_action_names_the_field() {
-        let e = action(None).unwrap_err().within("requests[2].");
+        let e = plain(None).unwrap_err().within("requests[2].");
         assert_eq!(
             e.to_string(),
             "requests[2].action: must set resource_attributes or non_resource_attributes"
@@ -393,7 +666,7 @@ mod tests {
 
     #[test]
     fn empty_verb_names_the_field() {
-        let e = action(resource("", "")).unwrap_err();
+        let e = plain(resource("", "")).unwrap_err();
         assert_eq!(field_of(e), "action.resource_attributes.verb");
     }
 
@@ -406,7 +679,7 @@ mod tests {
         {
             r.name = "x".repeat(MAX_STRING_BYTES + 1);
         }
-        let e = action(wire).unwrap_err();
+        let e = plain(wire).unwrap_err();
         assert_eq!(
             e.to_string(),
             format!(
@@ -422,7 +695,7 @@ mod tests {
         {
             r.name = "x".repeat(MAX_STRING_BYTES);
         }
-        assert!(action(wire).is_ok());
+        assert!(plain(wire).is_ok());
     }
 
     #[test]
@@ -478,17 +751,17 @@ mod tests {
 
     #[test]
     fn local_reviews_fill_or_reject_the_namespace() {
-        let filled = local_action("dev", resource("", "get")).unwrap();
+        let filled = local("dev", resource("", "get")).unwrap();
         assert_eq!(filled.namespace(), "dev");
-        assert!(local_action("dev", resource("dev", "get")).is_ok());
+        assert!(local("dev", resource("dev", "get")).is_ok());
 
-        let e = local_action("dev", resource("prod", "get")).unwrap_err();
+        let e = local("dev", resource("prod", "get")).unwrap_err();
         assert_eq!(
             e.to_string(),
             "action.resource_attributes.namespace: `prod` does not match the review's namespace `dev`"
         );
         assert_eq!(
-            field_of(local_action("", resource("", "get")).unwrap_err()),
+            field_of(local("", resource("", "get")).unwrap_err()),
             "namespace"
         );
         let non_resource = Some(proto::Action {
@@ -498,19 +771,392 @@ mod tests {
             })),
         });
         assert_eq!(
-            field_of(local_action("dev", non_resource).unwrap_err()),
+            field_of(local("dev", non_resource).unwrap_err()),
             "action.non_resource_attributes"
         );
     }
 
     #[test]
     fn authorize_request_requires_a_user() {
-        let e = authorize_request(proto::AuthorizeRequest {
-            user: None,
-            action: resource("", "get"),
-            min_revision: 0,
-        })
+        let e = authorize_request(
+            proto::AuthorizeRequest {
+                user: None,
+                action: resource("", "get"),
+                min_revision: 0,
+                content: None,
+            },
+            &ContentLimits::default(),
+        )
         .unwrap_err();
         assert_eq!(field_of(e), "user");
+    }
+
+    fn with_selectors(
+        field: Option<proto::FieldSelectorAttributes>,
+        label: Option<proto::LabelSelectorAttributes>,
+    ) -> Option<proto::Action> {
+        Some(proto::Action {
+            kind: Some(Kind::ResourceAttributes(proto::ResourceAttributes {
+                verb: "list".into(),
+                resource: "pods".into(),
+                field_selector: field,
+                label_selector: label,
+                ..Default::default()
+            })),
+        })
+    }
+
+    fn requirement(key: &str, operator: &str, values: &[&str]) -> proto::SelectorRequirement {
+        proto::SelectorRequirement {
+            key: key.into(),
+            operator: operator.into(),
+            values: values.iter().map(|v| v.to_string()).collect(),
+        }
+    }
+
+    fn field_selector(
+        raw: &str,
+        requirements: Vec<proto::SelectorRequirement>,
+    ) -> Option<proto::Action> {
+        with_selectors(
+            Some(proto::FieldSelectorAttributes {
+                raw_selector: raw.into(),
+                requirements,
+            }),
+            None,
+        )
+    }
+
+    fn label_selector(
+        raw: &str,
+        requirements: Vec<proto::SelectorRequirement>,
+    ) -> Option<proto::Action> {
+        with_selectors(
+            None,
+            Some(proto::LabelSelectorAttributes {
+                raw_selector: raw.into(),
+                requirements,
+            }),
+        )
+    }
+
+    /// The content an action converts to, or the refusal's `field: problem`.
+    fn carried(
+        wire: Option<proto::Action>,
+        content: Option<proto::Content>,
+        limits: &ContentLimits,
+    ) -> std::result::Result<Option<request::Content>, String> {
+        action(wire, content, limits)
+            .map(|(_, content)| content)
+            .map_err(|e| e.to_string())
+    }
+
+    fn objects(object: &[u8], old_object: &[u8]) -> Option<proto::Content> {
+        Some(proto::Content {
+            object: object.to_vec(),
+            old_object: old_object.to_vec(),
+            changed_paths: vec![],
+        })
+    }
+
+    #[test]
+    fn objects_are_carried_as_sent_and_bounded() {
+        let limits = ContentLimits {
+            max_object_bytes: 8,
+        };
+        let content = carried(
+            resource("", "update"),
+            objects(b"{\"a\":1}", b"{}"),
+            &limits,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(content.object.as_deref(), Some(&b"{\"a\":1}"[..]));
+        assert_eq!(content.old_object.as_deref(), Some(&b"{}"[..]));
+        // Not decoded here: the engine decodes, and only when a rule reads the object.
+        assert!(!content.was_decoded());
+        // Nor checked: what is not JSON is the engine's to refuse, if a rule needs it.
+        let content = carried(resource("", "create"), objects(b"not json", b""), &limits);
+        let content = content.unwrap().unwrap();
+        assert_eq!(content.object.as_deref(), Some(&b"not json"[..]));
+        assert_eq!(content.old_object, None);
+
+        assert_eq!(
+            carried(resource("", "create"), objects(b"123456789", b""), &limits).unwrap_err(),
+            "content.object: is 9 bytes long; the limit is 8"
+        );
+        assert_eq!(
+            carried(
+                resource("", "update"),
+                objects(b"{}", b"123456789"),
+                &limits
+            )
+            .unwrap_err(),
+            "content.old_object: is 9 bytes long; the limit is 8"
+        );
+        // Non-resource requests carry content too (the engine decides what it means).
+        let healthz = Some(proto::Action {
+            kind: Some(Kind::NonResourceAttributes(proto::NonResourceAttributes {
+                path: "/x".into(),
+                verb: "post".into(),
+            })),
+        });
+        assert!(carried(healthz, objects(b"{}", b""), &limits)
+            .unwrap()
+            .is_some());
+    }
+
+    #[test]
+    fn nothing_carried_is_no_content() {
+        let limits = ContentLimits::default();
+        assert!(carried(resource("", "get"), None, &limits)
+            .unwrap()
+            .is_none());
+        let empty = Some(proto::Content::default());
+        assert!(carried(resource("", "get"), empty, &limits)
+            .unwrap()
+            .is_none());
+        // A selector that parses to no requirement restricts nothing.
+        let blank = field_selector("  ", vec![]);
+        assert!(carried(blank, None, &limits).unwrap().is_none());
+    }
+
+    #[test]
+    fn changed_paths_exclude_objects_and_are_bounded() {
+        let limits = ContentLimits::default();
+        let paths = |paths: Vec<String>, object: &[u8]| {
+            Some(proto::Content {
+                object: object.to_vec(),
+                old_object: vec![],
+                changed_paths: paths,
+            })
+        };
+        let content = carried(
+            resource("", "patch"),
+            paths(vec![".metadata.labels".into()], b""),
+            &limits,
+        );
+        assert_eq!(
+            content.unwrap().unwrap().changed_paths,
+            [".metadata.labels"]
+        );
+        assert_eq!(
+            carried(
+                resource("", "patch"),
+                paths(vec![".spec".into()], b"{}"),
+                &limits
+            )
+            .unwrap_err(),
+            "content.changed_paths: cannot be set together with object or old_object"
+        );
+        let many = vec![".a".to_string(); MAX_CHANGED_PATHS + 1];
+        assert_eq!(
+            carried(resource("", "patch"), paths(many, b""), &limits).unwrap_err(),
+            format!(
+                "content.changed_paths: has {} entries; the limit is {MAX_CHANGED_PATHS}",
+                MAX_CHANGED_PATHS + 1
+            )
+        );
+        let long = vec![".a".to_string(), "x".repeat(MAX_CHANGED_PATH_BYTES + 1)];
+        let e = action(resource("", "patch"), paths(long, b""), &limits).unwrap_err();
+        assert_eq!(field_of(e), "content.changed_paths[1]");
+        let at_limit = vec!["x".repeat(MAX_CHANGED_PATH_BYTES); MAX_CHANGED_PATHS];
+        assert!(carried(resource("", "patch"), paths(at_limit, b""), &limits).is_ok());
+    }
+
+    #[test]
+    fn selectors_are_parsed_or_checked_into_requirements() {
+        use request::SelectorOperator::{DoesNotExist, Exists, In, NotIn};
+        let limits = ContentLimits::default();
+        let content = carried(
+            with_selectors(
+                Some(proto::FieldSelectorAttributes {
+                    raw_selector: "spec.nodeName=node-1".into(),
+                    requirements: vec![],
+                }),
+                Some(proto::LabelSelectorAttributes {
+                    raw_selector: String::new(),
+                    requirements: vec![
+                        requirement("app", "In", &["web", "api"]),
+                        requirement("canary", "DoesNotExist", &[]),
+                    ],
+                }),
+            ),
+            None,
+            &limits,
+        )
+        .unwrap()
+        .unwrap();
+        let read = |r: &[request::SelectorRequirement]| -> Vec<(String, request::SelectorOperator, Vec<String>)> {
+            r.iter().map(|r| (r.key.clone(), r.operator, r.values.clone())).collect()
+        };
+        assert_eq!(
+            read(&content.field_selector),
+            [("spec.nodeName".into(), In, vec!["node-1".into()])]
+        );
+        assert_eq!(
+            read(&content.label_selector),
+            [
+                ("app".into(), In, vec!["web".into(), "api".into()]),
+                ("canary".into(), DoesNotExist, vec![])
+            ]
+        );
+        assert!(content.object.is_none() && content.changed_paths.is_empty());
+
+        let content = carried(
+            label_selector("tier notin (cache), team", vec![]),
+            None,
+            &limits,
+        );
+        assert_eq!(
+            read(&content.unwrap().unwrap().label_selector),
+            [
+                ("tier".into(), NotIn, vec!["cache".into()]),
+                ("team".into(), Exists, vec![])
+            ]
+        );
+    }
+
+    #[test]
+    fn bad_selectors_are_refused_naming_the_field() {
+        let limits = ContentLimits::default();
+        let refused = |wire| carried(wire, None, &limits).unwrap_err();
+        let f = "action.resource_attributes.field_selector";
+        let l = "action.resource_attributes.label_selector";
+        // KEP-4601: both raw and requirements, or neither, is a 400.
+        assert_eq!(
+            refused(field_selector("a=b", vec![requirement("a", "In", &["b"])])),
+            format!("{f}.raw_selector: cannot be set together with requirements")
+        );
+        assert_eq!(
+            refused(label_selector("", vec![])),
+            format!("{l}: must set a raw selector or requirements")
+        );
+        assert_eq!(
+            refused(label_selector("", vec![requirement("a", "Gt", &["1"])])),
+            format!("{l}.requirements[0].operator: `Gt` is not a selector operator; use In, NotIn, Exists or DoesNotExist")
+        );
+        assert_eq!(
+            refused(label_selector(
+                "",
+                vec![
+                    requirement("a", "Exists", &[]),
+                    requirement("b", "NotIn", &[])
+                ]
+            )),
+            format!("{l}.requirements[1].values: must not be empty with the operator NotIn")
+        );
+        assert_eq!(
+            refused(field_selector(
+                "",
+                vec![requirement("a", "DoesNotExist", &["x"])]
+            )),
+            format!("{f}.requirements[0].values: must be empty with the operator DoesNotExist")
+        );
+        assert_eq!(
+            refused(field_selector("", vec![requirement("", "Exists", &[])])),
+            format!("{f}.requirements[0].key: must not be empty")
+        );
+        let e = refused(label_selector("a >1", vec![]));
+        assert!(
+            e.starts_with(&format!("{l}.raw_selector: is not a valid selector: ")),
+            "{e}"
+        );
+        assert!(e.contains("`>` is not supported"), "{e}");
+        let e = refused(field_selector("a", vec![]));
+        assert!(
+            e.starts_with(&format!("{f}.raw_selector: is not a valid selector: ")),
+            "{e}"
+        );
+
+        // Bounds, alike for requirements and for what a raw selector parses into.
+        let key = "k".repeat(MAX_SELECTOR_STRING_BYTES + 1);
+        assert_eq!(
+            refused(label_selector("", vec![requirement(&key, "Exists", &[])])),
+            format!("{l}.requirements[0].key: is 1025 bytes long; the limit is 1024")
+        );
+        assert_eq!(
+            refused(label_selector(&key, vec![])),
+            format!("{l}.raw_selector: requirement 0: key is 1025 bytes long; the limit is 1024")
+        );
+        let long = "v".repeat(MAX_SELECTOR_STRING_BYTES + 1);
+        assert_eq!(
+            refused(label_selector(
+                "",
+                vec![requirement("a", "In", &["x", "y", &long])]
+            )),
+            format!("{l}.requirements[0].values[2]: is 1025 bytes long; the limit is 1024")
+        );
+        let values = vec!["v"; MAX_SELECTOR_VALUES + 1];
+        assert_eq!(
+            refused(label_selector("", vec![requirement("a", "In", &values)])),
+            format!("{l}.requirements[0].values: has 65 entries; the limit is 64")
+        );
+        let raw_values = format!("a in ({})", values.join(","));
+        assert_eq!(
+            refused(label_selector(&raw_values, vec![])),
+            format!("{l}.raw_selector: requirement 0: values has 65 entries; the limit is 64")
+        );
+        let many = vec![requirement("a", "Exists", &[]); MAX_SELECTOR_REQUIREMENTS + 1];
+        assert_eq!(
+            refused(field_selector("", many)),
+            format!("{f}.requirements: has 65 entries; the limit is 64")
+        );
+        let raw_many = vec!["a=b"; MAX_SELECTOR_REQUIREMENTS + 1].join(",");
+        assert_eq!(
+            refused(field_selector(&raw_many, vec![])),
+            format!("{f}.raw_selector: has 65 requirements; the limit is 64")
+        );
+        let huge = "a".repeat(MAX_RAW_SELECTOR_BYTES + 1);
+        assert_eq!(
+            field_of(action(label_selector(&huge, vec![]), None, &limits).unwrap_err()),
+            format!("{l}.raw_selector")
+        );
+        // At the bounds: fine.
+        let values = vec!["v".repeat(MAX_SELECTOR_STRING_BYTES); MAX_SELECTOR_VALUES];
+        let values: Vec<&str> = values.iter().map(String::as_str).collect();
+        let full = vec![
+            requirement(&"k".repeat(MAX_SELECTOR_STRING_BYTES), "NotIn", &values);
+            MAX_SELECTOR_REQUIREMENTS
+        ];
+        assert!(carried(label_selector("", full), None, &limits).is_ok());
+    }
+
+    #[test]
+    fn authorize_requests_and_local_reviews_carry_their_content() {
+        let limits = ContentLimits::default();
+        let (request, content) = authorize_request(
+            proto::AuthorizeRequest {
+                user: Some(proto::UserInfo {
+                    name: "alice".into(),
+                    ..Default::default()
+                }),
+                action: label_selector("app=web", vec![]),
+                min_revision: 3,
+                content: objects(b"{}", b""),
+            },
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(request.user.name, "alice");
+        let content = content.unwrap();
+        assert_eq!(content.object.as_deref(), Some(&b"{}"[..]));
+        assert_eq!(content.label_selector.len(), 1);
+
+        let (action, content) =
+            local_action("dev", resource("", "delete"), objects(b"", b"{}"), &limits).unwrap();
+        assert_eq!(action.namespace(), "dev");
+        assert_eq!(content.unwrap().old_object.as_deref(), Some(&b"{}"[..]));
+        // A namespace the review does not share is refused, whatever the content.
+        let e = local_action(
+            "dev",
+            resource("prod", "delete"),
+            objects(b"{}", b""),
+            &limits,
+        );
+        assert_eq!(
+            field_of(e.unwrap_err()),
+            "action.resource_attributes.namespace"
+        );
     }
 }

@@ -7,6 +7,7 @@
 use thiserror::Error;
 
 use crate::api::limits::{MAX_BATCH, MAX_REQUEST_BYTES};
+use crate::engine::content::ContentError;
 use crate::store::StoreError;
 
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
@@ -81,6 +82,21 @@ pub enum Invalid {
     NamespaceMismatch { got: String, want: String },
     #[error("non-resource attributes are not allowed in a local review")]
     NonResourceInLocalReview,
+    /// Two fields of which a request may set at most one.
+    #[error("cannot be set together with {other}")]
+    Exclusive { other: &'static str },
+    /// A selector with neither a raw selector nor requirements.
+    #[error("must set a raw selector or requirements")]
+    EmptySelector,
+    #[error("`{0}` is not a selector operator; use In, NotIn, Exists or DoesNotExist")]
+    UnknownOperator(String),
+    #[error("must not be empty with the operator {operator}")]
+    ValuesRequired { operator: &'static str },
+    #[error("must be empty with the operator {operator}")]
+    ValuesForbidden { operator: &'static str },
+    /// A raw selector that does not parse; the parser's message.
+    #[error("is not a valid selector: {0}")]
+    Selector(String),
     #[error("{0}")]
     Other(String),
 }
@@ -167,6 +183,14 @@ impl ApiError {
             },
             other => other,
         }
+    }
+}
+
+/// Content a rule needed and could not read (unreadable JSON, a malformed changed path): the
+/// request is refused naming the field, never decided (docs/spec/SPEC.md §10).
+impl From<ContentError> for ApiError {
+    fn from(error: ContentError) -> Self {
+        ApiError::invalid(error.field, Invalid::Other(error.problem))
     }
 }
 

@@ -18,6 +18,7 @@ use tonic::{Request, Response, Status};
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
 use crate::api::error::{ApiError, Result};
+use crate::api::limits::ContentLimits;
 use crate::api::privilege::{Gate, Privilege};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
@@ -25,7 +26,7 @@ use crate::api::wire::{
     BatchDecoded, Decoded,
 };
 use crate::audit::AuditLog;
-use crate::engine::{AllowedSubjects, Authorize as _};
+use crate::engine::{AllowedSubjects, Authorize as _, Decided};
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::request;
@@ -44,6 +45,8 @@ pub struct GrpcApi {
     max_revision_wait: Duration,
     /// Where review calls are recorded, when `--audit-log` is on.
     audit: Option<Arc<AuditLog>>,
+    /// How much content a request may carry (`--max-content-bytes`).
+    content_limits: ContentLimits,
 }
 
 /// The first step of every call: who asks, and how long they give the server.
@@ -61,15 +64,21 @@ pub trait Review: Send + Sized + 'static {
     type Asked: Send;
     type Reply;
 
-    /// The message, converted (typed errors naming the field path), and its `min_revision`.
-    fn convert(self) -> Result<(Self::Asked, u64)>;
+    /// The message, converted (typed errors naming the field path; content bounded by
+    /// `limits`), and its `min_revision`.
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)>;
 
     /// What the caller must be allowed, to ask this.
     fn privilege(asked: &Self::Asked) -> Privilege<'_>;
 
-    /// The answer, from the admitted snapshot.
-    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply;
+    /// The answer, from the admitted snapshot; refused only when a rule needs content the
+    /// request carries unreadably.
+    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Result<Self::Reply>;
 }
+
+/// What a request asks (an action, or a subject's request) with the content it carries, as
+/// [`convert`] validates them.
+pub type WithContent<T> = (T, Option<request::Content>);
 
 /// A call past every shared step: who asked, and the snapshot that admitted them.
 #[derive(Clone, Copy)]
@@ -90,7 +99,15 @@ impl GrpcApi {
             authenticator,
             max_revision_wait,
             audit: None,
+            content_limits: ContentLimits::default(),
         }
+    }
+
+    /// Bounds the content requests may carry (`--max-content-bytes`).
+    #[must_use]
+    pub fn with_content_limits(mut self, limits: ContentLimits) -> Self {
+        self.content_limits = limits;
+        self
     }
 
     /// Records every answered review call in `audit`.
@@ -116,7 +133,7 @@ impl GrpcApi {
     /// this, so both refuse with the same typed errors.
     pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
         let caller = self.begin(&request)?;
-        let (asked, min_revision) = request.into_inner().convert()?;
+        let (asked, min_revision) = request.into_inner().convert(&self.content_limits)?;
         let snapshot = self
             .admitted(&caller, R::privilege(&asked), min_revision)
             .await?;
@@ -125,7 +142,7 @@ impl GrpcApi {
             caller: &caller.user,
             snapshot: &snapshot,
         };
-        Ok(R::answer(call, asked))
+        R::answer(call, asked)
     }
 
     /// Who asks (authenticated), and by when.
@@ -182,16 +199,24 @@ impl GrpcApi {
         }
     }
 
-    fn authorize_one(
+    /// One request decided from `snapshot` through the cache, with its content; an unreadable
+    /// content a rule needs is `INVALID_ARGUMENT` naming the field.
+    fn decide_one(&self, snapshot: &Snapshot, request: &AuthorizeInput<'_, '_>) -> Result<Decided> {
+        Ok(request.decide(&self.state.authorizer(snapshot))?)
+    }
+
+    /// A decided request counted, recorded in the audit log and traced as `api`.
+    fn record_one(
         &self,
         caller: &UserInfo,
         snapshot: &Snapshot,
         request: &AuthorizeInput<'_, '_>,
+        answer: &Answer,
         api: DecisionApi,
         tally: &mut DecisionTally,
-    ) -> Answer {
-        let decided = request.decide(&self.state.authorizer(snapshot));
-        tally.add(decided.response.decision);
+    ) {
+        let response = answer.response();
+        tally.add(response.decision);
         if let Some(audit) = &self.audit {
             let request = request.to_request();
             audit.review(
@@ -199,7 +224,7 @@ impl GrpcApi {
                 caller,
                 &request.user,
                 &request.action,
-                &decided.response,
+                response,
                 snapshot.revision,
             );
         }
@@ -207,56 +232,77 @@ impl GrpcApi {
             user = request.user_name(),
             verb = request.action().verb(),
             namespace = request.action().namespace(),
-            decision = %decided.response.decision,
-            cached = decided.cached,
+            decision = %response.decision,
+            cached = answer.cached(),
             revision = snapshot.revision,
             "authorize"
         );
         // A batch's span would only keep its last item's decision: not recorded per item.
         if api == DecisionApi::Authorize {
-            record_decision(decided.response.decision, decided.cached, snapshot.revision);
+            record_decision(response.decision, answer.cached(), snapshot.revision);
         }
-        Answer::new(decided, snapshot.revision)
     }
 
-    /// Answers a validated batch from one snapshot.
+    /// Answers a validated batch from one snapshot. Every item is decided before any is
+    /// recorded: an item whose content a rule cannot read refuses the whole batch (as an
+    /// invalid item does, naming it), and nothing of a refused batch is counted or audited.
     async fn answer_batch<'r, 'a: 'r>(
         &self,
         caller: &Caller,
-        requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>>,
+        requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>> + Clone,
         min_revision: u64,
     ) -> Result<BatchAuthorizeReply> {
         let snapshot = self
             .admitted(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
+        let mut answers = Vec::with_capacity(requests.len());
+        for (i, request) in requests.clone().enumerate() {
+            let decided = self.decide_one(&snapshot, &request).map_err(within(i))?;
+            answers.push(Answer::new(decided, snapshot.revision));
+        }
         let api = DecisionApi::BatchAuthorize;
         let mut tally = DecisionTally::default();
-        let answers = requests
-            .map(|request| self.authorize_one(&caller.user, &snapshot, &request, api, &mut tally))
-            .collect();
+        for (request, answer) in requests.zip(&answers) {
+            self.record_one(&caller.user, &snapshot, &request, answer, api, &mut tally);
+        }
         self.state.metrics().tally(api, &tally);
         Ok(BatchAuthorizeReply::new(answers))
     }
 }
 
+/// An error of a batch's item `i`, named within the batch (`requests[3].action`).
+fn within(i: usize) -> impl Fn(ApiError) -> ApiError {
+    move |e: ApiError| e.within(&format!("requests[{i}]."))
+}
+
 impl Admitted<'_> {
-    /// Who can do `action`, recorded in the audit log as asked by `rpc`.
-    fn who_can(&self, rpc: &str, action: &request::Action) -> AllowedSubjects {
-        let subjects = self.snapshot.engine.who_can(action);
+    /// Who can do `action` (on the object `content` describes), recorded in the audit log as
+    /// asked by `rpc`.
+    fn who_can(
+        &self,
+        rpc: &str,
+        action: &request::Action,
+        content: Option<&request::Content>,
+    ) -> Result<AllowedSubjects> {
+        let subjects = self.snapshot.engine.who_can_content(action, content)?;
         if let Some(audit) = &self.api.audit {
             audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
         }
-        subjects
+        Ok(subjects)
     }
 
-    /// `request` decided through the cache, counted, recorded and answered as `api`.
+    /// `request` decided through the cache with its content, counted, recorded and answered
+    /// as `api`.
     fn review(
         &self,
         request: request::Request,
+        content: Option<&request::Content>,
         api: DecisionApi,
-    ) -> proto::SubjectAccessReviewResponse {
+    ) -> Result<proto::SubjectAccessReviewResponse> {
         let (state, snapshot) = (&self.api.state, self.snapshot);
-        let decided = state.authorizer(snapshot).decide(request.as_borrowed());
+        let decided = state
+            .authorizer(snapshot)
+            .decide_content(request.with_content(content))?;
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {
@@ -269,128 +315,151 @@ impl Admitted<'_> {
                 snapshot.revision,
             );
         }
-        convert::review_response(
+        Ok(convert::review_response(
             &decided.response,
             request.action.namespace(),
             snapshot.revision,
-        )
+        ))
     }
 }
 
 // --- The review RPCs, each stated by what differs ----------------------------------------------
 
 impl Review for proto::GetAllowedSubjectsRequest {
-    type Asked = request::Action;
+    type Asked = WithContent<request::Action>;
     type Reply = proto::GetAllowedSubjectsResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        Ok((convert::action(self.action)?, self.min_revision))
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let asked = convert::action(self.action, self.content, limits)?;
+        Ok((asked, self.min_revision))
     }
 
     fn privilege(_: &Self::Asked) -> Privilege<'_> {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
-        let subjects = call.who_can("GetAllowedSubjects", &action);
-        convert::allowed_subjects_response(subjects, call.snapshot.revision)
+    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+        let subjects = call.who_can("GetAllowedSubjects", &action, content.as_ref())?;
+        Ok(convert::allowed_subjects_response(
+            subjects,
+            call.snapshot.revision,
+        ))
     }
 }
 
 impl Review for proto::SubjectAccessReviewRequest {
-    type Asked = request::Request;
+    type Asked = WithContent<request::Request>;
     type Reply = proto::SubjectAccessReviewResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        let action = convert::action(self.action)?;
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let (action, content) = convert::action(self.action, self.content, limits)?;
         let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
-        Ok((request::Request { user, action }, self.min_revision))
+        Ok((
+            (request::Request { user, action }, content),
+            self.min_revision,
+        ))
     }
 
     fn privilege(_: &Self::Asked) -> Privilege<'_> {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply {
-        call.review(asked, DecisionApi::SubjectAccessReview)
+    fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
+        call.review(request, content.as_ref(), DecisionApi::SubjectAccessReview)
     }
 }
 
 /// The caller's own access: the subject is the caller.
 impl Review for proto::PersonalSubjectAccessReviewRequest {
-    type Asked = request::Action;
+    type Asked = WithContent<request::Action>;
     type Reply = proto::SubjectAccessReviewResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        Ok((convert::action(self.action)?, self.min_revision))
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let asked = convert::action(self.action, self.content, limits)?;
+        Ok((asked, self.min_revision))
     }
 
     fn privilege(_: &Self::Asked) -> Privilege<'_> {
         Privilege::Authenticated
     }
 
-    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
+    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let user = call.caller.clone();
         let request = request::Request { user, action };
-        call.review(request, DecisionApi::PersonalSubjectAccessReview)
+        let api = DecisionApi::PersonalSubjectAccessReview;
+        call.review(request, content.as_ref(), api)
     }
 }
 
 /// A review within one namespace, which the action must agree with (`convert::local_action`),
 /// so the namespace the privilege names is the review's.
 impl Review for proto::LocalSubjectAccessReviewRequest {
-    type Asked = request::Request;
+    type Asked = WithContent<request::Request>;
     type Reply = proto::SubjectAccessReviewResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        let action = convert::local_action(&self.namespace, self.action)?;
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let (action, content) =
+            convert::local_action(&self.namespace, self.action, self.content, limits)?;
         let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
-        Ok((request::Request { user, action }, self.min_revision))
+        Ok((
+            (request::Request { user, action }, content),
+            self.min_revision,
+        ))
     }
 
-    fn privilege(asked: &Self::Asked) -> Privilege<'_> {
-        Privilege::local_subject_access_review(asked.action.namespace())
+    fn privilege((request, _): &Self::Asked) -> Privilege<'_> {
+        Privilege::local_subject_access_review(request.action.namespace())
     }
 
-    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Self::Reply {
-        call.review(asked, DecisionApi::LocalSubjectAccessReview)
+    fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
+        let api = DecisionApi::LocalSubjectAccessReview;
+        call.review(request, content.as_ref(), api)
     }
 }
 
 impl Review for proto::ResourceAccessReviewRequest {
-    type Asked = request::Action;
+    type Asked = WithContent<request::Action>;
     type Reply = proto::ResourceAccessReviewResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        Ok((convert::action(self.action)?, self.min_revision))
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let asked = convert::action(self.action, self.content, limits)?;
+        Ok((asked, self.min_revision))
     }
 
     fn privilege(_: &Self::Asked) -> Privilege<'_> {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
-        let subjects = call.who_can("ResourceAccessReview", &action);
-        convert::resource_review_response(subjects, action.namespace(), call.snapshot.revision)
+    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+        let subjects = call.who_can("ResourceAccessReview", &action, content.as_ref())?;
+        Ok(convert::resource_review_response(
+            subjects,
+            action.namespace(),
+            call.snapshot.revision,
+        ))
     }
 }
 
 impl Review for proto::LocalResourceAccessReviewRequest {
-    type Asked = request::Action;
+    type Asked = WithContent<request::Action>;
     type Reply = proto::ResourceAccessReviewResponse;
 
-    fn convert(self) -> Result<(Self::Asked, u64)> {
-        let action = convert::local_action(&self.namespace, self.action)?;
-        Ok((action, self.min_revision))
+    fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let asked = convert::local_action(&self.namespace, self.action, self.content, limits)?;
+        Ok((asked, self.min_revision))
     }
 
-    fn privilege(action: &Self::Asked) -> Privilege<'_> {
+    fn privilege((action, _): &Self::Asked) -> Privilege<'_> {
         Privilege::local_resource_access_review(action.namespace())
     }
 
-    fn answer(call: Admitted<'_>, action: Self::Asked) -> Self::Reply {
-        let subjects = call.who_can("LocalResourceAccessReview", &action);
-        convert::resource_review_response(subjects, action.namespace(), call.snapshot.revision)
+    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+        let subjects = call.who_can("LocalResourceAccessReview", &action, content.as_ref())?;
+        Ok(convert::resource_review_response(
+            subjects,
+            action.namespace(),
+            call.snapshot.revision,
+        ))
     }
 }
 
@@ -413,16 +482,19 @@ impl Authorizer for GrpcApi {
             }
             Decoded::Owned(wire) => {
                 let min_revision = wire.min_revision;
-                owned = convert::authorize_request(wire)?;
-                (AuthorizeInput::Owned(&owned), min_revision)
+                owned = convert::authorize_request(wire, &self.content_limits)?;
+                let (request, content) = &owned;
+                let content = content.as_ref();
+                (AuthorizeInput::Owned { request, content }, min_revision)
             }
         };
         let snapshot = self
             .admitted(&caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
+        let answer = Answer::new(self.decide_one(&snapshot, &request)?, snapshot.revision);
         let api = DecisionApi::Authorize;
         let mut tally = DecisionTally::default();
-        let answer = self.authorize_one(&caller.user, &snapshot, &request, api, &mut tally);
+        self.record_one(&caller.user, &snapshot, &request, &answer, api, &mut tally);
         self.state.metrics().tally(api, &tally);
         Ok(Response::new(AuthorizeReply::new(answer)))
     }
@@ -437,7 +509,6 @@ impl Authorizer for GrpcApi {
         let decoded = call.decode()?;
         // The whole batch is validated before anything is evaluated, and answered from one
         // snapshot, so its answers are mutually consistent.
-        let within = |i: usize| move |e: ApiError| e.within(&format!("requests[{i}]."));
         let mut min_revision = 0;
         let reply = match decoded {
             BatchDecoded::Views(views) => {
@@ -452,9 +523,15 @@ impl Authorizer for GrpcApi {
                 let mut requests = Vec::with_capacity(wire.requests.len());
                 for (i, one) in wire.requests.into_iter().enumerate() {
                     min_revision = min_revision.max(one.min_revision);
-                    requests.push(convert::authorize_request(one).map_err(within(i))?);
+                    let one = convert::authorize_request(one, &self.content_limits);
+                    requests.push(one.map_err(within(i))?);
                 }
-                let requests = requests.iter().map(AuthorizeInput::Owned);
+                let requests = requests
+                    .iter()
+                    .map(|(request, content)| AuthorizeInput::Owned {
+                        request,
+                        content: content.as_ref(),
+                    });
                 self.answer_batch(&caller, requests, min_revision).await?
             }
         };

@@ -10,6 +10,7 @@
 //! * [`authn`]: who the caller is (certificate, bearer token, local identity; the listener rule);
 //! * [`privilege`]: what each RPC needs the caller to be allowed, checked through the policy;
 //! * [`limits`]: every input limit;
+//! * [`selector`]: raw KEP-4601 field and label selectors parsed into requirements;
 //! * [`shed`]: load shedding and the request timeout, as a tower layer.
 
 pub mod admin;
@@ -22,5 +23,6 @@ pub mod grpc;
 pub mod http;
 pub mod limits;
 pub mod privilege;
+pub mod selector;
 pub mod shed;
 pub mod wire;

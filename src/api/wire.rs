@@ -35,6 +35,7 @@ use smallvec::SmallVec;
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{MAX_BATCH, MAX_GROUPS};
+use crate::engine::content::ContentError;
 use crate::engine::{Authorize, Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::proto_codec::{WireDecode, WireEncode};
@@ -71,7 +72,9 @@ pub mod fields {
     }
 
     /// Every message the view reader reads. A field of these it does not know sends the request
-    /// to prost; `UserInfo.extra` is known (so listed) but always left to prost.
+    /// to prost; `UserInfo.extra`, `AuthorizeRequest.content` and the selectors of
+    /// `ResourceAttributes` are known (so listed) but always left to prost: a request that
+    /// carries any of them is read by prost and `convert`, and the view stays the plain shape.
     pub const READ: &[Message] = &[
         batch_authorize_request::MESSAGE,
         authorize_request::MESSAGE,
@@ -100,12 +103,14 @@ pub mod fields {
         pub const USER: u32 = 1;
         pub const ACTION: u32 = 2;
         pub const MIN_REVISION: u32 = 3;
+        pub const CONTENT: u32 = 4;
         pub const MESSAGE: super::Message = super::Message {
             name: "authz.v1.AuthorizeRequest",
             fields: &[
                 (USER, "user"),
                 (ACTION, "action"),
                 (MIN_REVISION, "min_revision"),
+                (CONTENT, "content"),
             ],
         };
     }
@@ -146,6 +151,8 @@ pub mod fields {
         pub const RESOURCE: u32 = 5;
         pub const SUBRESOURCE: u32 = 6;
         pub const NAME: u32 = 7;
+        pub const FIELD_SELECTOR: u32 = 8;
+        pub const LABEL_SELECTOR: u32 = 9;
         pub const MESSAGE: super::Message = super::Message {
             name: "authz.v1.ResourceAttributes",
             fields: &[
@@ -156,6 +163,8 @@ pub mod fields {
                 (RESOURCE, "resource"),
                 (SUBRESOURCE, "subresource"),
                 (NAME, "name"),
+                (FIELD_SELECTOR, "field_selector"),
+                (LABEL_SELECTOR, "label_selector"),
             ],
         };
     }
@@ -347,12 +356,15 @@ pub struct UserView<'a> {
     pub group_count: usize,
 }
 
-/// A validated Authorize request: a view of its bytes, or the engine's request when it was
-/// decoded by prost.
+/// A validated Authorize request: a view of its bytes, or the engine's request and the
+/// content it carries when it was decoded by prost (every request with content is).
 #[derive(Clone, Copy)]
 pub enum AuthorizeInput<'r, 'a> {
     Borrowed(&'r AuthorizeView<'a>),
-    Owned(&'r request::Request),
+    Owned {
+        request: &'r request::Request,
+        content: Option<&'r request::Content>,
+    },
 }
 
 impl AuthorizeView<'_> {
@@ -416,14 +428,14 @@ impl AuthorizeInput<'_, '_> {
     pub fn user_name(&self) -> &str {
         match self {
             AuthorizeInput::Borrowed(view) => view.user.as_ref().map_or("", |u| u.name),
-            AuthorizeInput::Owned(request) => &request.user.name,
+            AuthorizeInput::Owned { request, .. } => &request.user.name,
         }
     }
 
     pub fn action(&self) -> ActionRef<'_> {
         match self {
             AuthorizeInput::Borrowed(view) => view.action(),
-            AuthorizeInput::Owned(request) => request.action.as_borrowed(),
+            AuthorizeInput::Owned { request, .. } => request.action.as_borrowed(),
         }
     }
 
@@ -431,16 +443,17 @@ impl AuthorizeInput<'_, '_> {
     pub fn to_request(&self) -> Cow<'_, request::Request> {
         match self {
             AuthorizeInput::Borrowed(view) => Cow::Owned(view.to_request()),
-            AuthorizeInput::Owned(request) => Cow::Borrowed(request),
+            AuthorizeInput::Owned { request, .. } => Cow::Borrowed(request),
         }
     }
 
-    /// Decides through `authorizer` (the cache, statically dispatched): a view is never
-    /// copied, hit or miss.
-    pub fn decide(&self, authorizer: &impl Authorize) -> Decided {
-        authorizer.decide(match self {
+    /// Decides through `authorizer` (the cache, statically dispatched), with the request's
+    /// content: a view is never copied, hit or miss. Fails only when a rule needs content the
+    /// request carries unreadably (a view carries none).
+    pub fn decide(&self, authorizer: &impl Authorize) -> Result<Decided, ContentError> {
+        authorizer.decide_content(match self {
             AuthorizeInput::Borrowed(view) => view.as_request(),
-            AuthorizeInput::Owned(request) => request.as_borrowed(),
+            AuthorizeInput::Owned { request, content } => request.with_content(*content),
         })
     }
 }
@@ -684,6 +697,8 @@ fn read_authorize_from(mut reader: Reader<'_>) -> Option<AuthorizeView<'_>> {
                 view.action = read_action(reader.message()?)?;
             }
             (authorize_request::MIN_REVISION, VARINT) => view.min_revision = reader.varint()?,
+            // Content: prost reads it, and `convert` bounds it (see `fields`).
+            (authorize_request::CONTENT, _) => return None,
             // A repeated message, another wire type, or a field the view does not know.
             _ => return None,
         }
@@ -745,6 +760,10 @@ fn read_resource(mut reader: Reader<'_>) -> Option<ResourceRef<'_>> {
             resource_attributes::RESOURCE => &mut r.resource,
             resource_attributes::SUBRESOURCE => &mut r.subresource,
             resource_attributes::NAME => &mut r.name,
+            // Selectors: prost reads them, and `convert` parses and bounds them.
+            resource_attributes::FIELD_SELECTOR | resource_attributes::LABEL_SELECTOR => {
+                return None
+            }
             // A field the view does not know.
             _ => return None,
         };
@@ -785,6 +804,16 @@ impl Answer {
             cached: decided.cached,
             revision,
         }
+    }
+
+    /// The decision answered.
+    pub fn response(&self) -> &Response {
+        &self.response
+    }
+
+    /// Whether it came from the cache.
+    pub fn cached(&self) -> bool {
+        self.cached
     }
 
     /// The fields up to `denied_by`, which depend on the response alone: encoded once per

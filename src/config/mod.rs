@@ -186,6 +186,7 @@ impl Cli {
                     args.envoy.envoy_extra_header_prefix.as_deref(),
                     args.envoy.envoy_path_templates,
                     args.envoy.envoy_allowed_by_header,
+                    args.envoy.envoy_body_as_object,
                 )
                 .map_err(|message| usage_error("serve", message))?,
                 limits: args.limits.settings()?,

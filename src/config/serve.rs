@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use crate::api::limits::{ContentLimits, DEFAULT_MAX_CONTENT_BYTES, MAX_REQUEST_BYTES};
 use crate::cache::CacheConfig;
 use crate::request::UserInfo;
 use crate::transport::ListenAddr;
@@ -164,6 +165,11 @@ pub struct EnvoyArgs {
     /// Add `x-authzd-allowed-by` (the deciding rule) to allowed requests sent upstream.
     #[arg(long)]
     pub envoy_allowed_by_header: bool,
+
+    /// Take the body of a POST, PUT or PATCH (Envoy's `with_request_body`) as the object the
+    /// request acts on, for rules over object content; bounded by --max-content-bytes.
+    #[arg(long)]
+    pub envoy_body_as_object: bool,
 }
 
 /// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
@@ -217,6 +223,12 @@ pub struct LimitArgs {
     /// 10 s to finish, clients reconnect). Off by default because it also ends watch streams.
     #[arg(long, value_name = "DURATION", value_parser = parse_duration)]
     pub max_connection_age: Option<Duration>,
+
+    /// Largest object (`content.object`, `content.old_object`, an Envoy body taken as the
+    /// object) one request may carry, in bytes; a larger one is refused with INVALID_ARGUMENT.
+    /// At most 4194304, the largest request authzd reads.
+    #[arg(long, value_name = "BYTES", default_value_t = DEFAULT_MAX_CONTENT_BYTES)]
+    pub max_content_bytes: usize,
 }
 
 /// The audit log of `serve` (README "Audit log").
@@ -245,6 +257,8 @@ pub struct ServeLimits {
     pub max_connection_age: Option<Duration>,
     pub max_watches: usize,
     pub max_connections: usize,
+    /// What requests may carry (`--max-content-bytes`).
+    pub content: ContentLimits,
 }
 
 /// Validated [`AuditArgs`]: present when `--audit-log` is given.
@@ -278,6 +292,16 @@ impl LimitArgs {
         if let Some(interval) = self.http2_keepalive_interval {
             positive("http2-keepalive-interval", millis(interval))?;
         }
+        positive("max-content-bytes", self.max_content_bytes as u64)?;
+        if self.max_content_bytes > MAX_REQUEST_BYTES {
+            return Err(usage_error(
+                "serve",
+                format!(
+                    "--max-content-bytes must be at most {MAX_REQUEST_BYTES}, the largest \
+                     request authzd reads (a larger object could never arrive)"
+                ),
+            ));
+        }
         // The kernel counts keepalive idle time in whole seconds.
         if self.tcp_keepalive.as_secs() == 0 {
             return Err(usage_error(
@@ -296,6 +320,9 @@ impl LimitArgs {
             max_connection_age: self.max_connection_age,
             max_connections: self.max_connections,
             max_watches: self.max_watches,
+            content: ContentLimits {
+                max_object_bytes: self.max_content_bytes,
+            },
         })
     }
 }
@@ -406,6 +433,8 @@ mod tests {
         assert_eq!(s.limits.request_timeout, Duration::from_secs(30));
         assert_eq!(s.limits.http2_keepalive_interval, None);
         assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(30));
+        assert_eq!(s.limits.content.max_object_bytes, 3 * 1024 * 1024);
+        assert!(!s.envoy.body_as_object);
         assert_eq!(s.audit, None);
 
         let cli = Cli::try_parse_from([
@@ -421,6 +450,9 @@ mod tests {
             "20s",
             "--tcp-keepalive",
             "2m",
+            "--max-content-bytes",
+            "1024",
+            "--envoy-body-as-object",
         ])
         .unwrap();
         let Settings::Serve(s) = cli.settings().unwrap() else {
@@ -433,6 +465,8 @@ mod tests {
             Some(Duration::from_secs(20))
         );
         assert_eq!(s.limits.tcp_keepalive, Duration::from_secs(120));
+        assert_eq!(s.limits.content.max_object_bytes, 1024);
+        assert!(s.envoy.body_as_object);
         assert_eq!(
             s.audit,
             Some(AuditSettings {
@@ -447,6 +481,8 @@ mod tests {
             ["--audit-queue", "0"],
             ["--http2-keepalive-interval", "0s"],
             ["--tcp-keepalive", "500ms"],
+            ["--max-content-bytes", "0"],
+            ["--max-content-bytes", "4194305"],
         ] {
             let cli = Cli::try_parse_from(["authzd", "serve", bad[0], bad[1]]).unwrap();
             let err = cli.settings().unwrap_err();

@@ -218,6 +218,8 @@ fn to_proto_action(action: &request::Action) -> proto::Action {
                 resource: r.resource.clone(),
                 subresource: r.subresource.clone(),
                 name: r.name.clone(),
+                field_selector: None,
+                label_selector: None,
             })
         }
         request::Action::NonResource(n) => {
@@ -247,6 +249,7 @@ pub(crate) fn authorize_message(request: &request::Request, name: &str) -> proto
         }),
         action: Some(to_proto_action(&with_name(request.action.clone(), name))),
         min_revision: 0,
+        content: None,
     }
 }
 
@@ -295,6 +298,7 @@ impl Workload {
         let who_can_message = |name: &str| proto::GetAllowedSubjectsRequest {
             action: Some(to_proto_action(&with_name(synth::who_can_action(), name))),
             min_revision: 0,
+            content: None,
         };
         let who_can = vec![
             Template::new(&who_can_message("hot"), false)?,

@@ -400,5 +400,6 @@ pub fn resource_request(
             })),
         }),
         min_revision: 0,
+        content: None,
     }
 }

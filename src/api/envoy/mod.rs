@@ -10,8 +10,9 @@
 //! * denied or no opinion: `PERMISSION_DENIED`, HTTP 403, reason in `x-authzd-reason` and body;
 //! * no subject: `UNAUTHENTICATED`, HTTP 401 (the mesh did not authenticate the request, which
 //!   is what 401 means; 403 would claim the policy was asked about someone);
-//! * a request authzd cannot read (no HTTP attributes, oversized headers): `INVALID_ARGUMENT`,
-//!   HTTP 400, with the same reason header.
+//! * a request authzd cannot read (no HTTP attributes, oversized headers; with
+//!   `--envoy-body-as-object`, a body over `--max-content-bytes`, a partial body, or one a rule
+//!   needs and cannot read as JSON): `INVALID_ARGUMENT`, HTTP 400, with the same reason header.
 //!
 //! Before the first policy compiles, `Check` fails with `UNAVAILABLE` like every other RPC, so
 //! Envoy applies its own `failure_mode_allow` / `status_on_error` (deny by default).
@@ -36,7 +37,8 @@ use tonic::{Code, Request, Response, Status};
 
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert::{self, WireSubject};
-use crate::api::error::{ApiError, Result};
+use crate::api::error::{ApiError, Invalid, Result};
+use crate::api::limits::ContentLimits;
 use crate::api::privilege::{Gate, Privilege};
 use crate::engine::Authorize as _;
 use crate::proto;
@@ -53,6 +55,14 @@ pub use path_template::PathTemplate;
 pub const REASON_HEADER: &str = "x-authzd-reason";
 /// The header added to an allowed request, naming the rule that allowed it (when enabled).
 pub const ALLOWED_BY_HEADER: &str = "x-authzd-allowed-by";
+/// The header Envoy adds to a check whose body it cut at `with_request_body.max_request_bytes`
+/// (`allow_partial_message: true`).
+pub const PARTIAL_BODY_HEADER: &str = "x-envoy-auth-partial-body";
+
+/// Where the body is in a `CheckRequest`, for refusals that name it: as text, or as bytes
+/// (`with_request_body.pack_as_bytes`).
+const BODY_FIELD: &str = "attributes.request.http.body";
+const RAW_BODY_FIELD: &str = "attributes.request.http.raw_body";
 
 /// Where the subject of a checked request comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +89,9 @@ pub struct EnvoyConfig {
     pub templates: Vec<PathTemplate>,
     /// Add [`ALLOWED_BY_HEADER`] to allowed requests (overwriting any the client sent).
     pub allowed_by_header: bool,
+    /// The body of a POST, PUT or PATCH (Envoy's `with_request_body`) is the request's
+    /// `content.object`, for rules over object content.
+    pub body_as_object: bool,
 }
 
 impl Default for EnvoyConfig {
@@ -91,6 +104,7 @@ impl Default for EnvoyConfig {
             },
             templates: Vec::new(),
             allowed_by_header: false,
+            body_as_object: false,
         }
     }
 }
@@ -109,6 +123,7 @@ impl EnvoyConfig {
         extra_prefix: Option<&str>,
         templates: Vec<PathTemplate>,
         allowed_by_header: bool,
+        body_as_object: bool,
     ) -> Result<Self, String> {
         let subject = match subject_from {
             SUBJECT_FROM_HEADERS => SubjectSource::Headers {
@@ -130,6 +145,7 @@ impl EnvoyConfig {
             subject,
             templates,
             allowed_by_header,
+            body_as_object,
         })
     }
 }
@@ -149,6 +165,7 @@ pub struct EnvoyApi {
     state: Arc<ServingState>,
     authenticator: Arc<dyn Authenticator>,
     config: Arc<EnvoyConfig>,
+    content_limits: ContentLimits,
 }
 
 impl EnvoyApi {
@@ -161,7 +178,15 @@ impl EnvoyApi {
             state,
             authenticator,
             config: Arc::new(config),
+            content_limits: ContentLimits::default(),
         }
+    }
+
+    /// Bounds the body taken as the object (`--max-content-bytes`).
+    #[must_use]
+    pub fn with_content_limits(mut self, limits: ContentLimits) -> Self {
+        self.content_limits = limits;
+        self
     }
 
     /// The tonic service, with the request size limit applied.
@@ -233,39 +258,97 @@ impl EnvoyApi {
         if path.is_empty() {
             return Err(ApiError::Malformed("the check names no HTTP path".into()));
         }
-        let kind = match self.config.templates.iter().find_map(|t| t.capture(path)) {
+        let action = match self.config.templates.iter().find_map(|t| t.capture(path)) {
             Some(mut attributes) => {
                 attributes.verb = resource_verb(&http.method, !attributes.name.is_empty(), query);
-                proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
-                    namespace: attributes.namespace,
-                    verb: attributes.verb,
-                    group: attributes.group,
-                    version: attributes.version,
-                    resource: attributes.resource,
-                    subresource: attributes.subresource,
-                    name: attributes.name,
-                })
+                request::Action::Resource(attributes)
             }
-            None => proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
+            None => request::Action::NonResource(request::NonResourceAttributes {
                 path: path.to_string(),
                 verb: http.method.to_ascii_lowercase(),
             }),
         };
-        convert::action(Some(proto::Action { kind: Some(kind) }))
+        convert::check_action(action.as_borrowed())?;
+        Ok(action)
     }
 
-    fn check_one(&self, check: &CheckRequest) -> Result<CheckResponse> {
+    /// With `--envoy-body-as-object`, the body of a POST, PUT or PATCH as the object acted on
+    /// (taken out of the check, not copied), bounded as any object; `None` otherwise, or when
+    /// Envoy sent no body. A body Envoy cut short is refused: rules must not read part of an
+    /// object as the whole. Also the field that names the body, for refusals.
+    fn body_content(
+        &self,
+        check: &mut CheckRequest,
+    ) -> Result<(Option<request::Content>, &'static str)> {
+        let http = check
+            .attributes
+            .as_mut()
+            .and_then(|a| a.request.as_mut())
+            .and_then(|r| r.http.as_mut());
+        let Some(http) = http.filter(|_| self.config.body_as_object) else {
+            return Ok((None, BODY_FIELD));
+        };
+        let method = http.method.as_str();
+        if !["POST", "PUT", "PATCH"]
+            .iter()
+            .any(|m| m.eq_ignore_ascii_case(method))
+        {
+            return Ok((None, BODY_FIELD));
+        }
+        let (field, body) = if http.raw_body.is_empty() {
+            (BODY_FIELD, std::mem::take(&mut http.body).into_bytes())
+        } else {
+            (RAW_BODY_FIELD, std::mem::take(&mut http.raw_body))
+        };
+        if body.is_empty() {
+            return Ok((None, field));
+        }
+        let partial = header_values(http, PARTIAL_BODY_HEADER)
+            .iter()
+            .any(|v| v.trim().eq_ignore_ascii_case("true"));
+        if partial {
+            return Err(ApiError::invalid(
+                field,
+                Invalid::Other(format!(
+                    "is only part of the body ({PARTIAL_BODY_HEADER}); configure Envoy's \
+                     with_request_body to send whole bodies (allow_partial_message: false)"
+                )),
+            ));
+        }
+        let max = self.content_limits.max_object_bytes;
+        if body.len() > max {
+            let len = body.len();
+            return Err(ApiError::invalid(field, Invalid::TooLong { len, max }));
+        }
+        let mut content = request::Content::default();
+        content.object = Some(body);
+        Ok((Some(content), field))
+    }
+
+    fn check_one(&self, mut check: CheckRequest) -> Result<CheckResponse> {
         // What Envoy sent is the client's request: a refusal of it goes back to the client
         // (below), not to Envoy as a failed call.
-        let request = match self.engine_request(check) {
+        let (content, body_field) = match self.body_content(&mut check) {
+            Ok(content) => content,
+            Err(refusal) => return Ok(refused(&refusal)),
+        };
+        let request = match self.engine_request(&check) {
             Ok(request) => request,
             Err(refusal) => return Ok(refused(&refusal)),
         };
         let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
-        let decided = self
+        let decided = match self
             .state
             .authorizer(&snapshot)
-            .decide(request.as_borrowed());
+            .decide_content(request.with_content(content.as_ref()))
+        {
+            Ok(decided) => decided,
+            // A body a rule needs and cannot read: the client's request is malformed.
+            Err(unreadable) => {
+                let refusal = ApiError::from(unreadable).renamed(&[("content.object", body_field)]);
+                return Ok(refused(&refusal));
+            }
+        };
         let response = &decided.response;
         self.state
             .metrics()
@@ -495,7 +578,7 @@ impl Authorization for EnvoyApi {
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
         self.admit_caller(&request)?;
-        Ok(Response::new(self.check_one(request.get_ref())?))
+        Ok(Response::new(self.check_one(request.into_inner())?))
     }
 }
 
@@ -512,6 +595,7 @@ mod tests {
             None,
             vec![],
             false,
+            false,
         )
         .unwrap();
         assert_eq!(
@@ -522,8 +606,10 @@ mod tests {
                 extra_prefix: None
             }
         );
-        assert!(EnvoyConfig::new("headers", "bad header", "g", None, vec![], false).is_err());
-        assert!(EnvoyConfig::new("cookies", "u", "g", None, vec![], false).is_err());
+        assert!(
+            EnvoyConfig::new("headers", "bad header", "g", None, vec![], false, false).is_err()
+        );
+        assert!(EnvoyConfig::new("cookies", "u", "g", None, vec![], false, false).is_err());
     }
 
     #[test]

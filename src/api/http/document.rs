@@ -197,6 +197,29 @@ impl<'a> Object<'a> {
         string_list(self.get(key), &self.field_path(key))
     }
 
+    /// A list of objects; empty when absent or null.
+    pub fn objects(&self, key: &str) -> Result<Vec<Object<'a>>, BodyError> {
+        let path = self.field_path(key);
+        match self.get(key) {
+            None => Ok(Vec::new()),
+            Some(Value::Array(items)) => items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::Object(map) => Ok(Object {
+                        map,
+                        path: format!("{path}[{i}]"),
+                    }),
+                    _ => Err(BodyError::field(
+                        &format!("{path}[{i}]"),
+                        "must be an object",
+                    )),
+                })
+                .collect(),
+            Some(_) => Err(BodyError::field(&path, "must be a list of objects")),
+        }
+    }
+
     /// Kubernetes `extra`: a map of string to list of strings.
     pub fn extra(&self, key: &str) -> Result<HashMap<String, proto::ExtraValues>, BodyError> {
         let path = self.field_path(key);

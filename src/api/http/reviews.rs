@@ -89,9 +89,25 @@ const K8S_GROUP_V1BETA1: &str = "authorization.k8s.io/v1beta1";
 
 /// Proto field paths → `SubjectAccessReview` JSON paths; `groups_field` is `spec.groups`
 /// (v1) or `spec.group` (v1beta1).
-const fn kube_renames(groups_field: &'static str) -> [(&'static str, &'static str); 8] {
+const fn kube_renames(groups_field: &'static str) -> [(&'static str, &'static str); 12] {
     [
         ("action.resource_attributes", "spec.resourceAttributes"),
+        (
+            "action.resource_attributes.field_selector",
+            "spec.resourceAttributes.fieldSelector",
+        ),
+        (
+            "action.resource_attributes.field_selector.raw_selector",
+            "spec.resourceAttributes.fieldSelector.rawSelector",
+        ),
+        (
+            "action.resource_attributes.label_selector",
+            "spec.resourceAttributes.labelSelector",
+        ),
+        (
+            "action.resource_attributes.label_selector.raw_selector",
+            "spec.resourceAttributes.labelSelector.rawSelector",
+        ),
         (
             "action.non_resource_attributes",
             "spec.nonResourceAttributes",
@@ -136,9 +152,8 @@ fn required_spec<'a>(root: &Object<'a>) -> Result<Object<'a>, BodyError> {
         .ok_or_else(|| BodyError::field("spec", "is required"))
 }
 
-/// `spec.resourceAttributes` xor `spec.nonResourceAttributes` (upstream's validation).
-/// `fieldSelector` and `labelSelector` are accepted and not evaluated: no authorizer here
-/// reads them (as kube-apiserver's RBAC does not).
+/// `spec.resourceAttributes` xor `spec.nonResourceAttributes` (upstream's validation), with
+/// the resource attributes' KEP-4601 `fieldSelector` and `labelSelector`.
 fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
     use proto::action::Kind;
     let resource = spec.object("resourceAttributes")?;
@@ -164,6 +179,18 @@ fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
             resource: r.string("resource")?,
             subresource: r.string("subresource")?,
             name: r.string("name")?,
+            field_selector: kube_selector(&r, "fieldSelector")?.map(
+                |(raw_selector, requirements)| proto::FieldSelectorAttributes {
+                    raw_selector,
+                    requirements,
+                },
+            ),
+            label_selector: kube_selector(&r, "labelSelector")?.map(
+                |(raw_selector, requirements)| proto::LabelSelectorAttributes {
+                    raw_selector,
+                    requirements,
+                },
+            ),
         }),
         (None, Some(n)) => Kind::NonResourceAttributes(proto::NonResourceAttributes {
             path: n.string("path")?,
@@ -171,6 +198,31 @@ fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
         }),
     };
     Ok(proto::Action { kind: Some(kind) })
+}
+
+/// A KEP-4601 selector of `resourceAttributes` (`FieldSelectorAttributes`,
+/// `LabelSelectorAttributes`): `{rawSelector, requirements: [{key, operator, values}]}`, read
+/// as written. What makes one valid (never both, never neither, known operators, bounds) is the
+/// gRPC conversion's, so both transports refuse alike; the renames name the document's fields.
+fn kube_selector(
+    attributes: &Object<'_>,
+    key: &str,
+) -> Result<Option<(String, Vec<proto::SelectorRequirement>)>, BodyError> {
+    let Some(selector) = attributes.object(key)? else {
+        return Ok(None);
+    };
+    let requirements = selector
+        .objects("requirements")?
+        .iter()
+        .map(|r| {
+            Ok(proto::SelectorRequirement {
+                key: r.string("key")?,
+                operator: r.string("operator")?,
+                values: r.strings("values")?,
+            })
+        })
+        .collect::<Result<_, BodyError>>()?;
+    Ok(Some((selector.string("rawSelector")?, requirements)))
 }
 
 /// `SubjectAccessReviewStatus`: `allowed` always, the rest only when set (omitempty).
@@ -253,6 +305,7 @@ fn kube_review_request(
         uid: spec.string("uid")?,
         extra: spec.extra("extra")?,
         min_revision,
+        content: None,
     })
 }
 
@@ -268,6 +321,7 @@ fn local_review(
         uid,
         extra,
         min_revision,
+        content,
     } = review;
     proto::LocalSubjectAccessReviewRequest {
         namespace,
@@ -277,6 +331,7 @@ fn local_review(
         uid,
         extra,
         min_revision,
+        content,
     }
 }
 
@@ -306,6 +361,7 @@ pub(super) async fn kube_self_subject_access_review(
         let message = proto::PersonalSubjectAccessReviewRequest {
             action: Some(kube_action(&spec)?),
             min_revision,
+            content: None,
         };
         Ok((message, KUBE_RENAMES))
     };
@@ -355,28 +411,88 @@ pub(super) async fn kube_local_subject_access_review(
 
 const SEED_VERSION: &str = "authorization.kubernetes.io/v1";
 
-/// Proto field paths → seed 000's `authorizationAttributes` names.
-const SEED_RENAMES: Renames = &[
-    ("action.resource_attributes", "authorizationAttributes"),
-    (
-        "action.resource_attributes.group",
-        "authorizationAttributes.resourceGroup",
-    ),
-    (
-        "action.resource_attributes.version",
-        "authorizationAttributes.resourceVersion",
-    ),
-    (
-        "action.resource_attributes.name",
-        "authorizationAttributes.resourceName",
-    ),
-    ("action.non_resource_attributes", "authorizationAttributes"),
-    ("action", "authorizationAttributes"),
-    ("user", "user"),
-    ("groups", "groups"),
-    ("namespace", "namespace"),
-    ("uid", "uid"),
-];
+/// Proto field paths → seed 000's `authorizationAttributes` names, and seed 003's
+/// `spec.content`; `object_field` is where the object is (`spec.content.object`, or
+/// `spec.content` itself when the content is the bare object).
+const fn seed_renames(object_field: &'static str) -> [(&'static str, &'static str); 14] {
+    [
+        ("action.resource_attributes", "authorizationAttributes"),
+        (
+            "action.resource_attributes.group",
+            "authorizationAttributes.resourceGroup",
+        ),
+        (
+            "action.resource_attributes.version",
+            "authorizationAttributes.resourceVersion",
+        ),
+        (
+            "action.resource_attributes.name",
+            "authorizationAttributes.resourceName",
+        ),
+        ("action.non_resource_attributes", "authorizationAttributes"),
+        ("action", "authorizationAttributes"),
+        ("user", "user"),
+        ("groups", "groups"),
+        ("namespace", "namespace"),
+        ("uid", "uid"),
+        ("content", "spec.content"),
+        ("content.object", object_field),
+        ("content.old_object", "spec.content.oldObject"),
+        ("content.changed_paths", "spec.content.changedPaths"),
+    ]
+}
+
+const SEED_RENAMES: Renames = &seed_renames("spec.content.object");
+const SEED_BARE_CONTENT_RENAMES: Renames = &seed_renames("spec.content");
+
+/// The keys of seed 003's content wrapper: `object` and `oldObject` (and `changedPaths`, gRPC's
+/// `changed_paths`). Content with any other key is the object itself.
+const CONTENT_WRAPPER_KEYS: [&str; 3] = ["object", "oldObject", "changedPaths"];
+
+/// Seed 003's `spec.content` (`SubjectAccessReviewSpec.Content`): `{object, oldObject}` (or
+/// `changedPaths`), or a bare object meaning `object`. Objects become the JSON bytes gRPC
+/// carries, bounded there; an empty `{}` carries nothing. The renames name the fields as the
+/// document wrote them.
+fn seed_content(root: &Object<'_>) -> Result<(Option<proto::Content>, Renames), BodyError> {
+    let content = match root.object("spec")? {
+        Some(spec) => spec.object("content")?,
+        None => None,
+    };
+    let Some(content) = content else {
+        return Ok((None, SEED_RENAMES));
+    };
+    let json = |object: &Map<String, Value>| {
+        serde_json::to_vec(object)
+            .map_err(|error| BodyError::Malformed(format!("cannot encode spec.content: {error}")))
+    };
+    let wrapped = content
+        .map
+        .keys()
+        .all(|key| CONTENT_WRAPPER_KEYS.contains(&key.as_str()));
+    if !wrapped {
+        let object = json(content.map)?;
+        let content = proto::Content {
+            object,
+            ..Default::default()
+        };
+        return Ok((Some(content), SEED_BARE_CONTENT_RENAMES));
+    }
+    let object = match content.object("object")? {
+        Some(object) => json(object.map)?,
+        None => Vec::new(),
+    };
+    let old_object = match content.object("oldObject")? {
+        Some(object) => json(object.map)?,
+        None => Vec::new(),
+    };
+    let changed_paths = content.strings("changedPaths")?;
+    let content = proto::Content {
+        object,
+        old_object,
+        changed_paths,
+    };
+    Ok((Some(content), SEED_RENAMES))
+}
 
 /// `apiVersion` and `kind` are optional on the seed's paths (its examples always send them);
 /// when present they must name this endpoint's type.
@@ -419,6 +535,8 @@ fn seed_action(root: &Object<'_>) -> Result<proto::Action, BodyError> {
             resource: attributes.string("resource")?,
             subresource: attributes.string("subresource")?,
             name: attributes.string("resourceName")?,
+            field_selector: None,
+            label_selector: None,
         })
     };
     Ok(proto::Action { kind: Some(kind) })
@@ -477,6 +595,7 @@ fn seed_review_request(
         uid: String::new(),
         extra: Default::default(),
         min_revision,
+        content: None,
     })
 }
 
@@ -491,7 +610,12 @@ pub(super) async fn seed_subject_access_review(
     const KIND: &str = "SubjectAccessReview";
     let parse = |root: &Object<'_>, min_revision| {
         check_seed_type_meta(root, KIND)?;
-        Ok((seed_review_request(root, min_revision)?, SEED_RENAMES))
+        let (content, renames) = seed_content(root)?;
+        let message = proto::SubjectAccessReviewRequest {
+            content,
+            ..seed_review_request(root, min_revision)?
+        };
+        Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, false));
     review(&api, request, parse, respond).await
@@ -504,11 +628,13 @@ pub(super) async fn seed_personal_subject_access_review(
     const KIND: &str = "PersonalSubjectAccessReview";
     let parse = |root: &Object<'_>, min_revision| {
         check_seed_type_meta(root, KIND)?;
+        let (content, renames) = seed_content(root)?;
         let message = proto::PersonalSubjectAccessReviewRequest {
             action: Some(seed_action(root)?),
             min_revision,
+            content,
         };
-        Ok((message, SEED_RENAMES))
+        Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
     review(&api, request, parse, respond).await
@@ -535,8 +661,12 @@ pub(super) async fn seed_local_subject_access_review(
     let parse = |root: &Object<'_>, min_revision| {
         check_seed_type_meta(root, KIND)?;
         seed_namespace(root, &namespace)?;
-        let request = seed_review_request(root, min_revision)?;
-        Ok((local_review(namespace, request), SEED_RENAMES))
+        let (content, renames) = seed_content(root)?;
+        let request = proto::SubjectAccessReviewRequest {
+            content,
+            ..seed_review_request(root, min_revision)?
+        };
+        Ok((local_review(namespace, request), renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
     review(&api, request, parse, respond).await
@@ -549,11 +679,13 @@ pub(super) async fn seed_resource_access_review(
     const KIND: &str = "ResourceAccessReview";
     let parse = |root: &Object<'_>, min_revision| {
         check_seed_type_meta(root, KIND)?;
+        let (content, renames) = seed_content(root)?;
         let message = proto::ResourceAccessReviewRequest {
             action: Some(seed_action(root)?),
             min_revision,
+            content,
         };
-        Ok((message, SEED_RENAMES))
+        Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
     review(&api, request, parse, respond).await
@@ -568,12 +700,14 @@ pub(super) async fn seed_local_resource_access_review(
     let parse = |root: &Object<'_>, min_revision| {
         check_seed_type_meta(root, KIND)?;
         seed_namespace(root, &namespace)?;
+        let (content, renames) = seed_content(root)?;
         let message = proto::LocalResourceAccessReviewRequest {
             namespace,
             action: Some(seed_action(root)?),
             min_revision,
+            content,
         };
-        Ok((message, SEED_RENAMES))
+        Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
     review(&api, request, parse, respond).await

@@ -8,6 +8,7 @@ use proptest::prelude::*;
 use tonic::Status;
 
 use super::*;
+use crate::api::limits::ContentLimits;
 use crate::engine::EncodedOnce;
 use crate::request::Request;
 
@@ -32,6 +33,9 @@ fn resource() -> impl Strategy<Value = proto::ResourceAttributes> {
                 resource,
                 subresource,
                 name,
+                // Selectors are content: never read by the view (see `carrying_content`).
+                field_selector: None,
+                label_selector: None,
             }
         },
     )
@@ -84,19 +88,88 @@ fn authorize_request(with_extra: bool) -> impl Strategy<Value = proto::Authorize
             user,
             action,
             min_revision,
+            content: None,
         })
 }
 
-/// What the server would act on: the engine's request and `min_revision`, or the error text.
-fn through_prost(bytes: &[u8]) -> std::result::Result<(Request, u64), String> {
+/// A plain request made to carry content: objects or changed paths, and selectors on a
+/// resource action (some of them invalid, which prost's path must refuse as `convert` does).
+fn carrying_content() -> impl Strategy<Value = proto::AuthorizeRequest> {
+    let selector = || {
+        (
+            prop_oneof![Just(String::new()), Just("a=b".to_string()), text()],
+            proptest::collection::vec(
+                (
+                    text(),
+                    prop::sample::select(vec!["In", "Exists", "Gt"]),
+                    proptest::collection::vec(text(), 0..2),
+                )
+                    .prop_map(|(key, operator, values)| {
+                        proto::SelectorRequirement {
+                            key,
+                            operator: operator.into(),
+                            values,
+                        }
+                    }),
+                0..2,
+            ),
+        )
+    };
+    (
+        authorize_request(false),
+        proptest::collection::vec(any::<u8>(), 0..16),
+        proptest::collection::vec(any::<u8>(), 0..16),
+        proptest::collection::vec(text(), 0..2),
+        proptest::option::of(selector()),
+        proptest::option::of(selector()),
+        any::<bool>(),
+    )
+        .prop_map(
+            |(mut request, object, old_object, changed_paths, field, label, with_content)| {
+                if with_content {
+                    request.content = Some(proto::Content {
+                        object,
+                        old_object,
+                        changed_paths,
+                    });
+                }
+                if let Some(proto::Action {
+                    kind: Some(proto::action::Kind::ResourceAttributes(r)),
+                }) = request.action.as_mut()
+                {
+                    r.field_selector =
+                        field.map(
+                            |(raw_selector, requirements)| proto::FieldSelectorAttributes {
+                                raw_selector,
+                                requirements,
+                            },
+                        );
+                    r.label_selector =
+                        label.map(
+                            |(raw_selector, requirements)| proto::LabelSelectorAttributes {
+                                raw_selector,
+                                requirements,
+                            },
+                        );
+                }
+                request
+            },
+        )
+}
+
+/// What the server would act on: the engine's request, its content (as `Debug` shows it) and
+/// `min_revision`, or the error text.
+type Acted = (Request, String, u64);
+
+fn through_prost(bytes: &[u8]) -> std::result::Result<Acted, String> {
     let wire = proto::AuthorizeRequest::decode(bytes).map_err(|e| e.to_string())?;
     let min_revision = wire.min_revision;
-    convert::authorize_request(wire)
-        .map(|request| (request, min_revision))
+    convert::authorize_request(wire, &ContentLimits::default())
+        .map(|(request, content)| (request, format!("{content:?}"), min_revision))
         .map_err(|e| Status::from(e).message().to_owned())
 }
 
-fn through_wire(bytes: &[u8]) -> std::result::Result<(Request, u64), String> {
+fn through_wire(bytes: &[u8]) -> std::result::Result<Acted, String> {
     let call = AuthorizeCall::from(Bytes::copy_from_slice(bytes));
     let message = |e: ApiError| Status::from(e).message().to_owned();
     let decoded = call.decode().map_err(message)?;
@@ -104,12 +177,18 @@ fn through_wire(bytes: &[u8]) -> std::result::Result<(Request, u64), String> {
         Decoded::View(view) => {
             view.validate().map_err(message)?;
             let input = AuthorizeInput::Borrowed(&view);
-            Ok((input.to_request().into_owned(), view.min_revision))
+            let none: Option<request::Content> = None;
+            Ok((
+                input.to_request().into_owned(),
+                format!("{none:?}"),
+                view.min_revision,
+            ))
         }
         Decoded::Owned(wire) => {
             let min_revision = wire.min_revision;
-            let request = convert::authorize_request(wire).map_err(message)?;
-            Ok((request, min_revision))
+            let (request, content) =
+                convert::authorize_request(wire, &ContentLimits::default()).map_err(message)?;
+            Ok((request, format!("{content:?}"), min_revision))
         }
     }
 }
@@ -130,6 +209,40 @@ proptest! {
             !has_extra,
             "the plain shape must take the view"
         );
+    }
+
+    /// A request carrying content or selectors is never a view: prost reads it, `convert`
+    /// bounds it, and the server acts on the same request and content as through prost alone
+    /// (the view's `AuthorizeRequest` has no field for them). In a batch, one such item sends
+    /// the whole batch to prost, as any field the view does not take does.
+    #[test]
+    fn content_and_selectors_take_prosts_path(
+        request in carrying_content(),
+        plain in authorize_request(false),
+    ) {
+        let carries = request.content.is_some()
+            || matches!(
+                request.action.as_ref().and_then(|a| a.kind.as_ref()),
+                Some(proto::action::Kind::ResourceAttributes(r))
+                    if r.field_selector.is_some() || r.label_selector.is_some()
+            );
+        let bytes = request.encode_to_vec();
+        prop_assert_eq!(through_wire(&bytes), through_prost(&bytes));
+        let call = AuthorizeCall::from(Bytes::from(bytes));
+        let decoded = call.decode();
+        match decoded {
+            Ok(Decoded::Owned(decoded)) => prop_assert_eq!(&decoded, &request),
+            Ok(Decoded::View(_)) => prop_assert!(!carries, "content read as a view"),
+            Err(error) => prop_assert!(false, "a valid request did not decode: {}", error),
+        }
+        let batch = proto::BatchAuthorizeRequest { requests: vec![plain, request.clone()] };
+        let call = BatchAuthorizeCall::from(Bytes::from(batch.encode_to_vec()));
+        let decoded = call.decode();
+        match decoded {
+            Ok(BatchDecoded::Owned(decoded)) => prop_assert_eq!(decoded, batch),
+            Ok(BatchDecoded::Views(_)) => prop_assert!(!carries, "content read as a view"),
+            Err(error) => prop_assert!(false, "a valid batch did not decode: {}", error),
+        }
     }
 
     /// Any bytes the view reader accepts, prost decodes to the same message; and the server
@@ -295,6 +408,8 @@ fn view_as_proto(view: &AuthorizeView<'_>) -> proto::AuthorizeRequest {
                     resource: r.resource.into(),
                     subresource: r.subresource.into(),
                     name: r.name.into(),
+                    field_selector: None,
+                    label_selector: None,
                 }),
                 ActionRef::NonResource { path, verb } => {
                     Kind::NonResourceAttributes(proto::NonResourceAttributes {
@@ -305,6 +420,7 @@ fn view_as_proto(view: &AuthorizeView<'_>) -> proto::AuthorizeRequest {
             }),
         }),
         min_revision: view.min_revision,
+        content: None,
     }
 }
 
@@ -579,6 +695,7 @@ fn field_99_at_every_level_takes_prosts_path() {
             )),
         }),
         min_revision: 7,
+        content: None,
     };
     let non_resource = proto::AuthorizeRequest {
         action: healthz(),
@@ -823,6 +940,7 @@ fn groups_past_the_limit_are_counted_not_kept() {
         }),
         action: healthz(),
         min_revision: 0,
+        content: None,
     };
     let bytes = request.encode_to_vec();
     let user = read_authorize(&bytes).and_then(|v| v.user).unwrap();
@@ -891,4 +1009,104 @@ fn refused_as_too_many(decoded: Result<BatchDecoded<'_>>) -> Option<usize> {
         },
         Ok(_) => None,
     }
+}
+
+/// An authorizer that records the object each `decide_content` call was given, refuses
+/// unreadable content (`not json`) as the engine does, and otherwise answers as an engine with
+/// no policy. `decide` must not be called: the handlers' requests may carry content.
+struct SeesContent {
+    engine: crate::engine::Engine,
+    seen: std::sync::Mutex<Vec<Option<Vec<u8>>>>,
+}
+
+impl SeesContent {
+    fn new() -> Self {
+        let policy = crate::policy::model::PolicySet::default();
+        Self {
+            engine: crate::engine::Engine::new(&policy, crate::engine::EngineConfig::default()),
+            seen: Default::default(),
+        }
+    }
+}
+
+impl Authorize for SeesContent {
+    fn decide(&self, _: request::RequestRef<'_>) -> Decided {
+        panic!("requests that may carry content are decided through decide_content")
+    }
+
+    fn decide_content(&self, request: request::RequestRef<'_>) -> Result<Decided, ContentError> {
+        let object = request.content.and_then(|c| c.object.clone());
+        let unreadable = object.as_deref() == Some(&b"not json"[..]);
+        self.seen.lock().unwrap().push(object);
+        if unreadable {
+            return Err(ContentError {
+                field: "content.object".into(),
+                problem: "is not JSON".into(),
+            });
+        }
+        Ok(self.engine.decide(request))
+    }
+
+    fn who_can(&self, _: &request::Action) -> crate::engine::AllowedSubjects {
+        crate::engine::AllowedSubjects::default()
+    }
+}
+
+/// Both forms of a decoded request reach the engine through `decide_content`: a view with no
+/// content, prost's request with the content it carried; and the engine's refusal of
+/// unreadable content comes back as it is.
+#[test]
+fn requests_reach_the_engine_with_their_content() {
+    let authorizer = SeesContent::new();
+    let decide = |bytes: Vec<u8>| -> std::result::Result<Decided, ContentError> {
+        let call = AuthorizeCall::from(Bytes::from(bytes));
+        let owned;
+        let view;
+        let input = match call.decode().unwrap() {
+            Decoded::View(decoded) => {
+                view = decoded;
+                AuthorizeInput::Borrowed(&view)
+            }
+            Decoded::Owned(wire) => {
+                owned = convert::authorize_request(wire, &ContentLimits::default()).unwrap();
+                AuthorizeInput::Owned {
+                    request: &owned.0,
+                    content: owned.1.as_ref(),
+                }
+            }
+        };
+        input.decide(&authorizer)
+    };
+    let plain = proto::AuthorizeRequest {
+        user: Some(proto::UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        }),
+        action: healthz(),
+        min_revision: 0,
+        content: None,
+    };
+    let with = |object: &[u8]| proto::AuthorizeRequest {
+        content: Some(proto::Content {
+            object: object.to_vec(),
+            ..Default::default()
+        }),
+        ..plain.clone()
+    };
+    let answered = decide(plain.encode_to_vec()).unwrap();
+    assert_eq!(answered.response.decision, Decision::NoOpinion);
+    decide(with(b"{\"a\":1}").encode_to_vec()).unwrap();
+    let refused = decide(with(b"not json").encode_to_vec()).unwrap_err();
+    assert_eq!(
+        *authorizer.seen.lock().unwrap(),
+        [
+            None,
+            Some(b"{\"a\":1}".to_vec()),
+            Some(b"not json".to_vec())
+        ]
+    );
+    assert_eq!(refused.field, "content.object");
+    let status = Status::from(ApiError::from(refused));
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert_eq!(status.message(), "content.object: is not JSON");
 }
