@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
-    ApplyRequest, AuthorizeRequest, AuthorizeResponse, Decision, DeleteRequest, ObjectRef,
+    ApplyRequest, AuthorizeRequest, AuthorizeResponse, Content, Decision, DeleteRequest, ObjectRef,
     StatusRequest, StatusResponse, WatchEvent, WatchRequest,
 };
 use grpc_harness::{
@@ -425,12 +425,68 @@ struct HammerReport {
     failures: Vec<String>,
 }
 
+/// A role whose grants are partly content rules (issue 16): reads plain, label-only updates,
+/// deletes of `app=web` pods; and a standing restricted deny that the hammer's updates (labels
+/// only) never trigger, so plans carry a deny rule too.
+const POD_CONTENT_ROLES: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-mixed}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+- {apiGroups: [""], resources: [pods], verbs: [update], fields: [".metadata.labels"]}
+- {apiGroups: [""], resources: [pods], verbs: [delete], objectSelector: {matchLabels: {app: web}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: no-spec-edits}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [update], deny: true, fields: [".spec"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: hank-no-spec-edits}
+subjects: [{kind: User, name: hank}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: no-spec-edits}
+"#;
+
+/// The hammer's request number `i`: a few distinct cache keys, all decided by the toggled
+/// binding; with `content`, label-only updates and deletes of `app=web` pods too, carrying
+/// their objects.
+fn hammer_request(i: usize, content: bool) -> AuthorizeRequest {
+    let kinds = if content { 5 } else { 3 };
+    let verb = ["get", "list", "watch", "update", "delete"][i % kinds];
+    let namespace = format!("ns-{}", (i / kinds) % 4);
+    let mut request = req("hank", &[], &namespace, verb, "pods");
+    let pod = |labels: &str| {
+        format!(r#"{{"metadata":{{"name":"p","labels":{labels}}},"spec":{{"nodeName":"n{i}"}}}}"#)
+    };
+    request.content = match verb {
+        "update" => Some(Content {
+            old_object: pod(r#"{"app":"web"}"#).into_bytes(),
+            object: pod(&format!(r#"{{"app":"web","seen":"{i}"}}"#)).into_bytes(),
+            changed_paths: Vec::new(),
+        }),
+        "delete" => Some(Content {
+            old_object: pod(r#"{"app":"web"}"#).into_bytes(),
+            ..Default::default()
+        }),
+        _ => None,
+    };
+    request
+}
+
 /// Askers hammer one user's access (a few cache keys) while a revoker toggles it; returns
 /// what was seen and every answer that contradicts an acknowledged state or its own revision.
-async fn hammer(args: &[&str]) -> HammerReport {
-    let grant = cluster_role_binding("hank-read", "pod-reader", &[("User", "hank")]);
+/// With `content`, the toggled grant is made of content rules and requests carry objects.
+async fn hammer(args: &[&str], content: bool) -> HammerReport {
+    let role = if content { "pod-mixed" } else { "pod-reader" };
+    let grant = cluster_role_binding("hank-read", role, &[("User", "hank")]);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("roles.yaml"), POD_READER).unwrap();
+    if content {
+        std::fs::write(dir.path().join("content.yaml"), POD_CONTENT_ROLES).unwrap();
+    }
     std::fs::write(dir.path().join("clusterrolebinding.hank-read.yaml"), &grant).unwrap();
     let server = Server::start_serving(dir.path(), args).await;
     let mut channels = Vec::new();
@@ -452,10 +508,7 @@ async fn hammer(args: &[&str]) -> HammerReport {
             let mut samples = Vec::new();
             let mut i = task;
             while !stop.load(Ordering::Relaxed) {
-                // A few distinct cache keys, all decided by the toggled binding.
-                let verb = ["get", "list", "watch"][i % 3];
-                let namespace = format!("ns-{}", (i / 3) % 4);
-                let request = req("hank", &[], &namespace, verb, "pods");
+                let request = hammer_request(i, content);
                 i += 1;
                 let start = Instant::now();
                 let response = client.authorize(request).await.unwrap().into_inner();
@@ -614,12 +667,18 @@ fn hammer_no_stale_answer_after_an_acknowledged_change() {
         .enable_all()
         .build()
         .unwrap();
-    for (mode, args) in [
-        ("cache on", &[][..]),
-        ("cache off (--cache-size 0)", &["--cache-size", "0"][..]),
+    for (mode, args, content) in [
+        ("cache on", &[][..], false),
+        (
+            "cache off (--cache-size 0)",
+            &["--cache-size", "0"][..],
+            false,
+        ),
+        ("content rules, cache on", &[][..], true),
+        ("content rules, cache off", &["--cache-size", "0"][..], true),
     ] {
         let started = Instant::now();
-        let report = runtime.block_on(hammer(args));
+        let report = runtime.block_on(hammer(args, content));
         let s = &report.status;
         println!(
             "hammer, {mode}: {} requests ({} unambiguous), {} writes, {} cached answers; server: {} hits, {} misses, {} inserts, {} invalidations, {} stale inserts refused; {:.1?}",
