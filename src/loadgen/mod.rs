@@ -202,6 +202,12 @@ pub struct Args {
     #[arg(long, value_name = "R", default_value = "0.5", value_parser = parse_ratio)]
     pub cache_hit_ratio: f64,
 
+    /// Every Authorize (alone and in batches) carries a `content` of about this many bytes
+    /// per object (an update: object and stored object), which the synthetic policy's rules
+    /// never read; both targets decode it (0: no content).
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub content_bytes: usize,
+
     /// authzd's `--cache-size` (with --spawn; default: authzd's own).
     #[arg(long, value_name = "N")]
     pub cache_size: Option<usize>,
@@ -330,6 +336,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
             mix: args.mix,
             batch_size: args.batch_size,
             cache_hit_ratio: args.cache_hit_ratio,
+            content_bytes: args.content_bytes,
         },
     )?);
     let config = RunConfig {
@@ -445,6 +452,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         mix: args.mix.to_string(),
         batch_size: args.batch_size,
         cache_hit_ratio: args.cache_hit_ratio,
+        content_bytes: args.content_bytes,
         cache_size: args.cache_size,
         cores: std::thread::available_parallelism().map_or(1, usize::from),
     };

@@ -183,6 +183,8 @@ pub struct Settings {
     pub mix: String,
     pub batch_size: usize,
     pub cache_hit_ratio: f64,
+    /// Bytes of content per object on every Authorize (0: none).
+    pub content_bytes: usize,
     pub cache_size: Option<usize>,
     pub cores: usize,
 }
@@ -233,7 +235,7 @@ impl Report {
             out,
             "authzd-loadgen: {} ({}), {} bindings, concurrency {}, connections {}, warm-up {:.1}s, \
              window {:.1}s in {} alternating rounds, mix {}, batch size {}, cache-hit-ratio {}, \
-             {} cores",
+             content {} bytes, {} cores",
             s.target,
             s.transport,
             s.bindings,
@@ -245,6 +247,7 @@ impl Report {
             s.mix,
             s.batch_size,
             s.cache_hit_ratio,
+            s.content_bytes,
             s.cores
         );
         let _ = writeln!(

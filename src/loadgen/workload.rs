@@ -269,6 +269,35 @@ pub struct StreamShape {
     pub mix: Mix,
     pub batch_size: usize,
     pub cache_hit_ratio: f64,
+    /// Bytes of content per object on every Authorize (0: none).
+    pub content_bytes: usize,
+}
+
+/// An update's content of about `bytes` per object: a ConfigMap whose data fills the size,
+/// with one label changed between the stored object and the new one.
+pub fn content_of_size(bytes: usize) -> proto::Content {
+    let object = |label: &str| {
+        let head = format!(
+            r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"load","labels":{{"app":"{label}"}}}},"data":{{"#
+        );
+        let mut text = head;
+        let mut i = 0;
+        while text.len() + 2 < bytes {
+            if i > 0 {
+                text.push(',');
+            }
+            let room = bytes.saturating_sub(text.len() + 16).clamp(1, 64);
+            text.push_str(&format!(r#""k{i}":"{}""#, "x".repeat(room)));
+            i += 1;
+        }
+        text.push_str("}}");
+        text.into_bytes()
+    };
+    proto::Content {
+        object: object("new"),
+        old_object: object("old"),
+        changed_paths: Vec::new(),
+    }
 }
 
 impl Workload {
@@ -278,10 +307,15 @@ impl Workload {
             .map_err(|_| LoadgenError::Workload("placeholder is not UTF-8".into()))?;
         let mut authorize = Vec::with_capacity(probes.len() * (HOT_PER_KIND + 1));
         let mut expects = Vec::with_capacity(authorize.capacity());
+        let content = (stream.content_bytes > 0).then(|| content_of_size(stream.content_bytes));
+        let message = |request: &request::Request, name: &str| proto::AuthorizeRequest {
+            content: content.clone(),
+            ..authorize_message(request, name)
+        };
         for (request, expect) in &probes {
             for i in 0..HOT_PER_KIND {
                 authorize.push(Template::new(
-                    &authorize_message(request, &format!("hot-{i}")),
+                    &message(request, &format!("hot-{i}")),
                     false,
                 )?);
                 expects.push(*expect);
@@ -289,10 +323,7 @@ impl Workload {
         }
         let fresh_base = authorize.len();
         for (request, expect) in &probes {
-            authorize.push(Template::new(
-                &authorize_message(request, placeholder),
-                true,
-            )?);
+            authorize.push(Template::new(&message(request, placeholder), true)?);
             expects.push(*expect);
         }
         let who_can_message = |name: &str| proto::GetAllowedSubjectsRequest {
@@ -505,6 +536,7 @@ mod tests {
             },
             batch_size: 5,
             cache_hit_ratio,
+            content_bytes: 0,
         }
     }
 
@@ -611,5 +643,23 @@ mod tests {
         assert_eq!(&hex16(0), b"0000000000000000");
         assert_eq!(&hex16(u64::MAX), b"ffffffffffffffff");
         assert_eq!(&hex16(0x1234), b"0000000000001234");
+    }
+
+    /// Content of a given size is about that size per object and is JSON.
+    #[test]
+    fn content_is_json_of_about_the_size_asked() {
+        for bytes in [200, 2048, 10_000] {
+            let content = content_of_size(bytes);
+            for object in [&content.object, &content.old_object] {
+                let value: serde_json::Value = serde_json::from_slice(object).unwrap();
+                assert!(value.is_object());
+                assert!(
+                    object.len().abs_diff(bytes) <= 80,
+                    "{} for {bytes}",
+                    object.len()
+                );
+            }
+            assert_ne!(content.object, content.old_object);
+        }
     }
 }
