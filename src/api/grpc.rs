@@ -215,19 +215,21 @@ impl GrpcApi {
         api: DecisionApi,
         tally: &mut DecisionTally,
     ) {
+        self.count_one(snapshot, request, answer, api, tally);
+        self.audit_one(caller, snapshot, request, answer, api);
+    }
+
+    /// A decided request counted (in `tally`, which the caller commits) and traced as `api`.
+    fn count_one(
+        &self,
+        snapshot: &Snapshot,
+        request: &AuthorizeInput<'_, '_>,
+        answer: &Answer,
+        api: DecisionApi,
+        tally: &mut DecisionTally,
+    ) {
         let response = answer.response();
         tally.add(response.decision);
-        if let Some(audit) = &self.audit {
-            let request = request.to_request();
-            audit.review(
-                api.rpc(),
-                caller,
-                &request.user,
-                &request.action,
-                response,
-                snapshot.revision,
-            );
-        }
         tracing::debug!(
             user = request.user_name(),
             verb = request.action().verb(),
@@ -243,9 +245,32 @@ impl GrpcApi {
         }
     }
 
-    /// Answers a validated batch from one snapshot. Every item is decided before any is
-    /// recorded: an item whose content a rule cannot read refuses the whole batch (as an
-    /// invalid item does, naming it), and nothing of a refused batch is counted or audited.
+    /// A decided request recorded in the audit log, when there is one.
+    fn audit_one(
+        &self,
+        caller: &UserInfo,
+        snapshot: &Snapshot,
+        request: &AuthorizeInput<'_, '_>,
+        answer: &Answer,
+        api: DecisionApi,
+    ) {
+        if let Some(audit) = &self.audit {
+            let request = request.to_request();
+            audit.review(
+                api.rpc(),
+                caller,
+                &request.user,
+                &request.action,
+                answer.response(),
+                snapshot.revision,
+            );
+        }
+    }
+
+    /// Answers a validated batch from one snapshot, in one pass over the items. An item whose
+    /// content a rule cannot read refuses the whole batch (as an invalid item does, naming
+    /// it); the tally is committed, and the audit log written, only for a batch answered
+    /// whole, so nothing of a refused batch is counted or audited.
     async fn answer_batch<'r, 'a: 'r>(
         &self,
         caller: &Caller,
@@ -255,15 +280,19 @@ impl GrpcApi {
         let snapshot = self
             .admitted(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
+        let api = DecisionApi::BatchAuthorize;
+        let mut tally = DecisionTally::default();
         let mut answers = Vec::with_capacity(requests.len());
         for (i, request) in requests.clone().enumerate() {
             let decided = self.decide_one(&snapshot, &request).map_err(within(i))?;
-            answers.push(Answer::new(decided, snapshot.revision));
+            let answer = Answer::new(decided, snapshot.revision);
+            self.count_one(&snapshot, &request, &answer, api, &mut tally);
+            answers.push(answer);
         }
-        let api = DecisionApi::BatchAuthorize;
-        let mut tally = DecisionTally::default();
-        for (request, answer) in requests.zip(&answers) {
-            self.record_one(&caller.user, &snapshot, &request, answer, api, &mut tally);
+        if self.audit.is_some() {
+            for (request, answer) in requests.zip(&answers) {
+                self.audit_one(&caller.user, &snapshot, &request, answer, api);
+            }
         }
         self.state.metrics().tally(api, &tally);
         Ok(BatchAuthorizeReply::new(answers))
