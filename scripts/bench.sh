@@ -36,6 +36,11 @@ target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connec
 target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
   --duration 8s --warmup 1s --mix batch=100 --batch-size 100 --cache-hit-ratio 1 --json \
   > target/loadgen-batch-hit.json
+# Authorize carrying an update's content (2 KiB per object) that no rule reads: both targets
+# decode the same payload.
+target/release/authzd-loadgen --spawn --bindings 10000 --concurrency 64 --connections 4 \
+  --duration 8s --warmup 1s --cache-hit-ratio 1 --mix authorize=100 --content-bytes 2048 --json \
+  > target/loadgen-content.json
 
 BENCH_SECONDS=$SECONDS python3 scripts/benchmarks_md.py > BENCHMARKS.md
 echo "wrote BENCHMARKS.md"

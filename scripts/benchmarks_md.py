@@ -227,6 +227,43 @@ def peers_section(w):
     w("")
 
 
+def content_section(w, results, runs):
+    """Issue 16's figures: content-aware rules against the plain path, side by side."""
+    get = lambda k: results.get(f"content/{k}", (float("nan"),) * 3)[0]
+    if "content/plain-hit" not in results:
+        return
+    plain, unread = get("plain-hit"), get("unread-2k-hit")
+    plan = get("plan-hit_object-selector")
+    decode, fields = get("decode_2k-pair"), get("fields_2k-update")
+    who_plain, who_content = get("who-can-plain_100k"), get("who-can-content_100k")
+    w("## Rules over object content (issue 16)\n")
+    w("`cargo bench --bench content` (10,000 synthetic bindings plus content rules for one user; "
+      "who-can at 100,000), and the load generator with `--content-bytes 2048`. Objects are a "
+      "~2 KiB ConfigMap and the same with one label changed.\n")
+    w("| target | measured (same run) | met |")
+    w("| --- | --- | --- |")
+    ok = lambda b: "yes" if b else "no"
+    w(f"| content present, no rule reads it: ≤ 1.05 × the plain cache hit (and never decoded) | "
+      f"{fmt_ns(unread)} vs {fmt_ns(plain)}: {unread / plain:.2f}× | {ok(unread <= 1.05 * plain)} |")
+    w(f"| plan hit + object-selector check on a decoded object ≤ 300 ns | {fmt_ns(plan)} | {ok(plan <= 300)} |")
+    w(f"| fields check of a 2 KiB update with one label changed (decode of both objects, diff, "
+      f"coverage) ≤ 1.5 × decoding the two objects | {fmt_ns(fields)} vs {fmt_ns(decode)}: "
+      f"{fields / decode:.2f}× | {ok(fields <= 1.5 * decode)} |")
+    bound = 2 * who_plain + decode
+    w(f"| who-can with an update's content at 100k bindings ≤ 2 × plain who-can + decoding it | "
+      f"{fmt_ns(who_content)} vs 2 × {fmt_ns(who_plain)} + {fmt_ns(decode)} = {fmt_ns(bound)} | "
+      f"{ok(who_content <= bound)} |")
+    d = runs.get("content")
+    if d:
+        noop, authz = d["targets"]["noop"]["all"], d["targets"]["authzd"]["all"]
+        t = authz["requests_per_s"] / noop["requests_per_s"]
+        w(f"| gRPC Authorize carrying 2 KiB content (per object, an update) ≥ 0.8 × the no-op "
+          f"server decoding the same payload | {authz['requests_per_s']:,.0f} vs "
+          f"{noop['requests_per_s']:,.0f} req/s: {t:.2f} | {ok(t >= 0.8)} |")
+    w("\nThe plain Authorize path is compared with the previous build by instruction counts "
+      "(`scripts/profile.sh`, docs/loadgen.md), which move by about half a percent between runs.\n")
+
+
 def main():
     m = machine()
     out = []
@@ -300,7 +337,7 @@ def main():
                 w(f"- `{line}`")
             w("")
 
-    runs = [(n, loadgen(n)) for n in ("mix", "hit", "miss", "batch", "batch-hit")]
+    runs = [(n, loadgen(n)) for n in ("mix", "hit", "miss", "batch", "batch-hit", "content")]
     runs = [(n, d) for n, d in runs if d]
     if runs:
         w("## Load: authzd vs a no-op tonic server, same load, same run\n")
@@ -315,6 +352,7 @@ def main():
             "miss": "`--mix authorize=100 --cache-hit-ratio 0`",
             "batch": "`--mix batch=100 --batch-size 100` (cache-hit-ratio 0.5)",
             "batch-hit": "`--mix batch=100 --batch-size 100 --cache-hit-ratio 1`",
+            "content": "`--mix authorize=100 --cache-hit-ratio 1 --content-bytes 2048`",
         }
         for name, d in runs:
             noop, authz = d["targets"]["noop"]["all"], d["targets"]["authzd"]["all"]
@@ -346,11 +384,13 @@ def main():
         w("\nThe load generator and the server share the machine's 2 cores, so the no-op figure is "
           "the ceiling for any server here.\n")
 
+    content_section(w, results, by if runs else {})
+
     peers_section(w)
 
     w("## Reproduce\n")
     w("```sh\nscripts/bench.sh            # regenerates this file\n"
-      "cargo bench --bench authorize   # or one group: cache, update, shapes\n"
+      "cargo bench --bench authorize   # or one group: cache, update, shapes, content\n"
       "(cd bench-peers && CARGO_TARGET_DIR=../target cargo build --release)\n"
       "target/release/authzd-bench-peers --sizes 1000,10000,100000,1000000   # peers, JSON lines\n```")
     print("\n".join(out))

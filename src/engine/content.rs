@@ -14,7 +14,7 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use smallvec::SmallVec;
 
@@ -293,12 +293,10 @@ pub fn aggregate<H: Copy>(
 pub struct ContentPlan {
     steps: Vec<PlanStep>,
     /// Finished answers by outcome, for outcomes that alone determine the answer: a hot
-    /// object finished again and again allocates nothing after its first answer.
-    finished: RwLock<Finished>,
+    /// object finished again and again allocates nothing, and takes no lock, after its first
+    /// answer. Slots fill in order and are never replaced.
+    finished: [OnceLock<(OutcomeKey, Arc<Response>)>; FINISHED_MEMO],
 }
-
-/// A plan's finished answers by outcome.
-type Finished = SmallVec<[(OutcomeKey, Arc<Response>); 2]>;
 
 /// How many finished answers one plan keeps.
 const FINISHED_MEMO: usize = 8;
@@ -319,7 +317,7 @@ impl ContentPlan {
     pub fn new(steps: Vec<PlanStep>) -> Self {
         Self {
             steps,
-            finished: RwLock::new(SmallVec::new()),
+            finished: Default::default(),
         }
     }
 
@@ -335,8 +333,8 @@ impl ContentPlan {
         }
         let key = rbac.as_ref().and_then(RbacOutcome::key);
         if let Some(key) = key {
-            let memo = self.finished.read().unwrap_or_else(|e| e.into_inner());
-            if let Some((_, response)) = memo.iter().find(|(k, _)| *k == key) {
+            let memo = self.finished.iter().map_while(OnceLock::get);
+            if let Some((_, response)) = memo.into_iter().find(|(k, _)| *k == key) {
                 return Ok(response.clone());
             }
         }
@@ -357,9 +355,18 @@ impl ContentPlan {
         }
         let response = Arc::new(fold_chain(verdicts));
         if let Some(key) = key {
-            let mut memo = self.finished.write().unwrap_or_else(|e| e.into_inner());
-            if memo.len() < FINISHED_MEMO && !memo.iter().any(|(k, _)| *k == key) {
-                memo.push((key, response.clone()));
+            // The first empty slot takes it; a slot another request filled first is skipped
+            // (two answers for one key are equal, so a duplicate is harmless, just unused).
+            for slot in &self.finished {
+                match slot.get() {
+                    Some((k, _)) if *k == key => break,
+                    Some(_) => continue,
+                    None => {
+                        if slot.set((key, response.clone())).is_ok() {
+                            break;
+                        }
+                    }
+                }
             }
         }
         Ok(response)
