@@ -49,6 +49,16 @@ async fn python_client_uses_only_reflection() {
         }
     };
     let policy = sample_policy();
+    // A rule over object content (issue 16), which the client exercises with `content`.
+    std::fs::write(
+        policy.path().join("content.yaml"),
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: labeler}\n\
+         rules:\n- {apiGroups: [apps], resources: [deployments], verbs: [update], fields: [\".metadata.labels\"]}\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: labelbot}\n\
+         subjects: [{kind: User, name: labelbot}]\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: labeler}\n",
+    )
+    .unwrap();
     let server = Server::start_serving(
         policy.path(),
         &[

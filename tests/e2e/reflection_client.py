@@ -7,6 +7,7 @@ speaks), and calls Authorize and GetAllowedSubjects against the sample policy of
 tests/grpc_harness. Usage: reflection_client.py HOST:PORT. Exits non-zero on any failed check.
 """
 
+import json
 import sys
 
 import grpc
@@ -102,6 +103,26 @@ def main(address):
     except grpc.RpcError as error:
         check(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code: {error.code()}")
         check(error.details().startswith("action: "), f"names the field: {error.details()}")
+
+    # Content (issue 16): labelbot may change a Deployment's labels and nothing else; the
+    # objects travel as JSON bytes in `content`, a message learnt from reflection like the rest.
+    def update_deployment(old, new):
+        request = AuthorizeRequest()
+        request.user.name = "labelbot"
+        attrs = request.action.resource_attributes
+        attrs.namespace, attrs.verb, attrs.group, attrs.resource = "dev", "update", "apps", "deployments"
+        request.content.old_object = json.dumps(old).encode()
+        request.content.object = json.dumps(new).encode()
+        return authorize(request, timeout=10)
+
+    old = {"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {"replicas": 1}}
+    relabel = {"metadata": {"name": "web", "labels": {"app": "web", "tier": "1"}}, "spec": {"replicas": 1}}
+    rescale = {"metadata": {"name": "web", "labels": {"app": "web"}}, "spec": {"replicas": 3}}
+    labels = update_deployment(old, relabel)
+    check(enum_name(labels, "decision") == "DECISION_ALLOW", f"labelbot may relabel: {labels}")
+    scale = update_deployment(old, rescale)
+    check(enum_name(scale, "decision") == "DECISION_NO_OPINION", f"labelbot may not rescale: {scale}")
+    check(".spec.replicas" in scale.reason, f"the reason names the path: {scale.reason}")
 
     GetAllowedSubjectsRequest, who_can = authorizer.method("GetAllowedSubjects")
     request = GetAllowedSubjectsRequest()
