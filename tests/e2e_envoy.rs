@@ -99,18 +99,37 @@ async fn start_upstream(hits: Arc<AtomicUsize>) -> u16 {
     port
 }
 
-/// One HTTP/1.1 request through Envoy: `(status, lower-cased headers, body)`.
+/// One HTTP/1.1 GET through Envoy: `(status, lower-cased headers, body)`.
 async fn http_get(
     port: u16,
     path: &str,
     headers: &[(&str, &str)],
 ) -> (u16, Vec<(String, String)>, String) {
+    http_request(port, "GET", path, headers, "").await
+}
+
+/// One HTTP/1.1 request through Envoy, with a body when `body` is not empty.
+async fn http_request(
+    port: u16,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, Vec<(String, String)>, String) {
     let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
-    let mut request = format!("GET {path} HTTP/1.1\r\nhost: app.test\r\nconnection: close\r\n");
+    let mut request =
+        format!("{method} {path} HTTP/1.1\r\nhost: app.test\r\nconnection: close\r\n");
     for (key, value) in headers {
         request.push_str(&format!("{key}: {value}\r\n"));
     }
+    if !body.is_empty() {
+        request.push_str(&format!(
+            "content-type: application/json\r\ncontent-length: {}\r\n",
+            body.len()
+        ));
+    }
     request.push_str("\r\n");
+    request.push_str(body);
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = Vec::new();
     tokio::time::timeout(Duration::from_secs(20), stream.read_to_end(&mut response))
@@ -166,6 +185,7 @@ async fn start_envoy(
     dir: &std::path::Path,
     upstream: u16,
     authzd: u16,
+    with_body: bool,
 ) -> (Envoy, u16) {
     let template = std::fs::read_to_string(concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -180,6 +200,21 @@ async fn start_envoy(
         .replace("${AUTHZD_HOST}", "127.0.0.1")
         .replace("${AUTHZD_PORT}", &authzd.to_string());
     assert!(!config.contains("${"), "unfilled placeholder:\n{config}");
+    // Envoy's `with_request_body` sends the body with the check (for authzd's
+    // --envoy-body-as-object), as a deployment with content rules configures it.
+    let config = if with_body {
+        let line = "              transport_api_version: V3\n";
+        assert!(
+            config.contains(line),
+            "the template's ext_authz changed:\n{config}"
+        );
+        config.replace(
+            line,
+            &format!("{line}              with_request_body: {{ max_request_bytes: 65536, allow_partial_message: false }}\n"),
+        )
+    } else {
+        config
+    };
     let config_path = dir.join("envoy.yaml");
     std::fs::write(&config_path, config).unwrap();
     let admin_path = dir.join("admin-address");
@@ -257,7 +292,8 @@ async fn envoy_asks_authzd_and_revocation_takes_effect() {
     let hits = Arc::new(AtomicUsize::new(0));
     let upstream = start_upstream(Arc::clone(&hits)).await;
     let scratch = tempfile::tempdir().unwrap();
-    let (envoy, port) = start_envoy(&binary, scratch.path(), upstream, server.addr.port()).await;
+    let (envoy, port) =
+        start_envoy(&binary, scratch.path(), upstream, server.addr.port(), false).await;
     let context = |what: &str| {
         format!(
             "{what}\nenvoy log:\n{}\nauthzd:\n{}",
@@ -307,5 +343,70 @@ async fn envoy_asks_authzd_and_revocation_takes_effect() {
         header(&headers, "x-authzd-reason").is_some_and(|r| r.contains(r#"user "alice""#)),
         "{headers:?}"
     );
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+}
+
+/// Only alice, and only ConfigMaps labelled `app: web`, created through the resource template.
+const WEB_CONFIGMAPS: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: web-configmaps}
+rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [create], objectSelector: {matchLabels: {app: web}}}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: web-configmaps}
+subjects: [{kind: User, name: alice}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web-configmaps}
+"#;
+
+/// Issue 16 through a real Envoy: with `with_request_body` and authzd's
+/// `--envoy-body-as-object`, a POST's body is the object a content rule reads.
+#[tokio::test]
+async fn envoy_sends_the_body_and_content_rules_read_it() {
+    let binary = match envoy_binary() {
+        Ok(binary) => binary,
+        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
+        Err(why) => {
+            eprintln!("SKIPPED envoy_sends_the_body_and_content_rules_read_it: {why}");
+            return;
+        }
+    };
+    let policy = tempfile::tempdir().unwrap();
+    std::fs::write(policy.path().join("web.yaml"), WEB_CONFIGMAPS).unwrap();
+    let server = Server::start_serving(
+        policy.path(),
+        &[
+            "--envoy-body-as-object",
+            "--envoy-path-template",
+            "/api/v1/namespaces/{namespace}/{resource}",
+        ],
+    )
+    .await;
+    let hits = Arc::new(AtomicUsize::new(0));
+    let upstream = start_upstream(Arc::clone(&hits)).await;
+    let scratch = tempfile::tempdir().unwrap();
+    let (envoy, port) =
+        start_envoy(&binary, scratch.path(), upstream, server.addr.port(), true).await;
+    let context = |what: &str| {
+        format!(
+            "{what}\nenvoy log:\n{}\nauthzd:\n{}",
+            envoy.log(),
+            server.stderr()
+        )
+    };
+    let path = "/api/v1/namespaces/dev/configmaps";
+    let alice = [("x-remote-user", "alice")];
+    let web = r#"{"metadata":{"name":"c","labels":{"app":"web"}},"data":{"k":"v"}}"#;
+    let (status, _, body) = http_request(port, "POST", path, &alice, web).await;
+    assert_eq!(status, 200, "{}", context(&body));
+    assert_eq!(hits.load(Ordering::SeqCst), 1);
+
+    let db = r#"{"metadata":{"name":"c","labels":{"app":"db"}}}"#;
+    let (status, _, body) = http_request(port, "POST", path, &alice, db).await;
+    assert_eq!(status, 403, "{}", context(&body));
+    // Without a body there is no object: the allow needing it grants nothing.
+    let (status, _, body) = http_request(port, "POST", path, &alice, "").await;
+    assert_eq!(status, 403, "{}", context(&body));
     assert_eq!(hits.load(Ordering::SeqCst), 1);
 }
