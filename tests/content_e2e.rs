@@ -7,7 +7,6 @@
 
 mod grpc_harness;
 
-use std::net::SocketAddr;
 use std::path::Path;
 
 use authzd::proto::access_review_client::AccessReviewClient;
@@ -17,10 +16,7 @@ use authzd::proto::{
     Action, AuthorizeRequest, AuthorizeResponse, Content, Decision, FieldSelectorAttributes,
     GetAllowedSubjectsRequest, ResourceAttributes, SubjectAccessReviewRequest, UserInfo,
 };
-use grpc_harness::Server;
-use http_body_util::{BodyExt as _, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
+use grpc_harness::{post_json as post, Server};
 use serde_json::{json, Value};
 use tonic::Code;
 
@@ -373,23 +369,4 @@ async fn kep_4601_selectors_narrow_list_and_watch_over_grpc_and_the_webhook() {
         .as_str()
         .unwrap_or_default();
     assert!(error.contains("needs the object's labels"), "{answer}");
-}
-
-/// One POST on a fresh HTTP/1.1 connection: the status and the JSON answer.
-async fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let request = http::Request::post(format!("http://{addr}{path}"))
-        .header("host", addr.to_string())
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
-    (status, value)
 }

@@ -7,12 +7,7 @@
 
 mod grpc_harness;
 
-use std::net::SocketAddr;
-
-use grpc_harness::{sample_policy, Server};
-use http_body_util::{BodyExt as _, Full};
-use hyper::body::Bytes;
-use hyper_util::rt::TokioIo;
+use grpc_harness::{post_json as post, sample_policy, Server};
 use serde_json::{json, Value};
 
 /// `--max-content-bytes` of the servers here.
@@ -24,25 +19,6 @@ async fn start() -> (Server, tempfile::TempDir) {
     let max = MAX_CONTENT.to_string();
     let server = Server::start_serving(policy.path(), &["--max-content-bytes", &max]).await;
     (server, policy)
-}
-
-/// One POST on a fresh HTTP/1.1 connection: the status and the JSON answer.
-async fn post(addr: SocketAddr, path: &str, body: &Value) -> (u16, Value) {
-    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let request = http::Request::post(format!("http://{addr}{path}"))
-        .header("host", addr.to_string())
-        .body(Full::new(Bytes::from(body.to_string())))
-        .unwrap();
-    let response = sender.send_request(request).await.unwrap();
-    let status = response.status().as_u16();
-    let bytes = response.into_body().collect().await.unwrap().to_bytes();
-    let value = serde_json::from_slice(&bytes)
-        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
-    (status, value)
 }
 
 /// A 400 `Status` naming `field` (the message starts with it, and it is the cause's field).

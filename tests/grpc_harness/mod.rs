@@ -403,3 +403,28 @@ pub fn resource_request(
         content: None,
     }
 }
+
+/// One JSON POST on a fresh HTTP/1.1 connection: the status and the JSON answer.
+pub async fn post_json(
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &serde_json::Value,
+) -> (u16, serde_json::Value) {
+    use http_body_util::{BodyExt as _, Full};
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .unwrap();
+    tokio::spawn(connection);
+    let request = http::Request::post(format!("http://{addr}{path}"))
+        .header("host", addr.to_string())
+        .body(Full::new(hyper::body::Bytes::from(body.to_string())))
+        .unwrap();
+    let response = sender.send_request(request).await.unwrap();
+    let status = response.status().as_u16();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let value = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
+    (status, value)
+}
