@@ -93,6 +93,9 @@ pub enum AppError {
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// `--object` / `--old-object` / `--changed-path` that a rule needed and could not read.
+    #[error("bad content: {0}")]
+    Content(crate::engine::content::ContentError),
 }
 
 impl AppError {
@@ -103,7 +106,8 @@ impl AppError {
             AppError::Policy(_)
             | AppError::TokenFile(_)
             | AppError::UnsafeListener(_)
-            | AppError::Tls(_) => 2,
+            | AppError::Tls(_)
+            | AppError::Content(_) => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -143,8 +147,14 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
                 }
                 serve(settings).await
             }),
-        Settings::Check { engine, request } => {
-            let response = build_engine(&engine)?.authorize(&request);
+        Settings::Check {
+            engine,
+            request,
+            content,
+        } => {
+            let response = build_engine(&engine)?
+                .authorize_content(request.with_content(content.as_ref()))
+                .map_err(AppError::Content)?;
             print!("{}", text::decision(&response));
             Ok(if response.allowed() {
                 Outcome::Success
@@ -152,8 +162,14 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
                 Outcome::NotAllowed
             })
         }
-        Settings::WhoCan { engine, action } => {
-            let subjects = build_engine(&engine)?.allowed_subjects(&action);
+        Settings::WhoCan {
+            engine,
+            action,
+            content,
+        } => {
+            let subjects = build_engine(&engine)?
+                .allowed_subjects_content(&action, content.as_ref())
+                .map_err(AppError::Content)?;
             print!("{}", text::allowed_subjects(&subjects));
             Ok(Outcome::Success)
         }

@@ -294,3 +294,102 @@ fn lint_reports_file_line_problems_and_exits_one() {
     );
     assert!(text.contains("problem(s) in"), "{text}");
 }
+
+/// A labels-only rule (issue 16), asked offline with the objects in files, a changed-path
+/// list, and an object that is not JSON; who-can reads the same content. Lint warns on a typo.
+#[test]
+fn check_and_who_can_read_content_from_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: labeler}\n\
+         rules:\n- {apiGroups: [apps], resources: [deployments], verbs: [update], fields: [\".metadata.labels\"]}\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: bot}\n\
+         subjects: [{kind: User, name: bot}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: labeler}\n",
+    )
+    .unwrap();
+    let old = dir.path().join("old.json");
+    let new = dir.path().join("new.json");
+    let bad = dir.path().join("bad.json");
+    std::fs::write(
+        &old,
+        r#"{"metadata":{"labels":{"a":"1"}},"spec":{"replicas":1}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &new,
+        r#"{"metadata":{"labels":{"a":"2"}},"spec":{"replicas":1}}"#,
+    )
+    .unwrap();
+    std::fs::write(&bad, "{not json").unwrap();
+    let (old, new, bad) = (
+        old.to_str().unwrap(),
+        new.to_str().unwrap(),
+        bad.to_str().unwrap(),
+    );
+    let update = [
+        "--verb",
+        "update",
+        "--api-group",
+        "apps",
+        "--resource",
+        "deployments",
+        "-n",
+        "dev",
+    ];
+    let ask = |extra: &[&str]| {
+        let mut args = vec!["check", "--user", "bot"];
+        args.extend_from_slice(&update);
+        args.extend_from_slice(extra);
+        authzd(&policy, &args)
+    };
+    let out = ask(&["--old-object", old, "--object", new]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("changed path .metadata.labels.a"),
+        "{}",
+        stdout(&out)
+    );
+    let out = ask(&["--changed-path", ".spec.replicas"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(stdout(&out).contains("no rule covers changed path .spec.replicas"));
+    let out = ask(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("needs the changed fields"),
+        "{}",
+        stdout(&out)
+    );
+    let out = ask(&["--old-object", old, "--object", bad]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("`content.object` is not JSON"),
+        "{}",
+        stderr(&out)
+    );
+    let out = ask(&["--object", "/nonexistent/object.json"]);
+    assert_eq!(out.status.code(), Some(2));
+
+    let mut args = vec!["who-can"];
+    args.extend_from_slice(&update);
+    args.extend_from_slice(&["--old-object", old, "--object", new]);
+    let out = authzd(&policy, &args);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(stdout(&out).contains("users: bot"), "{}", stdout(&out));
+
+    std::fs::write(
+        &policy,
+        std::fs::read_to_string(&policy)
+            .unwrap()
+            .replace(".metadata.labels", ".metdata.labels"),
+    )
+    .unwrap();
+    let out = authzd(&policy, &["lint"]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(
+        stdout(&out).contains("`metdata` is not a top-level field"),
+        "{}",
+        stdout(&out)
+    );
+}

@@ -20,7 +20,7 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser, Subcommand};
 
 use crate::cache::CacheConfig;
-use crate::request::{Action, Request, UserInfo};
+use crate::request::{Action, Content, Request, UserInfo};
 use crate::telemetry::LogFormat;
 
 mod client;
@@ -126,10 +126,13 @@ pub enum Settings {
     Check {
         engine: EngineSettings,
         request: Request,
+        /// The object(s) or changed paths the request carries, for rules over content.
+        content: Option<Content>,
     },
     WhoCan {
         engine: EngineSettings,
         action: Action,
+        content: Option<Content>,
     },
     Lint(PolicySettings),
     /// A command against a running server.
@@ -193,6 +196,10 @@ impl Cli {
                 audit: args.audit.settings()?,
             }),
             Command::Check(args) => Settings::Check {
+                content: args
+                    .action
+                    .content()
+                    .map_err(|message| usage_error("check", message))?,
                 engine: engine_settings(args.policy, args.chain),
                 request: Request {
                     user: UserInfo {
@@ -204,6 +211,10 @@ impl Cli {
                 },
             },
             Command::WhoCan(args) => Settings::WhoCan {
+                content: args
+                    .action
+                    .content()
+                    .map_err(|message| usage_error("who-can", message))?,
                 engine: engine_settings(args.policy, args.chain),
                 action: args.action.action(),
             },

@@ -1,9 +1,11 @@
 //! The offline policy commands (`check`, `who-can`, `lint`): what is being asked about
 //! ([`ActionArgs`]) and each command's flags.
 
+use std::path::PathBuf;
+
 use clap::{ArgGroup, Args};
 
-use crate::request::{Action, NonResourceAttributes, ResourceAttributes};
+use crate::request::{Action, Content, NonResourceAttributes, ResourceAttributes};
 
 use super::{ChainArgs, PolicyArgs};
 
@@ -35,6 +37,17 @@ pub struct ActionArgs {
     /// Non-resource URL path, e.g. /healthz (instead of the resource flags).
     #[arg(long, conflicts_with_all = ["namespace", "api_group", "version", "resource", "subresource", "name"])]
     pub path: Option<String>,
+    /// A JSON file: the object as it will be stored (create, update, patch), for rules over
+    /// object content.
+    #[arg(long, value_name = "FILE", conflicts_with = "path")]
+    pub object: Option<PathBuf>,
+    /// A JSON file: the stored object (update, patch, delete, get).
+    #[arg(long, value_name = "FILE", conflicts_with = "path")]
+    pub old_object: Option<PathBuf>,
+    /// A changed field path (repeatable), instead of the objects:
+    /// `.metadata.labels['app']`.
+    #[arg(long = "changed-path", value_name = "PATH", conflicts_with_all = ["path", "object", "old_object"])]
+    pub changed_paths: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -71,6 +84,24 @@ pub struct LintArgs {
 }
 
 impl ActionArgs {
+    /// The content the flags name, read from their files (`None` when none is given); an
+    /// unreadable file is a usage error naming it. The JSON is checked where a rule reads it.
+    pub(super) fn content(&self) -> Result<Option<Content>, String> {
+        let read = |path: &Option<PathBuf>| -> Result<Option<Vec<u8>>, String> {
+            path.as_ref()
+                .map(|p| {
+                    std::fs::read(p).map_err(|e| format!("cannot read `{}`: {e}", p.display()))
+                })
+                .transpose()
+        };
+        let mut content = Content::default();
+        content.object = read(&self.object)?;
+        content.old_object = read(&self.old_object)?;
+        content.changed_paths = self.changed_paths.clone();
+        let carried = content.has_objects() || !content.changed_paths.is_empty();
+        Ok(carried.then_some(content))
+    }
+
     pub(super) fn action(self) -> Action {
         match self.path {
             Some(path) => Action::NonResource(NonResourceAttributes {
