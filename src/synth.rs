@@ -201,7 +201,7 @@ pub fn policy(shape: &Shape, seed: u64) -> PolicySet {
     let mut set = PolicySet {
         roles,
         bindings,
-        abac: Vec::new(),
+        ..PolicySet::default()
     };
     set.canonicalize();
     set

@@ -127,6 +127,7 @@ fn big_role_policy() -> impl Strategy<Value = PolicySet> {
                 roles,
                 bindings,
                 abac,
+                ..PolicySet::default()
             };
             dedup(&mut policy);
             policy
@@ -186,6 +187,7 @@ fn agrees_with_reference(
                 cached: true,
             },
             with,
+            engine.diff(),
         )
         .map(|d| (*d.response).clone());
         prop_assert_eq!(&finished, &expected, "finished plan {:?}", req);
@@ -306,6 +308,7 @@ fn first_applying_subject_explains() {
             source: Source::new("b.yaml", 3),
         }],
         abac: Vec::new(),
+        field_policies: Vec::new(),
     };
     let config = EngineConfig::default();
     let engine = Engine::new(&policy, config.clone());
@@ -405,6 +408,7 @@ fn shared_responses_keep_the_overridden_deny() {
             binding(BindingKind::RoleBinding, "ns1", RoleKind::Role, "no-pods"),
         ],
         abac: Vec::new(),
+        field_policies: Vec::new(),
     };
     let config = EngineConfig::default();
     let engine = Engine::new(&policy, config.clone());

@@ -360,6 +360,7 @@ fn cluster_binding_to_a_role_resolves_at_query_time() {
         roles: Vec::new(),
         bindings: vec![role_binding("", "odd", "carol", (RoleKind::Role, "odd"))],
         abac: Vec::new(),
+        field_policies: Vec::new(),
     };
     let config = EngineConfig::default();
     let request = get_pods("carol", &[], "ns-1");

@@ -849,4 +849,8 @@ impl crate::engine::Authorize for CachedEngine<'_> {
     ) -> Result<crate::engine::AllowedSubjects, crate::engine::content::ContentError> {
         self.engine.allowed_subjects_content(action, content)
     }
+
+    fn diff_config(&self) -> &crate::policy::content::path::DiffConfig {
+        self.engine.diff()
+    }
 }

@@ -73,10 +73,11 @@ impl<'a> ChangeChecker<'a> {
         action: crate::request::ActionRef<'a>,
         content: Option<&'a crate::request::Content>,
         reads_changes: bool,
+        config: &DiffConfig,
     ) -> Result<Self, ContentError> {
         let verb = action.verb();
         let changes = if reads_changes {
-            changes(verb, content, &DiffConfig::default())?.into()
+            changes(verb, content, config)?.into()
         } else {
             smallvec::smallvec![Change::Path(FieldPath::ROOT)]
         };
@@ -141,6 +142,10 @@ pub fn combine(
     }
 }
 
+/// The built-in diff configuration, for authorizers that have no policy of their own.
+pub static DEFAULT_DIFF: std::sync::LazyLock<DiffConfig> =
+    std::sync::LazyLock::new(DiffConfig::default);
+
 /// The user name who-can evaluates a group's clauses as: a member bound nowhere, no node.
 pub const WHO_CAN_PROBE: &str = "authzd:who-can-probe";
 
@@ -188,16 +193,24 @@ impl RbacOutcome<'_> {
 
 impl RbacPlan {
     /// RBAC's verdict for `request` with its content (or the fold, without).
-    pub fn resolve(&self, request: RequestRef<'_>) -> Result<Verdict, ContentError> {
-        Ok(self.outcome(request)?.verdict())
+    pub fn resolve(
+        &self,
+        request: RequestRef<'_>,
+        config: &DiffConfig,
+    ) -> Result<Verdict, ContentError> {
+        Ok(self.outcome(request, config)?.verdict())
     }
 
-    fn outcome(&self, request: RequestRef<'_>) -> Result<RbacOutcome<'_>, ContentError> {
+    fn outcome(
+        &self,
+        request: RequestRef<'_>,
+        config: &DiffConfig,
+    ) -> Result<RbacOutcome<'_>, ContentError> {
         let reads = self
             .rules
             .iter()
             .any(|r| r.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let mut checker = ChangeChecker::new(request.action, request.content, reads)?;
+        let mut checker = ChangeChecker::new(request.action, request.content, reads, config)?;
         let mut errors: BTreeSet<String> = self.errors.iter().cloned().collect();
         let mut per_change = PerChange::new();
         let changes = std::mem::take(&mut checker.changes);
@@ -324,11 +337,15 @@ impl ContentPlan {
     /// The chain's response for `request` with its content. Every step before RBAC said no
     /// opinion when the plan was made (or RBAC would not have run), so RBAC's outcome, found
     /// first, determines the answer.
-    pub fn finish(&self, request: RequestRef<'_>) -> Result<Arc<Response>, ContentError> {
+    pub fn finish(
+        &self,
+        request: RequestRef<'_>,
+        config: &DiffConfig,
+    ) -> Result<Arc<Response>, ContentError> {
         let mut rbac = None;
         for step in &self.steps {
             if let PlanStep::Rbac(plan) = step {
-                rbac = Some(plan.outcome(request)?);
+                rbac = Some(plan.outcome(request, config)?);
             }
         }
         let key = rbac.as_ref().and_then(RbacOutcome::key);
@@ -389,12 +406,18 @@ impl Eq for PlanSlot {}
 /// `decided`, finished against the request's content when one of the rules it rests on reads
 /// content. An answer without such rules is returned as it is, whatever the request carries.
 /// A request without content keeps the fold (it is what finishing without content gives).
-pub fn finish(decided: Decided, request: RequestRef<'_>) -> Result<Decided, ContentError> {
+/// `config` is the diff configuration of the snapshot the answer is valid for (read at finish
+/// time, so a FieldPolicy change needs no invalidation: the cached fold does not depend on it).
+pub fn finish(
+    decided: Decided,
+    request: RequestRef<'_>,
+    config: &DiffConfig,
+) -> Result<Decided, ContentError> {
     let (Some(plan), Some(_)) = (&decided.response.plan.0, request.content) else {
         return Ok(decided);
     };
     Ok(Decided {
-        response: plan.finish(request)?,
+        response: plan.finish(request, config)?,
         cached: decided.cached,
     })
 }

@@ -19,6 +19,7 @@ use crate::engine::shared::{HitKey, Outcome, SharedResponses};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::compile::{apply, compile};
+use crate::policy::content::path::DiffConfig;
 use crate::policy::content::Clauses;
 use crate::policy::delta::{DeltaError, PolicyDelta};
 use crate::policy::describe;
@@ -36,6 +37,8 @@ use crate::request::{Action, Request, RequestRef};
 pub struct Engine {
     config: EngineConfig,
     index: Index,
+    /// How changed paths are computed (the policy's FieldPolicies over the defaults).
+    diff: Arc<DiffConfig>,
     /// Responses shared by requests decided the same way (see [`shared`](super::shared)).
     shared: SharedResponses,
     /// Whether the chain is made of RBAC and ABAC only, the chains whose responses are shared.
@@ -62,10 +65,10 @@ struct RbacWalk<'a> {
 impl Engine {
     /// A full build of `policy`.
     pub fn new(policy: &PolicySet, config: EngineConfig) -> Self {
-        Self::with_index(compile(policy), config)
+        Self::with_index(compile(policy), config, Arc::new(policy.diff_config()))
     }
 
-    fn with_index(index: Index, config: EngineConfig) -> Self {
+    fn with_index(index: Index, config: EngineConfig, diff: Arc<DiffConfig>) -> Self {
         let shares_responses = config
             .modes
             .iter()
@@ -73,6 +76,7 @@ impl Engine {
         Self {
             index,
             config,
+            diff,
             shared: SharedResponses::default(),
             shares_responses,
         }
@@ -82,9 +86,11 @@ impl Engine {
     /// partitions the delta carries are rebuilt, all others are shared with `self`. Answers
     /// exactly as `Engine::new` of the new policy would. `self` is left as it was.
     pub fn update(&self, delta: &PolicyDelta) -> Result<Engine, DeltaError> {
+        // FieldPolicies change only through a full load (they are not admin objects).
         Ok(Self::with_index(
             apply(&self.index, delta)?,
             self.config.clone(),
+            Arc::clone(&self.diff),
         ))
     }
 
@@ -94,6 +100,11 @@ impl Engine {
 
     pub fn index(&self) -> &Index {
         &self.index
+    }
+
+    /// How changed paths are computed for this policy.
+    pub fn diff(&self) -> &DiffConfig {
+        &self.diff
     }
 
     pub fn authorize(&self, request: &Request) -> Response {
@@ -135,7 +146,7 @@ impl Engine {
     pub fn authorize_content(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
         let response = self.authorize_borrowed(request);
         match (&response.plan.0, request.content) {
-            (Some(plan), Some(_)) => plan.finish(request).map(|r| (*r).clone()),
+            (Some(plan), Some(_)) => plan.finish(request, &self.diff).map(|r| (*r).clone()),
             _ => Ok(response),
         }
     }
@@ -220,7 +231,7 @@ impl Engine {
         // Without content nothing is decoded, so resolving cannot fail; were it to, the
         // request would get no opinion and the reason, never a grant.
         let verdict = plan
-            .resolve(fold)
+            .resolve(fold, &self.diff)
             .unwrap_or_else(|e| Verdict::no_opinion(format!("RBAC: {e}"), vec![e.to_string()]));
         (verdict, Some(plan))
     }
@@ -414,8 +425,7 @@ impl Engine {
             FxHashMap::default()
         } else {
             content_decisions(
-                action,
-                content,
+                (action, content, &self.diff),
                 &conditional,
                 (&user_matches, &group_matches),
                 &mut errors,
@@ -627,14 +637,13 @@ type Conditional<'a> = (&'a Arc<Clauses>, bool, usize, &'a BindingEntry);
 /// RBAC's decision for every subject a rule with content clauses reaches (users `true`,
 /// groups `false`), per unit of change from what the plain rules said about it.
 fn content_decisions<'a>(
-    action: &'a Action,
-    content: Option<&'a crate::request::Content>,
+    (action, content, config): (&'a Action, Option<&'a crate::request::Content>, &DiffConfig),
     conditional: &[Conditional<'a>],
     (users, groups): (&SubjectMatches<'a>, &SubjectMatches<'a>),
     errors: &mut BTreeSet<String>,
 ) -> Result<FxHashMap<(bool, &'a str), Decision>, ContentError> {
     let reads = conditional.iter().any(|(c, ..)| c.reads_changes());
-    let checker = ChangeChecker::new(action.as_borrowed(), content, reads)?;
+    let checker = ChangeChecker::new(action.as_borrowed(), content, reads, config)?;
     let mut subjects: Vec<(bool, &'a str)> = Vec::new();
     for (_, _, _, entry) in conditional {
         for subject in &entry.subjects {

@@ -269,10 +269,15 @@ pub trait Authorize {
     /// on reads content. Fails only when such a rule needs content the request carries
     /// unreadably; content no rule reads is never decoded.
     fn decide_content(&self, request: RequestRef<'_>) -> Result<Decided, content::ContentError> {
-        content::finish(self.decide(request), request)
+        content::finish(self.decide(request), request, self.diff_config())
     }
 
     fn who_can(&self, action: &Action) -> AllowedSubjects;
+
+    /// How changed paths are computed for this policy (its FieldPolicies over the defaults).
+    fn diff_config(&self) -> &crate::policy::content::path::DiffConfig {
+        &content::DEFAULT_DIFF
+    }
 
     /// [`Self::who_can`] for an action on an object: each candidate subject is decided against
     /// the same content, so the answer agrees with [`Self::decide_content`] for every subject.
@@ -297,6 +302,10 @@ impl Authorize for Engine {
 
     fn who_can(&self, action: &Action) -> AllowedSubjects {
         self.allowed_subjects(action)
+    }
+
+    fn diff_config(&self) -> &crate::policy::content::path::DiffConfig {
+        self.diff()
     }
 
     fn who_can_content(

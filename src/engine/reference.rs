@@ -19,6 +19,7 @@ pub struct ReferenceEvaluator {
     policy: PolicySet,
     config: EngineConfig,
     aggregated: HashMap<String, Vec<PolicyRule>>,
+    diff: crate::policy::content::path::DiffConfig,
 }
 
 impl ReferenceEvaluator {
@@ -26,10 +27,12 @@ impl ReferenceEvaluator {
         let mut policy = policy.clone();
         policy.canonicalize();
         let aggregated = aggregated_rules(&policy);
+        let diff = policy.diff_config();
         Self {
             policy,
             config: config.clone(),
             aggregated,
+            diff,
         }
     }
 
@@ -119,7 +122,12 @@ impl ReferenceEvaluator {
         let reads_changes = reached
             .iter()
             .any(|(_, _, rule)| rule.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let checker = ChangeChecker::new(request.action.as_borrowed(), content, reads_changes)?;
+        let checker = ChangeChecker::new(
+            request.action.as_borrowed(),
+            content,
+            reads_changes,
+            &self.diff,
+        )?;
         let mut all_errors: BTreeSet<String> = errors.into_iter().collect();
         let mut per_change = Vec::new();
         for change in &checker.changes {
@@ -349,7 +357,7 @@ impl ReferenceEvaluator {
         let reads = conditional
             .iter()
             .any(|(_, _, rule)| rule.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let checker = ChangeChecker::new(action.as_borrowed(), content, reads)?;
+        let checker = ChangeChecker::new(action.as_borrowed(), content, reads, &self.diff)?;
         for (binding, index, rule) in conditional {
             for subject in &binding.subjects {
                 let user = match (subject.user_name(&binding.namespace), subject.group_name()) {

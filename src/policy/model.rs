@@ -285,9 +285,51 @@ pub struct PolicySet {
     pub roles: Vec<Role>,
     pub bindings: Vec<Binding>,
     pub abac: Vec<AbacRule>,
+    /// How changed paths are computed (issue 16): read from policy files only, by name.
+    pub field_policies: Vec<FieldPolicy>,
+}
+
+/// `kind: FieldPolicy` (authzd.io/v1alpha1): what the server-side diff ignores and which
+/// lists it compares per element, added to the built-in defaults. Read from the policy
+/// directory only (not through the admin API).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FieldPolicy {
+    pub name: String,
+    pub source: Source,
+    /// Paths whose changes no rule needs to cover (`spec.ignore`).
+    pub ignore: Vec<crate::policy::content::path::PathPattern>,
+    /// Lists compared as sets of values (`spec.sets`).
+    pub sets: Vec<crate::policy::content::path::PathPattern>,
+    /// Lists compared per element by key fields (`spec.keyedLists: [{path, keys}]`).
+    pub keyed_lists: Vec<(crate::policy::content::path::PathPattern, Vec<String>)>,
 }
 
 impl PolicySet {
+    /// The diff configuration in force: the built-in defaults, then every FieldPolicy's
+    /// additions in name order.
+    pub fn diff_config(&self) -> crate::policy::content::path::DiffConfig {
+        use crate::policy::content::path::{DiffConfig, ListKind};
+        let mut config = DiffConfig::default();
+        for policy in &self.field_policies {
+            config.ignored.extend(policy.ignore.iter().cloned());
+            // Configured lists come before the defaults: the first that names a list wins.
+            let mut lists: Vec<_> = policy
+                .sets
+                .iter()
+                .map(|p| (p.clone(), ListKind::Set))
+                .chain(
+                    policy
+                        .keyed_lists
+                        .iter()
+                        .map(|(p, keys)| (p.clone(), ListKind::Keyed(keys.clone()))),
+                )
+                .collect();
+            lists.append(&mut config.lists);
+            config.lists = lists;
+        }
+        config
+    }
+
     /// Puts roles and bindings into canonical order so that explanations ("first rule that
     /// allowed") do not depend on file layout.
     pub fn canonicalize(&mut self) {
@@ -295,6 +337,7 @@ impl PolicySet {
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
         self.bindings
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+        self.field_policies.sort_by(|a, b| a.name.cmp(&b.name));
     }
 }
 

@@ -275,9 +275,16 @@ impl Backend for DirectoryBackend {
                 .cloned()
                 .collect::<Vec<Binding>>(),
             abac: current.abac.clone(),
+            field_policies: current
+                .field_policies
+                .iter()
+                .filter(|f| untouched(&f.source.file))
+                .cloned()
+                .collect(),
         };
         next.roles.extend(reparsed.roles);
         next.bindings.extend(reparsed.bindings);
+        next.field_policies.extend(reparsed.field_policies);
         next.canonicalize();
         Ok(next)
     }

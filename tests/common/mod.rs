@@ -241,12 +241,29 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
         proptest::collection::vec(role(), 0..=6),
         proptest::collection::vec(binding(), 0..=8),
         proptest::collection::vec(abac_rule(), 0..=4),
+        prop::bool::weighted(0.5),
     )
-        .prop_map(|(roles, bindings, abac)| PolicySet {
+        .prop_map(|(roles, bindings, abac, field_policy)| PolicySet {
             roles: dedup_roles(roles),
             bindings: dedup_bindings(bindings),
             abac,
+            field_policies: field_policy.then(ignore_data).into_iter().collect(),
         })
+}
+
+/// A FieldPolicy under which `.data` and `.spec.replicas` never change: the diff both
+/// evaluators compute must follow it.
+fn ignore_data() -> authzd::policy::model::FieldPolicy {
+    authzd::policy::model::FieldPolicy {
+        name: "ignore-data".into(),
+        source: Source::default(),
+        ignore: vec![
+            PathPattern::parse(".data").expect("parses"),
+            PathPattern::parse(".spec.replicas").expect("parses"),
+        ],
+        sets: vec![PathPattern::parse(".metadata.labels").expect("parses")],
+        keyed_lists: Vec::new(),
+    }
 }
 
 pub fn config() -> impl Strategy<Value = EngineConfig> {

@@ -44,6 +44,7 @@
 //! and by name) is read once. Files over [`MAX_FILE_BYTES`] are refused.
 
 mod abac;
+mod field_policy;
 mod kube;
 mod node;
 mod rules;
@@ -224,6 +225,16 @@ pub fn parse_manifest(
     let mut cx = Cx::new(source_name, options);
     parse_documents(text, format, &mut cx);
     let mut errors = cx.errors;
+    for policy in &cx.field_policies {
+        errors.push(LoadError {
+            file: source_name.to_owned(),
+            line: policy.source.line,
+            message: format!(
+                "FieldPolicy `{}` is read from the policy directory only: edit its file there",
+                policy.name
+            ),
+        });
+    }
     let mut first_seen = HashMap::new();
     for object in &cx.objects {
         check_duplicate(object, &mut first_seen, &mut errors);
@@ -263,6 +274,23 @@ impl<'a> Loader<'a> {
         }
         self.errors.append(&mut cx.errors);
         self.set.abac.append(&mut cx.abac);
+        for policy in cx.field_policies {
+            let key = ("FieldPolicy", String::new(), policy.name.clone());
+            match self.first_seen.get(&key) {
+                Some(first) => self.errors.push(LoadError {
+                    file: policy.source.file.to_string(),
+                    line: policy.source.line,
+                    message: format!(
+                        "duplicate FieldPolicy `{}`: already defined at {first}",
+                        policy.name
+                    ),
+                }),
+                None => {
+                    self.first_seen.insert(key, policy.source.clone());
+                    self.set.field_policies.push(policy);
+                }
+            }
+        }
         for object in cx.objects {
             if check_duplicate(&object, &mut self.first_seen, &mut self.errors) {
                 match object {
@@ -320,6 +348,7 @@ pub(crate) struct Cx<'a> {
     pub options: &'a LoadOptions,
     pub objects: Vec<PolicyObject>,
     pub abac: Vec<crate::policy::model::AbacRule>,
+    pub field_policies: Vec<crate::policy::model::FieldPolicy>,
     pub errors: Vec<LoadError>,
 }
 
@@ -330,6 +359,7 @@ impl<'a> Cx<'a> {
             options,
             objects: Vec::new(),
             abac: Vec::new(),
+            field_policies: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -408,6 +438,10 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
         {
             if !has_api_version && SEED003_KINDS.contains(&kind.as_str()) {
                 seed003::parse(node, kind, cx);
+                return;
+            }
+            if kind == "FieldPolicy" {
+                field_policy::parse(node, cx);
                 return;
             }
         }

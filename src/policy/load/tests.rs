@@ -1046,3 +1046,37 @@ fn shipped_policy_directory_loads() {
     assert!(set.abac[0].source.file.ends_with("seed001-abac.jsonl"));
     assert_eq!(set.abac[0].source.line, 3);
 }
+
+/// A FieldPolicy loads from policy files (issue 16) and is refused in an admin manifest.
+#[test]
+fn field_policies_load_from_files_only() {
+    let text = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  ignore: [\".status\"]\n  sets: [\".metadata.finalizers\"]\n  keyedLists: [{path: \".spec.containers\", keys: [name]}]\n";
+    let set = load(&[("fp.yaml", text)]);
+    assert_eq!(set.field_policies.len(), 1);
+    assert_eq!(set.field_policies[0].name, "fp");
+    assert_eq!(
+        set.field_policies[0].keyed_lists[0].1,
+        vec!["name".to_string()]
+    );
+    let config = set.diff_config();
+    assert!(config.ignored.iter().any(|p| p.text() == ".status"));
+    assert_eq!(config.lists[0].0.text(), ".metadata.finalizers");
+    let err = parse_manifest("m.yaml", text, &LoadOptions::default()).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("read from the policy directory only"),
+        "{err}"
+    );
+    let twice = load_sources(
+        &[
+            ("a.yaml".into(), text.into()),
+            ("b.yaml".into(), text.into()),
+        ],
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        twice.to_string().contains("duplicate FieldPolicy `fp`"),
+        "{twice}"
+    );
+}

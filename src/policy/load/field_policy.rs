@@ -1,0 +1,114 @@
+//! `kind: FieldPolicy` (`authzd.io/v1alpha1`): how the server-side diff of rules over object
+//! content treats paths (issue 16, point 2). Added to the built-in defaults:
+//!
+//! ```yaml
+//! apiVersion: authzd.io/v1alpha1
+//! kind: FieldPolicy
+//! metadata: {name: deployments}
+//! spec:
+//!   ignore: [".metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']"]
+//!   sets: [".spec.template.metadata.finalizers"]
+//!   keyedLists: [{path: ".spec.template.spec.containers", keys: [name]}]
+//! ```
+
+use crate::policy::content::path::PathPattern;
+use crate::policy::model::{FieldPolicy, Source};
+
+use super::node::{Fields, Node, Problems};
+use super::Cx;
+
+pub const API_VERSION: &str = "authzd.io/v1alpha1";
+
+pub(super) fn parse(node: &Node, cx: &mut Cx<'_>) {
+    let mut p = Problems::default();
+    if let Some(policy) = read(node, &mut p) {
+        if p.0.is_empty() {
+            cx.field_policies.push(FieldPolicy {
+                source: Source::new(cx.file.clone(), node.line),
+                ..policy
+            });
+        }
+    }
+    cx.report("FieldPolicy", p);
+}
+
+fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
+    let mut f = Fields::new(node, "", false, p)?;
+    let api_version = f.string("apiVersion", p);
+    if api_version != API_VERSION {
+        p.push(
+            node.line,
+            format!("`apiVersion` must be `{API_VERSION}`, found `{api_version}`"),
+        );
+    }
+    f.string("kind", p);
+    let mut name = String::new();
+    if let Some(metadata) = f.take("metadata", p) {
+        if let Some(mut m) = Fields::new(metadata, "metadata", false, p) {
+            name = m.string("name", p);
+            m.ignore(&[
+                "labels",
+                "annotations",
+                "uid",
+                "resourceVersion",
+                "creationTimestamp",
+            ]);
+            m.finish(p);
+        }
+    }
+    if name.is_empty() {
+        p.push(node.line, "missing `metadata.name`");
+    }
+    let mut policy = FieldPolicy {
+        name,
+        source: Source::default(),
+        ignore: Vec::new(),
+        sets: Vec::new(),
+        keyed_lists: Vec::new(),
+    };
+    let spec = f.take("spec", p);
+    f.finish(p);
+    let Some(spec) = spec else {
+        p.push(node.line, "missing `spec`");
+        return Some(policy);
+    };
+    let mut s = Fields::new(spec, "spec", false, p)?;
+    let patterns = |s: &mut Fields<'_>, key: &str, p: &mut Problems| -> Vec<PathPattern> {
+        let at = format!("spec.{key}");
+        let line = s.line();
+        s.strings(key, p)
+            .iter()
+            .enumerate()
+            .filter_map(|(i, text)| match PathPattern::parse(text) {
+                Ok(pattern) => Some(pattern),
+                Err(problem) => {
+                    p.push(line, format!("`{at}[{i}]` `{text}` {problem}"));
+                    None
+                }
+            })
+            .collect()
+    };
+    policy.ignore = patterns(&mut s, "ignore", p);
+    policy.sets = patterns(&mut s, "sets", p);
+    for (i, item) in s.list("keyedLists", p).iter().enumerate() {
+        let at = format!("spec.keyedLists[{i}]");
+        let Some(mut k) = Fields::new(item, &at, false, p) else {
+            continue;
+        };
+        let path = k.string("path", p);
+        let keys = k.strings("keys", p);
+        k.finish(p);
+        if keys.is_empty() {
+            p.push(
+                item.line,
+                format!("`{at}.keys` must name at least one key field"),
+            );
+        }
+        match PathPattern::parse(&path) {
+            Ok(pattern) => policy.keyed_lists.push((pattern, keys)),
+            Err(problem) => p.push(item.line, format!("`{at}.path` `{path}` {problem}")),
+        }
+    }
+    s.finish(p);
+    Some(policy)
+}
