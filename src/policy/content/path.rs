@@ -405,7 +405,10 @@ pub fn changed_paths(
     let mut out = BTreeSet::new();
     // One path, pushed and popped as the walk descends: a path is copied only when emitted.
     let mut path = FieldPath::default();
-    if old != new {
+    // Two objects are compared member by member below (a whole-tree comparison first would
+    // walk every unchanged member twice); anything else is compared here.
+    let objects = old.is_some_and(Value::is_object) && new.is_some_and(Value::is_object);
+    if objects || old != new {
         diff(&mut path, old, new, config, &mut out)?;
     }
     Ok(out)
@@ -456,8 +459,12 @@ fn diff(
             let o = old.and_then(Value::as_object).unwrap_or(&empty);
             let n = new.and_then(Value::as_object).unwrap_or(&empty);
             if o.is_empty() && n.is_empty() {
-                // `{}` appearing or disappearing is a change of the member itself.
-                return emit(out, path);
+                // `{}` appearing or disappearing is a change of the member itself; two empty
+                // objects (the root, compared here unchecked) are no change.
+                return match (old, new) {
+                    (Some(_), Some(_)) => Ok(()),
+                    _ => emit(out, path),
+                };
             }
             // Keys of the old object (changed or removed), then keys only the new one has.
             for (key, value) in o {
