@@ -167,7 +167,7 @@ pub fn rule_matches_target(rule: &PolicyRule, target: &MatchTarget<'_>) -> bool 
     }
 }
 
-/// How a rule applies to an action once `deny` and attribute restrictions are considered.
+/// How a rule applies to an action by its pattern and `deny` flag.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RuleEffect {
     /// The rule does not apply.
@@ -185,23 +185,6 @@ pub fn rule_match_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> RuleEffect 
     }
 }
 
-/// The effect of a rule on an action without its content, and whether an evaluation error
-/// must be reported: the fold of a rule with content clauses (docs/spec/SPEC.md §3) for
-/// callers that evaluate no content (who-can). A restricted allow rule is skipped, a
-/// restricted deny rule applies. Uncertainty never widens access.
-pub fn rule_effect(rule: &PolicyRule, action: &Action) -> (RuleEffect, bool) {
-    rule_effect_on(rule, &MatchTarget::new(action.as_borrowed()))
-}
-
-/// [`rule_effect`] against a prepared target.
-pub fn rule_effect_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> (RuleEffect, bool) {
-    let effect = rule_match_on(rule, target);
-    match (effect, rule.clauses.is_some()) {
-        (RuleEffect::Allow, true) => (RuleEffect::None, true),
-        (effect, restricted) => (effect, restricted && effect != RuleEffect::None),
-    }
-}
-
 /// The evaluation error reported for a rule with content clauses whose content is missing.
 pub fn restriction_error(role: &str, rule_index: usize, deny: bool, missing: &str) -> String {
     let consequence = if deny {
@@ -211,9 +194,6 @@ pub fn restriction_error(role: &str, rule_index: usize, deny: bool, missing: &st
     };
     format!("{role} rule {rule_index} needs {missing}, which the request does not carry; the rule was {consequence}")
 }
-
-/// What who-can reports missing for a rule with clauses (it evaluates no content yet).
-pub const WHO_CAN_MISSING: &str = "the object's content (who-can reads none)";
 
 #[cfg(test)]
 mod tests {
@@ -311,17 +291,20 @@ mod tests {
     }
 
     #[test]
-    fn restricted_rules_fail_closed() {
+    fn clauses_do_not_change_what_the_pattern_says() {
         let action = Action::Resource(ResourceAttributes {
             verb: "get".into(),
             resource: "pods".into(),
             ..Default::default()
         });
+        let target = MatchTarget::new(action.as_borrowed());
         let mut allow = rule(&["get"], &[""], &["pods"]);
         allow.clauses = Some(Default::default());
-        assert_eq!(rule_effect(&allow, &action), (RuleEffect::None, true));
+        assert_eq!(rule_match_on(&allow, &target), RuleEffect::Allow);
         let mut deny = allow.clone();
         deny.deny = true;
-        assert_eq!(rule_effect(&deny, &action), (RuleEffect::Deny, true));
+        assert_eq!(rule_match_on(&deny, &target), RuleEffect::Deny);
+        deny.verbs = vec!["list".into()];
+        assert_eq!(rule_match_on(&deny, &target), RuleEffect::None);
     }
 }
