@@ -15,7 +15,7 @@ use authzd::proto::{
     NonResourceAttributes, PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest,
     ResourceAttributes, SubjectAccessReviewRequest, UserInfo,
 };
-use grpc_harness::{sample_policy, Server};
+use grpc_harness::{assert_invalid, sample_policy, Server};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -61,17 +61,6 @@ async fn authorize(
     req: AuthorizeRequest,
 ) -> AuthorizeResponse {
     client.authorize(req).await.unwrap().into_inner()
-}
-
-/// Asserts an INVALID_ARGUMENT whose message starts with the field path.
-fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str) {
-    let status = result.expect_err("expected INVALID_ARGUMENT");
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(
-        status.message().starts_with(&format!("{field}: ")),
-        "message {:?} does not name `{field}`",
-        status.message()
-    );
 }
 
 #[tokio::test]

@@ -16,8 +16,7 @@ use authzd::proto::{
     PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest, ResourceAttributes, RuleRef,
     SelectorRequirement, SubjectAccessReviewRequest, SubjectAccessReviewResponse, UserInfo,
 };
-use grpc_harness::{sample_policy, Server};
-use tonic::Code;
+use grpc_harness::{assert_invalid, sample_policy, Server};
 
 /// The largest object the test server takes (`--max-content-bytes`).
 const MAX_CONTENT: usize = 1024;
@@ -295,17 +294,6 @@ async fn personal_reviews_and_who_can_take_content_too() {
             assert_eq!(&review(&personal), first, "{content:?}");
         }
     }
-}
-
-/// An `INVALID_ARGUMENT` whose message starts with `field: `.
-fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str) {
-    let status = result.expect_err("expected INVALID_ARGUMENT");
-    assert_eq!(status.code(), Code::InvalidArgument, "{status:?}");
-    assert!(
-        status.message().starts_with(&format!("{field}: ")),
-        "message {:?} does not name `{field}`",
-        status.message()
-    );
 }
 
 #[tokio::test]

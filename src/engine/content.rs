@@ -306,7 +306,7 @@ pub fn aggregate<H: Copy>(
 pub struct ContentPlan {
     steps: Vec<PlanStep>,
     /// Finished answers by outcome, for outcomes that alone determine the answer: a hot
-    /// object finished again and again allocates nothing, and takes no lock, after its first
+    /// object finished again and again builds no new answer, and takes no lock, after its first
     /// answer. Slots fill in order and are never replaced.
     finished: [OnceLock<(OutcomeKey, Arc<Response>)>; FINISHED_MEMO],
 }

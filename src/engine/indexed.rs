@@ -144,11 +144,12 @@ impl Engine {
 
     /// The answer for `request` with its content: [`Self::authorize_borrowed`], finished.
     pub fn authorize_content(&self, request: RequestRef<'_>) -> Result<Response, ContentError> {
-        let response = self.authorize_borrowed(request);
-        match (&response.plan.0, request.content) {
-            (Some(plan), Some(_)) => plan.finish(request, &self.diff).map(|r| (*r).clone()),
-            _ => Ok(response),
-        }
+        let decided = crate::engine::Decided {
+            response: Arc::new(self.authorize_borrowed(request)),
+            cached: false,
+        };
+        let finished = crate::engine::content::finish(decided, request, &self.diff)?;
+        Ok(Arc::unwrap_or_clone(finished.response))
     }
 
     /// [`Self::authorize_borrowed`], shared: a request decided the same way as an earlier one

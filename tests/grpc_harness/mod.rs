@@ -428,3 +428,14 @@ pub async fn post_json(
         .unwrap_or_else(|_| panic!("not JSON: {}", String::from_utf8_lossy(&bytes)));
     (status, value)
 }
+
+/// Asserts an INVALID_ARGUMENT whose message starts with the field path.
+pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str) {
+    let status = result.expect_err("expected INVALID_ARGUMENT");
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    assert!(
+        status.message().starts_with(&format!("{field}: ")),
+        "message {:?} does not name `{field}`",
+        status.message()
+    );
+}
