@@ -96,12 +96,19 @@ proptest! {
         delta in policy(),
         keep_mask in any::<u64>(),
         abac_change in prop::bool::weighted(0.3),
+        field_policy_change in prop::bool::weighted(0.3),
         config in config(),
         requests in proptest::collection::vec((user(), action()), 1..=10),
     ) {
         let mut old = old;
         old.canonicalize();
-        let new = edited(&old, &delta, keep_mask, abac_change);
+        let new = if field_policy_change {
+            // FieldPolicies come with reloads only; protected paths change plain answers, so
+            // a FieldPolicy edit alone must reach them.
+            PolicySet { field_policies: delta.field_policies.clone(), ..old.clone() }
+        } else {
+            edited(&old, &delta, keep_mask, abac_change)
+        };
         let impact = impact_of_change(&old, &new);
         assert_covered(&old, &new, &impact, &config, &requests)?;
     }

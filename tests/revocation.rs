@@ -393,6 +393,55 @@ async fn deleting_a_policy_file_revokes_once_reloaded_and_restoring_it_grants() 
     assert!(s.status().await.last_error.is_empty());
 }
 
+const PROTECT_SECRET_DATA: &str = r#"apiVersion: authzd.io/v1alpha1
+kind: FieldPolicy
+metadata: {name: special}
+spec:
+  protected:
+  - {path: ".data", resources: [secrets]}
+"#;
+
+/// Protecting a path changes what plain allows grant on writes (a FieldPolicy arrives with a
+/// reload): every cached plain answer it touches is gone at once, and unprotecting grants again.
+#[tokio::test]
+async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants() {
+    let edit = role_binding(
+        "dev",
+        "dora-edit",
+        "Role",
+        "dev-editor",
+        &[("User", "dora")],
+    );
+    let mut s = Session::start(&[("roles.yaml", DEV_EDITOR), ("dora.yaml", &edit)], &[]).await;
+    let update = req("dora", &[], "dev", "update", "secrets");
+    let read = req("dora", &[], "dev", "get", "secrets");
+
+    s.warm(&update, true).await;
+    s.warm(&read, true).await;
+    let reloaded = s.next_revision().await;
+    replace_file(s.dir(), "fields.yaml", PROTECT_SECRET_DATA);
+    let folded = s.ask_at(&update, reloaded).await;
+    assert!(!folded.allowed && !folded.denied, "{folded:?}");
+    assert!(!folded.cached, "{folded:?}");
+    assert!(
+        folded
+            .evaluation_error
+            .contains("may change protected paths (.data)"),
+        "{folded:?}"
+    );
+    // Reads were never protected; their answer is recomputed all the same (a FieldPolicy
+    // change reaches every subject).
+    let still = s.expect_now(&read, true).await;
+    assert!(still.evaluation_error.is_empty(), "{still:?}");
+
+    s.warm(&update, false).await;
+    let reloaded = s.next_revision().await;
+    std::fs::remove_file(s.dir().join("fields.yaml")).unwrap();
+    let granted = s.ask_at(&update, reloaded).await;
+    assert!(granted.allowed, "{granted:?}");
+    assert!(!granted.cached, "{granted:?}");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The hammer.
 

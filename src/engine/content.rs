@@ -1,7 +1,9 @@
 //! Content-aware rules at decision time (issue 16; docs/spec/SPEC.md §3).
 //!
 //! A request whose matching rules all lack content clauses is decided exactly as before: its
-//! content is never read, not even decoded. When a matching rule has clauses, the engine
+//! content is never read, not even decoded. When a matching rule has clauses (or the request
+//! is a write that may touch a FieldPolicy's protected paths, which plain allows do not
+//! cover), the engine
 //! answers with the content-free *fold* (an allow needing content grants nothing, a deny
 //! needing it applies) and attaches a [`ContentPlan`]: the candidate rules in walk order with
 //! their compiled clauses, everything needed to finish the answer against content without
@@ -20,8 +22,8 @@ use smallvec::SmallVec;
 
 use crate::engine::chain::{fold_chain, FirstMatches, Verdict};
 use crate::engine::{Decided, Response, RuleRef};
-use crate::policy::content::path::{DiffConfig, FieldPath};
-use crate::policy::content::{changes, Change, Clauses, Coverage, Evidence};
+use crate::policy::content::path::{DiffConfig, FieldPath, PathPattern};
+use crate::policy::content::{changes, unprotected, Change, Clauses, Coverage, Evidence};
 use crate::policy::rbac::{restriction_error, RuleEffect};
 use crate::request::RequestRef;
 
@@ -63,20 +65,24 @@ pub struct RbacPlan {
 pub struct ChangeChecker<'a> {
     verb: &'a str,
     content: Option<&'a crate::request::Content>,
+    /// The protected paths this write must not touch under an allow without a field clause.
+    protected: SmallVec<[&'a PathPattern; 2]>,
     pub changes: SmallVec<[Change; 1]>,
 }
 
 impl<'a> ChangeChecker<'a> {
     /// The units of change of an action: computed only when a rule reads them
-    /// (`reads_changes`); otherwise the one root unit every rule without a field clause covers.
+    /// (`reads_changes`) or the write may touch protected paths; otherwise the one root unit
+    /// every rule without a field clause covers.
     pub fn new(
         action: crate::request::ActionRef<'a>,
         content: Option<&'a crate::request::Content>,
         reads_changes: bool,
-        config: &DiffConfig,
+        config: &'a DiffConfig,
     ) -> Result<Self, ContentError> {
         let verb = action.verb();
-        let changes = if reads_changes {
+        let protected = config.protected_for(action);
+        let changes = if reads_changes || !protected.is_empty() {
             changes(verb, content, config)?.into()
         } else {
             smallvec::smallvec![Change::Path(FieldPath::ROOT)]
@@ -84,6 +90,7 @@ impl<'a> ChangeChecker<'a> {
         Ok(Self {
             verb,
             content,
+            protected,
             changes,
         })
     }
@@ -103,15 +110,26 @@ impl<'a> ChangeChecker<'a> {
         } else {
             RuleEffect::Allow
         };
-        let Some(clauses) = clauses else {
-            return Ok(Some(effect));
+        // Protected paths narrow allows that do not name fields; a deny covers them as any path.
+        let protection = if deny || clauses.is_some_and(Clauses::reads_changes) {
+            Coverage::Covers
+        } else {
+            unprotected(change, &self.protected)
         };
-        let evidence = Evidence {
-            verb: self.verb,
-            user,
-            content: self.content,
+        let coverage = match clauses {
+            None => protection,
+            Some(clauses) => {
+                let evidence = Evidence {
+                    verb: self.verb,
+                    user,
+                    content: self.content,
+                };
+                let own = clauses.check(deny, &evidence, change)?;
+                // A rule's own verdict first: its missing content is the one to name.
+                own.and(|| protection)
+            }
         };
-        Ok(match clauses.check(deny, &evidence, change)? {
+        Ok(match coverage {
             Coverage::Covers => Some(effect),
             Coverage::Not => None,
             Coverage::Missing(what) => {
@@ -407,7 +425,8 @@ impl Eq for PlanSlot {}
 /// content. An answer without such rules is returned as it is, whatever the request carries.
 /// A request without content keeps the fold (it is what finishing without content gives).
 /// `config` is the diff configuration of the snapshot the answer is valid for (read at finish
-/// time, so a FieldPolicy change needs no invalidation: the cached fold does not depend on it).
+/// time; a change of protected paths, which the cached fold does depend on, invalidates every
+/// entry: `policy::impact`).
 pub fn finish(
     decided: Decided,
     request: RequestRef<'_>,

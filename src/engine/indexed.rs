@@ -57,8 +57,11 @@ struct RbacWalk<'a> {
     /// The first rule of each precedence class among rules without content clauses.
     matches: FirstMatches<Hit<'a>>,
     errors: Vec<String>,
-    /// Empty unless a rule with content clauses matched; from then on, every rule that can
-    /// decide in evaluation order (is a deny, clauses): the plan's rules.
+    /// Whether the answer needs a plan: a rule with content clauses matched, or the request
+    /// is a write that may touch protected paths (which plain allows do not cover).
+    planning: bool,
+    /// Empty unless planning; from then on, every rule that can decide in evaluation order
+    /// (the first plain rule of each class, every rule with clauses): the plan's rules.
     trail: Vec<(Hit<'a>, bool, Option<&'a Arc<Clauses>>)>,
 }
 
@@ -177,10 +180,11 @@ impl Engine {
                     let RbacWalk {
                         matches,
                         errors,
-                        trail,
+                        planning,
+                        ..
                     } = self.rbac_matches(request);
-                    // Errors and content clauses make an answer of its own.
-                    if !errors.is_empty() || !trail.is_empty() {
+                    // Errors and plans make an answer of its own.
+                    if !errors.is_empty() || planning {
                         return None;
                     }
                     if let Some((decision, allow, deny)) = matches.deciding_pair() {
@@ -208,9 +212,10 @@ impl Engine {
         let RbacWalk {
             matches,
             errors,
+            planning,
             trail,
         } = self.rbac_matches(request);
-        if trail.is_empty() {
+        if !planning {
             let verdict = matches.into_verdict(errors, Self::hit_reason, Self::hit_ref);
             return (verdict, None);
         }
@@ -268,6 +273,7 @@ impl Engine {
         let mut walk = RbacWalk {
             matches: FirstMatches::default(),
             errors: Vec::new(),
+            planning: self.diff.protects(request.action),
             trail: Vec::new(),
         };
         // Canonical binding order: cluster bindings first, then the namespace's, each by
@@ -333,15 +339,16 @@ impl Engine {
                 let hit = (entry, grant.subject, index);
                 match &rule.clauses {
                     None => {
-                        if !walk.trail.is_empty() && walk.matches.is_vacant(effect, entry.cluster) {
+                        if walk.planning && walk.matches.is_vacant(effect, entry.cluster) {
                             walk.trail.push((hit, rule.deny, None));
                         }
                         walk.matches.record(effect, entry.cluster, hit);
                     }
                     Some(clauses) => {
-                        if walk.trail.is_empty() {
+                        if !walk.planning {
                             // The first rule with clauses: the plan starts with what came
                             // before it, the first plain rule of each class.
+                            walk.planning = true;
                             let before: Vec<_> = walk
                                 .matches
                                 .recorded()
@@ -530,6 +537,8 @@ impl Engine {
         let namespace = action.namespace();
         let target = MatchTarget::new(action.as_borrowed());
         let probe = RuleProbe::new(action.as_borrowed(), target.combined());
+        // On a write that may touch protected paths, plain allows are decided per change too.
+        let protects = self.diff.protects(action.as_borrowed());
         let keys = probe.resource_keys();
         let cluster = &*self.index.cluster;
         let local = if namespace.is_empty() {
@@ -547,9 +556,9 @@ impl Engine {
                     return;
                 }
                 for entry in entries {
-                    if let Some(clauses) = &rule.clauses {
+                    if rule.clauses.is_some() || (protects && !rule.deny) {
                         // Decided subject by subject once every rule is seen.
-                        conditional.push((clauses, rule.deny, index, entry));
+                        conditional.push((rule.clauses.as_ref(), rule.deny, index, entry));
                         continue;
                     }
                     for subject in &entry.subjects {
@@ -631,9 +640,10 @@ impl Engine {
 /// Who-can's record per subject name, from the rules without content clauses.
 type SubjectMatches<'a> = FxHashMap<&'a str, FirstMatches<()>>;
 
-/// A rule with content clauses reached by who-can: its clauses, whether it denies, its index
-/// in its role, and the binding that reaches it.
-type Conditional<'a> = (&'a Arc<Clauses>, bool, usize, &'a BindingEntry);
+/// A rule decided per change reached by who-can (one with content clauses, or a plain allow
+/// on a write that may touch protected paths): its clauses, whether it denies, its index in
+/// its role, and the binding that reaches it.
+type Conditional<'a> = (Option<&'a Arc<Clauses>>, bool, usize, &'a BindingEntry);
 
 /// RBAC's decision for every subject a rule with content clauses reaches (users `true`,
 /// groups `false`), per unit of change from what the plain rules said about it.
@@ -643,7 +653,9 @@ fn content_decisions<'a>(
     (users, groups): (&SubjectMatches<'a>, &SubjectMatches<'a>),
     errors: &mut BTreeSet<String>,
 ) -> Result<FxHashMap<(bool, &'a str), Decision>, ContentError> {
-    let reads = conditional.iter().any(|(c, ..)| c.reads_changes());
+    let reads = conditional
+        .iter()
+        .any(|(c, ..)| c.is_some_and(|c| c.reads_changes()));
     let checker = ChangeChecker::new(action.as_borrowed(), content, reads, config)?;
     let mut subjects: Vec<(bool, &'a str)> = Vec::new();
     for (_, _, _, entry) in conditional {
@@ -678,9 +690,13 @@ fn content_decisions<'a>(
                     continue;
                 }
                 let error = |what: &str| restriction_error(&entry.role_id, index, deny, what);
-                if let Some(effect) =
-                    checker.check(as_user, (deny, Some(clauses)), change, error, errors)?
-                {
+                if let Some(effect) = checker.check(
+                    as_user,
+                    (deny, clauses.map(|c| &**c)),
+                    change,
+                    error,
+                    errors,
+                )? {
                     matches.record(effect, entry.cluster, ());
                 }
             }

@@ -112,7 +112,8 @@ impl ReferenceEvaluator {
             explain::rbac_rule_ref(binding, index)
         };
         let cluster = |binding: &Binding| binding.kind == BindingKind::ClusterRoleBinding;
-        if reached.iter().all(|(_, _, rule)| rule.clauses.is_none()) {
+        let protects = self.diff.protects(request.action.as_borrowed());
+        if !protects && reached.iter().all(|(_, _, rule)| rule.clauses.is_none()) {
             let mut matches = FirstMatches::default();
             for (hit, effect, _) in reached {
                 matches.record(effect, cluster(hit.0), hit);
@@ -317,9 +318,9 @@ impl ReferenceEvaluator {
         Ok(result)
     }
 
-    /// Who-can errors: every in-scope binding whose role is missing, and every rule with
-    /// content clauses that matches the action and lacks content for one of its binding's
-    /// subjects. Sorted and de-duplicated.
+    /// Who-can errors: every in-scope binding whose role is missing, and every rule decided
+    /// per change (content clauses, or a plain allow on a write that may touch protected
+    /// paths) that matches the action and lacks content for one of its binding's subjects. Sorted and de-duplicated.
     fn who_can_errors(
         &self,
         action: &Action,
@@ -331,6 +332,7 @@ impl ReferenceEvaluator {
             return Ok(Vec::new());
         }
         let target = MatchTarget::new(action.as_borrowed());
+        let protects = self.diff.protects(action.as_borrowed());
         let mut conditional = Vec::new();
         for binding in &self.policy.bindings {
             if !Self::in_scope(binding, action.namespace()) {
@@ -342,7 +344,7 @@ impl ReferenceEvaluator {
                 }
                 Some(rules) => {
                     for (index, rule) in rules.iter().enumerate() {
-                        if rule.clauses.is_some()
+                        if (rule.clauses.is_some() || (protects && !rule.deny))
                             && rule_match_on(rule, &target) != RuleEffect::None
                         {
                             conditional.push((binding, index, rule));

@@ -140,6 +140,17 @@ fn referenced_role(binding: &Binding) -> (RoleKind, &str, &str) {
 
 /// The impact of replacing `old` by `new`.
 pub fn impact_of_change(old: &PolicySet, new: &PolicySet) -> Impact {
+    // Protected paths decide which plain allows need content: answers cached for any subject
+    // may have changed.
+    let protected = |p: &PolicySet| -> Vec<crate::policy::content::path::Protected> {
+        p.field_policies
+            .iter()
+            .flat_map(|f| f.protected.iter().cloned())
+            .collect()
+    };
+    if protected(old) != protected(new) {
+        return Impact::everything();
+    }
     let mut impact = Impact::default();
 
     // Roles whose effective rules differ (added, removed, edited, or re-aggregated).

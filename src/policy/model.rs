@@ -289,8 +289,9 @@ pub struct PolicySet {
     pub field_policies: Vec<FieldPolicy>,
 }
 
-/// `kind: FieldPolicy` (authzd.io/v1alpha1): what the server-side diff ignores and which
-/// lists it compares per element, added to the built-in defaults. Read from the policy
+/// `kind: FieldPolicy` (authzd.io/v1alpha1): what the server-side diff ignores, which
+/// lists it compares per element and which paths are protected, added to the built-in
+/// defaults. Read from the policy
 /// directory only (not through the admin API).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldPolicy {
@@ -302,6 +303,8 @@ pub struct FieldPolicy {
     pub sets: Vec<crate::policy::content::path::PathPattern>,
     /// Lists compared per element by key fields (`spec.keyedLists: [{path, keys}]`).
     pub keyed_lists: Vec<(crate::policy::content::path::PathPattern, Vec<String>)>,
+    /// Paths only an allow naming them in `fields` may change (`spec.protected`).
+    pub protected: Vec<crate::policy::content::path::Protected>,
 }
 
 impl PolicySet {
@@ -312,6 +315,7 @@ impl PolicySet {
         let mut config = DiffConfig::default();
         for policy in &self.field_policies {
             config.ignored.extend(policy.ignore.iter().cloned());
+            config.protected.extend(policy.protected.iter().cloned());
             // Configured lists come before the defaults: the first that names a list wins.
             let mut lists: Vec<_> = policy
                 .sets

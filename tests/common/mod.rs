@@ -241,14 +241,43 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
         proptest::collection::vec(role(), 0..=6),
         proptest::collection::vec(binding(), 0..=8),
         proptest::collection::vec(abac_rule(), 0..=4),
-        prop::bool::weighted(0.5),
+        0u8..4,
     )
         .prop_map(|(roles, bindings, abac, field_policy)| PolicySet {
             roles: dedup_roles(roles),
             bindings: dedup_bindings(bindings),
             abac,
-            field_policies: field_policy.then(ignore_data).into_iter().collect(),
+            field_policies: match field_policy {
+                0 | 1 => Vec::new(),
+                2 => vec![ignore_data()],
+                _ => vec![protect_some()],
+            },
         })
+}
+
+/// A FieldPolicy protecting paths the generated content changes: the finalizers on every
+/// resource, `.spec.replicas` on deployments (of any group) and `.data` on core secrets.
+fn protect_some() -> authzd::policy::model::FieldPolicy {
+    use authzd::policy::content::path::Protected;
+    let protected = |path: &str, resources: &[(&str, &str)]| Protected {
+        pattern: PathPattern::parse(path).expect("parses"),
+        resources: resources
+            .iter()
+            .map(|(g, r)| (g.to_string(), r.to_string()))
+            .collect(),
+    };
+    authzd::policy::model::FieldPolicy {
+        name: "protect-some".into(),
+        source: Source::default(),
+        ignore: Vec::new(),
+        sets: Vec::new(),
+        keyed_lists: Vec::new(),
+        protected: vec![
+            protected(".metadata.finalizers", &[]),
+            protected(".spec.replicas", &[("*", "deployments")]),
+            protected(".data", &[("", "secrets")]),
+        ],
+    }
 }
 
 /// A FieldPolicy under which `.data` and `.spec.replicas` never change: the diff both
@@ -263,6 +292,7 @@ fn ignore_data() -> authzd::policy::model::FieldPolicy {
         ],
         sets: vec![PathPattern::parse(".metadata.labels").expect("parses")],
         keyed_lists: Vec::new(),
+        protected: Vec::new(),
     }
 }
 

@@ -66,7 +66,8 @@ pub enum Coverage {
 }
 
 impl Coverage {
-    fn and(self, other: impl FnOnce() -> Coverage) -> Coverage {
+    /// Both: `Not` if either does not hold, else `Missing` if either cannot be known.
+    pub fn and(self, other: impl FnOnce() -> Coverage) -> Coverage {
         match self {
             Coverage::Not => Coverage::Not,
             Coverage::Covers => other(),
@@ -99,6 +100,20 @@ impl Change {
             Change::Nothing => Some("no changed path".into()),
             Change::Unknown => None,
         }
+    }
+}
+
+/// What protected paths (`FieldPolicy` `spec.protected`) leave an allow without a `fields`
+/// clause: a change touching one is not covered, and an unknown change cannot be known to
+/// avoid them.
+pub fn unprotected(change: &Change, protected: &[&PathPattern]) -> Coverage {
+    match change {
+        Change::Path(path) if protected.iter().any(|p| p.touched_by(path)) => Coverage::Not,
+        Change::Unknown if !protected.is_empty() => Coverage::Missing(format!(
+            "the changed fields (content.object and content.old_object, or content.changed_paths): the write may change protected paths ({})",
+            protected.iter().map(|p| p.text()).collect::<Vec<_>>().join(", ")
+        )),
+        _ => Coverage::Covers,
     }
 }
 

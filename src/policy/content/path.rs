@@ -86,6 +86,16 @@ impl PathPattern {
     pub fn names(&self, path: &FieldPath) -> bool {
         self.steps.len() == path.0.len() && self.covers(path)
     }
+
+    /// Whether a change at `path` may change what this pattern names: the pattern covers the
+    /// path, or the path is an ancestor of paths the pattern names (a whole member replaced,
+    /// an atomic list, a caller's coarse `changed_paths`).
+    pub fn touched_by(&self, path: &FieldPath) -> bool {
+        self.steps
+            .iter()
+            .zip(&path.0)
+            .all(|(pattern, step)| step_matches(pattern, step))
+    }
 }
 
 impl fmt::Display for PathPattern {
@@ -334,13 +344,38 @@ pub enum ListKind {
     Keyed(Vec<String>),
 }
 
-/// What the diff ignores and how it compares lists (a `FieldPolicy` document adds to it).
+/// What the diff ignores, how it compares lists and which paths are protected (a
+/// `FieldPolicy` document adds to it).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DiffConfig {
     /// Paths whose changes are not changes a rule must cover (server-maintained fields).
     pub ignored: Vec<PathPattern>,
     /// Lists compared per element; every other list is atomic.
     pub lists: Vec<(PathPattern, ListKind)>,
+    /// Paths a write may change only under an allow that names them in a `fields` clause
+    /// (seed 004 designs 6 and 7); none by default.
+    pub protected: Vec<Protected>,
+}
+
+/// A protected path (`FieldPolicy` `spec.protected`): on create, update and patch of the
+/// resources it names, an allow without a `fields` clause does not cover a change that
+/// touches it. Deny rules are unaffected.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Protected {
+    pub pattern: PathPattern,
+    /// `(apiGroup, resource)` pairs, `*` for any; empty means every resource.
+    pub resources: Vec<(String, String)>,
+}
+
+impl Protected {
+    /// Whether the path is protected on `resource` in `group`.
+    pub fn applies_to(&self, group: &str, resource: &str) -> bool {
+        self.resources.is_empty()
+            || self
+                .resources
+                .iter()
+                .any(|(g, r)| (r == "*" || r == resource) && (g == "*" || g == group))
+    }
 }
 
 impl Default for DiffConfig {
@@ -376,11 +411,43 @@ impl Default for DiffConfig {
                 ListKind::Keyed(vec!["type".into()]),
             ),
         ];
-        DiffConfig { ignored, lists }
+        DiffConfig {
+            ignored,
+            lists,
+            protected: Vec::new(),
+        }
     }
 }
 
 impl DiffConfig {
+    /// Whether a write of `action` may touch a protected path: false for every other verb
+    /// and non-resource action, and when no FieldPolicy protects anything (the one check a
+    /// plain request pays).
+    pub fn protects(&self, action: crate::request::ActionRef<'_>) -> bool {
+        !self.protected.is_empty() && !self.protected_for(action).is_empty()
+    }
+
+    /// The protected paths a write of `action` must not touch under a plain allow (see
+    /// [`Protected`]); none for every other verb and for non-resource actions.
+    pub fn protected_for(
+        &self,
+        action: crate::request::ActionRef<'_>,
+    ) -> smallvec::SmallVec<[&PathPattern; 2]> {
+        match action {
+            crate::request::ActionRef::Resource(r)
+                if !self.protected.is_empty()
+                    && matches!(r.verb, "create" | "update" | "patch") =>
+            {
+                self.protected
+                    .iter()
+                    .filter(|p| p.applies_to(r.group, r.resource))
+                    .map(|p| &p.pattern)
+                    .collect()
+            }
+            _ => smallvec::SmallVec::new(),
+        }
+    }
+
     fn ignores(&self, path: &FieldPath) -> bool {
         self.ignored.iter().any(|p| p.covers(path))
     }
@@ -702,6 +769,19 @@ mod tests {
         let mut keyless = old.clone();
         keyless["status"]["conditions"] = json!([{"status": "x"}]);
         assert_eq!(paths(Some(old), Some(keyless)), vec![".status.conditions"]);
+    }
+
+    #[test]
+    fn a_change_touches_a_protected_pattern_at_it_below_it_or_above_it() {
+        let pattern = PathPattern::parse(".metadata.finalizers").unwrap();
+        let path = |t: &str| FieldPath::parse(t).unwrap();
+        assert!(pattern.touched_by(&path(".metadata.finalizers[=\"a\"]")));
+        assert!(pattern.touched_by(&path(".metadata.finalizers")));
+        // A whole `.metadata` replaced (or a coarse caller diff) may change the finalizers.
+        assert!(pattern.touched_by(&path(".metadata")));
+        assert!(pattern.touched_by(&FieldPath::ROOT));
+        assert!(!pattern.touched_by(&path(".metadata.labels.a")));
+        assert!(!pattern.touched_by(&path(".spec")));
     }
 
     #[test]

@@ -9,12 +9,19 @@
 //!   ignore: [".metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']"]
 //!   sets: [".spec.template.metadata.finalizers"]
 //!   keyedLists: [{path: ".spec.template.spec.containers", keys: [name]}]
+//!   protected:
+//!   - ".metadata.finalizers"                       # on every resource
+//!   - {path: ".data", resources: ["secrets"]}      # `resource` (core) or `resource.group`
 //! ```
+//!
+//! A protected path is one a plain allow (a rule without a `fields` clause) does not cover on
+//! create, update or patch: only an allow whose `fields` clause covers the change may make it
+//! (seed 004 designs 6 and 7: "special fields").
 
-use crate::policy::content::path::PathPattern;
+use crate::policy::content::path::{PathPattern, Protected};
 use crate::policy::model::{FieldPolicy, Source};
 
-use super::node::{Fields, Node, Problems};
+use super::node::{Fields, Node, Problems, Value};
 use super::Cx;
 
 pub const API_VERSION: &str = "authzd.io/v1alpha1";
@@ -65,6 +72,7 @@ fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
         ignore: Vec::new(),
         sets: Vec::new(),
         keyed_lists: Vec::new(),
+        protected: Vec::new(),
     };
     let spec = f.take("spec", p);
     f.finish(p);
@@ -109,6 +117,61 @@ fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
             Err(problem) => p.push(item.line, format!("`{at}.path` `{path}` {problem}")),
         }
     }
+    for (i, item) in s.list("protected", p).iter().enumerate() {
+        let at = format!("spec.protected[{i}]");
+        if let Some(protected) = read_protected(item, &at, p) {
+            policy.protected.push(protected);
+        }
+    }
     s.finish(p);
     Some(policy)
+}
+
+/// One `spec.protected` entry: a path pattern alone (every resource), or `{path, resources}`.
+fn read_protected(item: &Node, at: &str, p: &mut Problems) -> Option<Protected> {
+    let (path, resources) = match &item.value {
+        Value::String(text) => (text.clone(), Vec::new()),
+        _ => {
+            let mut k = Fields::new(item, at, false, p)?;
+            let path = k.string("path", p);
+            let resources = k.strings("resources", p);
+            k.finish(p);
+            if resources.is_empty() {
+                p.push(
+                    item.line,
+                    format!("`{at}.resources` must name at least one resource (`*` for all, or write the path alone)"),
+                );
+            }
+            (path, resources)
+        }
+    };
+    let pattern = match PathPattern::parse(&path) {
+        Ok(pattern) => pattern,
+        Err(problem) => {
+            p.push(item.line, format!("`{at}.path` `{path}` {problem}"));
+            return None;
+        }
+    };
+    let mut out = Vec::new();
+    for (j, name) in resources.iter().enumerate() {
+        // `deployments.apps` is the resource `deployments` of the group `apps`; a resource
+        // alone is the core group's; `*` (alone or for either part) is any.
+        let (resource, group) = match name.split_once('.') {
+            Some((resource, group)) => (resource, group),
+            None if name == "*" => ("*", "*"),
+            None => (name.as_str(), ""),
+        };
+        if resource.is_empty() || (group.is_empty() && name.ends_with('.')) {
+            p.push(
+                item.line,
+                format!("`{at}.resources[{j}]` `{name}` is not `resource` or `resource.group`"),
+            );
+            continue;
+        }
+        out.push((group.to_string(), resource.to_string()));
+    }
+    Some(Protected {
+        pattern,
+        resources: out,
+    })
 }

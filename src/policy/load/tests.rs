@@ -1080,3 +1080,59 @@ fn field_policies_load_from_files_only() {
         "{twice}"
     );
 }
+
+/// `spec.protected`: a path alone protects it on every resource; `resources` names
+/// `resource` (core), `resource.group` or `*`; and a protected path applies to writes only.
+#[test]
+fn field_policy_protected_paths_load_and_apply_to_writes_of_their_resources() {
+    use crate::request::{ActionRef, ResourceRef};
+    let text = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  protected:\n    - \".metadata.finalizers\"\n    - {path: \".data\", resources: [secrets, \"widgets.example.com\"]}\n";
+    let config = load(&[("fp.yaml", text)]).diff_config();
+    let action = |verb: &'static str, group: &'static str, resource: &'static str| {
+        ActionRef::Resource(ResourceRef {
+            namespace: "ns",
+            verb,
+            group,
+            version: "v1",
+            resource,
+            subresource: "",
+            name: "x",
+        })
+    };
+    let texts = |a| -> Vec<&str> { config.protected_for(a).iter().map(|p| p.text()).collect() };
+    assert_eq!(
+        texts(action("update", "", "secrets")),
+        [".metadata.finalizers", ".data"]
+    );
+    assert_eq!(
+        texts(action("create", "example.com", "widgets")),
+        [".metadata.finalizers", ".data"]
+    );
+    assert_eq!(
+        texts(action("patch", "", "configmaps")),
+        [".metadata.finalizers"]
+    );
+    assert_eq!(
+        texts(action("patch", "apps", "secrets")),
+        [".metadata.finalizers"]
+    );
+    assert!(texts(action("delete", "", "secrets")).is_empty());
+    assert!(texts(action("get", "", "secrets")).is_empty());
+    assert!(config.protects(action("update", "", "pods")));
+    assert!(!config.protects(action("list", "", "pods")));
+    assert!(!crate::policy::model::PolicySet::default()
+        .diff_config()
+        .protects(action("update", "", "pods")));
+    let bad = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  protected:\n    - {path: \".data\"}\n    - \"data\"\n";
+    let err = load_sources(&[("bad.yaml".into(), bad.into())], &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("`spec.protected[0].resources` must name at least one resource"),
+        "{err}"
+    );
+    assert!(
+        err.contains("`spec.protected[1].path` `data` must start with"),
+        "{err}"
+    );
+}
