@@ -10,8 +10,16 @@
 //!   label changed.
 //! * `content/who-can-plain` vs `content/who-can-content` at 100k bindings: who can update a
 //!   ConfigMap, without and with an update's content.
+//! * Paired (`target/criterion/content-paired.json`): the two ratio targets again, each side
+//!   timed in alternation round after round and the ratio taken per round, median over the
+//!   rounds. This machine's speed drifts by tens of percent from one criterion bench to the
+//!   next; measured in alternation both sides see the same drift, so the ratio holds still.
 //!
 //! Run: `cargo bench --bench content`.
+//!
+//! On the server's allocator (mimalloc, `src/main.rs`): decoding content is mostly allocating
+//! and freeing small strings and maps, and glibc malloc's consolidation would both misstate
+//! what the server pays and swamp the ratios here with its noise.
 
 // Bench setup: a panic is a failed bench, which is what we want.
 #![allow(clippy::expect_used, clippy::unwrap_used)]
@@ -27,6 +35,9 @@ use authzd::policy::model::{PolicyObject, PolicySet};
 use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo, Which};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Restricted rules for `content-bot` in `ns-0`, next to the synthetic policy.
 const RULES: &str = r#"
@@ -226,6 +237,87 @@ fn content(c: &mut Criterion) {
         )
     });
     group.finish();
+
+    // The same ratios, measured in alternation (only when benchmarking: `cargo test` runs
+    // this file once as a smoke test).
+    if !std::env::args().any(|a| a == "--bench") {
+        return;
+    }
+    let contents = || (0..PAIRED_BATCH).map(|_| content_of(&old, &new)).collect();
+    let decode = |batch: Vec<Content>| {
+        timed(batch, |content| {
+            let _ = black_box(content.decoded(Which::Object));
+            let _ = black_box(content.decoded(Which::OldObject));
+        })
+    };
+    let fields = |batch: Vec<Content>| {
+        timed(batch, |content| {
+            let _ = black_box(cached.decide_content(update.with_content(Some(content))));
+        })
+    };
+    let who_plain = |batch: Vec<Content>| {
+        timed(batch, |_| {
+            black_box(engine.allowed_subjects(black_box(&action)));
+        })
+    };
+    let who_content = |batch: Vec<Content>| {
+        timed(batch, |content| {
+            let _ = black_box(engine.allowed_subjects_content(black_box(&action), Some(content)));
+        })
+    };
+    let mut rounds: Vec<[f64; 4]> = Vec::new();
+    for round in 0..PAIRED_ROUNDS {
+        let mut times = [0.0; 4];
+        // Rotated, so no side always runs first.
+        for k in 0..4 {
+            let which = (round + k) % 4;
+            let batch = contents();
+            times[which] = match which {
+                0 => decode(batch),
+                1 => fields(batch),
+                2 => who_plain(batch),
+                _ => who_content(batch),
+            };
+        }
+        rounds.push(times);
+    }
+    let median = |mut values: Vec<f64>| {
+        values.sort_by(f64::total_cmp);
+        values[values.len() / 2]
+    };
+    let column = |i: usize| median(rounds.iter().map(|r| r[i]).collect());
+    let fields_ratio = median(rounds.iter().map(|r| r[1] / r[0]).collect());
+    let who_ratio = median(rounds.iter().map(|r| r[3] / (2.0 * r[2] + r[0])).collect());
+    let report = serde_json::json!({
+        "rounds": PAIRED_ROUNDS,
+        "batch": PAIRED_BATCH,
+        "decode_2k_pair_ns": column(0),
+        "fields_2k_update_ns": column(1),
+        "who_can_plain_100k_ns": column(2),
+        "who_can_content_100k_ns": column(3),
+        "fields_over_decode": fields_ratio,
+        "who_can_content_over_bound": who_ratio,
+    });
+    println!("content/paired {report}");
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/criterion");
+    std::fs::create_dir_all(&dir).expect("target/criterion");
+    std::fs::write(dir.join("content-paired.json"), report.to_string()).expect("writes");
+}
+
+/// Rounds of the paired measurement, and requests per side per round.
+const PAIRED_ROUNDS: usize = 400;
+const PAIRED_BATCH: usize = 64;
+
+/// Nanoseconds per item of `work` over `batch` (dropped after the clock stops).
+fn timed(mut batch: Vec<Content>, mut work: impl FnMut(&Content)) -> f64 {
+    let start = std::time::Instant::now();
+    for content in &mut batch {
+        work(content);
+    }
+    let elapsed = start.elapsed().as_nanos() as f64;
+    let n = batch.len() as f64;
+    drop(batch);
+    elapsed / n
 }
 
 criterion_group!(benches, content);

@@ -246,13 +246,33 @@ def content_section(w, results, runs):
     w(f"| content present, no rule reads it: ≤ 1.05 × the plain cache hit (and never decoded) | "
       f"{fmt_ns(unread)} vs {fmt_ns(plain)}: {unread / plain:.2f}× | {ok(unread <= 1.05 * plain)} |")
     w(f"| plan hit + object-selector check on a decoded object ≤ 300 ns | {fmt_ns(plan)} | {ok(plan <= 300)} |")
-    w(f"| fields check of a 2 KiB update with one label changed (decode of both objects, diff, "
-      f"coverage) ≤ 1.5 × decoding the two objects | {fmt_ns(fields)} vs {fmt_ns(decode)}: "
-      f"{fields / decode:.2f}× | {ok(fields <= 1.5 * decode)} |")
-    bound = 2 * who_plain + decode
-    w(f"| who-can with an update's content at 100k bindings ≤ 2 × plain who-can + decoding it | "
-      f"{fmt_ns(who_content)} vs 2 × {fmt_ns(who_plain)} + {fmt_ns(decode)} = {fmt_ns(bound)} | "
-      f"{ok(who_content <= bound)} |")
+    # The two ratio targets are judged on the paired measurement (benches/content.rs: both
+    # sides timed in alternation, ratio per round, median): criterion's medians, taken one
+    # bench after another, drift apart by tens of percent on this machine.
+    paired = {}
+    path = os.path.join(CRITERION, "content-paired.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            paired = json.load(f)
+    if paired:
+        r = paired["fields_over_decode"]
+        w(f"| fields check of a 2 KiB update with one label changed (decode of both objects, diff, "
+          f"coverage) ≤ 1.5 × decoding the two objects | paired, {paired['rounds']} rounds: "
+          f"{r:.2f}× ({fmt_ns(paired['fields_2k_update_ns'])} vs {fmt_ns(paired['decode_2k_pair_ns'])}); "
+          f"criterion medians {fmt_ns(fields)} vs {fmt_ns(decode)} | {ok(r <= 1.5)} |")
+        r = paired["who_can_content_over_bound"]
+        w(f"| who-can with an update's content at 100k bindings ≤ 2 × plain who-can + decoding it | "
+          f"paired: {r:.3f}× the bound ({fmt_ns(paired['who_can_content_100k_ns'])} vs 2 × "
+          f"{fmt_ns(paired['who_can_plain_100k_ns'])} + {fmt_ns(paired['decode_2k_pair_ns'])}); "
+          f"criterion medians {fmt_ns(who_content)} vs {fmt_ns(2 * who_plain + decode)} | {ok(r <= 1.0)} |")
+    else:
+        w(f"| fields check of a 2 KiB update with one label changed (decode of both objects, diff, "
+          f"coverage) ≤ 1.5 × decoding the two objects | {fmt_ns(fields)} vs {fmt_ns(decode)}: "
+          f"{fields / decode:.2f}× | {ok(fields <= 1.5 * decode)} |")
+        bound = 2 * who_plain + decode
+        w(f"| who-can with an update's content at 100k bindings ≤ 2 × plain who-can + decoding it | "
+          f"{fmt_ns(who_content)} vs 2 × {fmt_ns(who_plain)} + {fmt_ns(decode)} = {fmt_ns(bound)} | "
+          f"{ok(who_content <= bound)} |")
     d = runs.get("content")
     if d:
         noop, authz = d["targets"]["noop"]["all"], d["targets"]["authzd"]["all"]

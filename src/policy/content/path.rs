@@ -146,7 +146,7 @@ impl fmt::Display for FieldPath {
         for step in &self.0 {
             match step {
                 Step::Member(name) if is_identifier(name) => write!(f, ".{name}")?,
-                Step::Member(name) => write!(f, "[{}]", quote_key(name))?,
+                Step::Member(name) => write_quoted_key(f, name)?,
                 Step::Value(value) => write!(f, "[={value}]")?,
                 Step::Keyed(keys) => {
                     f.write_str("[")?;
@@ -172,16 +172,18 @@ fn is_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '$')
 }
 
-fn quote_key(name: &str) -> String {
-    let mut out = String::from("'");
-    for c in name.chars() {
-        if c == '\'' || c == '\\' {
-            out.push('\\');
-        }
-        out.push(c);
+/// `['name']`, with `'` and `\\` escaped: written in runs, no string built.
+fn write_quoted_key(f: &mut fmt::Formatter<'_>, name: &str) -> fmt::Result {
+    f.write_str("['")?;
+    let mut rest = name;
+    while let Some(at) = rest.find(['\'', '\\']) {
+        f.write_str(&rest[..at])?;
+        f.write_str("\\")?;
+        f.write_str(&rest[at..at + 1])?;
+        rest = &rest[at + 1..];
     }
-    out.push('\'');
-    out
+    f.write_str(rest)?;
+    f.write_str("']")
 }
 
 /// The parser shared by patterns and concrete paths.
@@ -497,7 +499,14 @@ fn diff_child(
     config: &DiffConfig,
     out: &mut BTreeSet<FieldPath>,
 ) -> Result<(), String> {
-    if old == new {
+    let unchanged = match (old, new) {
+        // Two objects are compared member by member by `diff` itself: comparing them whole
+        // first would walk a changed object twice at every level above the change.
+        (Some(Value::Object(_)), Some(Value::Object(_))) => false,
+        (Some(a), Some(b)) => same(a, b),
+        (a, b) => a == b,
+    };
+    if unchanged {
         return Ok(());
     }
     path.0.push(step());
@@ -533,12 +542,31 @@ fn diff(
                     _ => emit(out, path),
                 };
             }
-            // Keys of the old object (changed or removed), then keys only the new one has.
-            for (key, value) in o {
+            // Members in the same order in both (the usual case: one serializer wrote both)
+            // are paired without a lookup; from the first difference in order on, the old
+            // object's remaining keys (changed or removed), then keys only the new one has.
+            let (mut old_rest, mut new_rest) = (o.iter(), n.iter());
+            while let (Some((ko, vo)), Some((kn, vn))) =
+                (old_rest.clone().next(), new_rest.clone().next())
+            {
+                if ko != kn {
+                    break;
+                }
+                old_rest.next();
+                new_rest.next();
+                diff_child(
+                    path,
+                    || Step::Member(ko.clone()),
+                    (Some(vo), Some(vn)),
+                    config,
+                    out,
+                )?;
+            }
+            for (key, value) in old_rest {
                 let pair = (Some(value), n.get(key));
                 diff_child(path, || Step::Member(key.clone()), pair, config, out)?;
             }
-            for (key, value) in n {
+            for (key, value) in new_rest {
                 if !o.contains_key(key) {
                     diff_child(
                         path,
@@ -571,6 +599,34 @@ fn diff(
             }
             emit(out, path)
         }
+    }
+}
+
+/// `a == b`, pairing the members of two objects by position while their keys agree: JSON
+/// equality of objects looks every key up (a hash per key), which the diff of two objects one
+/// serializer wrote never needs.
+fn same(a: &Value, b: &Value) -> bool {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => {
+            if x.len() != y.len() {
+                return false;
+            }
+            let mut pairs = x.iter().zip(y.iter());
+            for ((kx, vx), (ky, vy)) in pairs.by_ref() {
+                if kx != ky {
+                    // Another order: equal only as maps.
+                    return a == b;
+                }
+                if !same(vx, vy) {
+                    return false;
+                }
+            }
+            true
+        }
+        (Value::Array(x), Value::Array(y)) => {
+            x.len() == y.len() && x.iter().zip(y).all(|(vx, vy)| same(vx, vy))
+        }
+        _ => a == b,
     }
 }
 
@@ -842,6 +898,37 @@ mod tests {
                 proptest::prop_assert!(lookup(&object, path).is_some(), "{}", path);
             }
             proptest::prop_assert!(changed_paths(Some(&object), Some(&object), &config).unwrap().is_empty());
+        }
+
+        /// The positional comparison is JSON equality, and the diff does not depend on the
+        /// order members were written in.
+        #[test]
+        fn member_order_changes_nothing(a in json_object(), b in json_object()) {
+            let config = DiffConfig::default();
+            for (x, y) in [(&a, &b), (&a, &a), (&b, &b)] {
+                let y_reordered = reversed(y);
+                proptest::prop_assert_eq!(same(x, y), x == y);
+                proptest::prop_assert_eq!(same(x, &y_reordered), x == y);
+                proptest::prop_assert_eq!(
+                    changed_paths(Some(x), Some(&y_reordered), &config),
+                    changed_paths(Some(x), Some(y), &config)
+                );
+            }
+        }
+    }
+
+    /// `value` with every object's members in reverse order.
+    fn reversed(value: &Value) -> Value {
+        match value {
+            Value::Object(map) => {
+                let mut out = serde_json::Map::new();
+                for (k, v) in map.iter().rev() {
+                    out.insert(k.clone(), reversed(v));
+                }
+                Value::Object(out)
+            }
+            Value::Array(items) => Value::Array(items.iter().map(reversed).collect()),
+            other => other.clone(),
         }
     }
 
