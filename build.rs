@@ -60,6 +60,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     tonic_build::manual::Builder::new()
         .build_client(false)
         .compile(&[authorizer]);
+
+    // The subset of etcd's v3 API the etcd policy store speaks (src/store/etcd/): a client only,
+    // compiled here like everything else, so no system `protoc` is needed.
+    let etcd = protox::compile(["etcd/kv.proto"], ["proto/third_party"])?;
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(false)
+        .compile_fds(etcd)?;
     Ok(())
 }
 

@@ -87,6 +87,24 @@ else
   echo "test.sh: no kubectl available" >&2
 fi
 
+# --- etcd for tests/etcd_replicas.rs (Debian's etcd-server 3.4) ------------------------------
+etcd_bin="$(command -v etcd || true)"
+if [ -z "$etcd_bin" ]; then
+  echo "test.sh: installing etcd (Debian etcd-server)" >&2
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q etcd-server >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q etcd-server >/dev/null 2>&1; } \
+      || true
+  fi
+  etcd_bin="$(command -v etcd || true)"
+fi
+if [ -n "$etcd_bin" ]; then
+  export AUTHZD_E2E_ETCD="$etcd_bin"
+else
+  # tests/etcd_replicas.rs fails under CI=true and skips (saying why) otherwise.
+  echo "test.sh: no etcd available" >&2
+fi
+
 # --- Rust -------------------------------------------------------------------------------
 if ! $quick; then
   cargo fmt --all -- --check

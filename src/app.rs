@@ -90,6 +90,9 @@ pub enum AppError {
     Otlp(#[from] crate::telemetry::otlp::OtlpError),
     #[error("background task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
+    /// etcd mode could not start (unreachable, bad TLS files).
+    #[error("{0}")]
+    Etcd(#[from] crate::store::etcd::EtcdError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -379,6 +382,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         draining_rx.clone(),
         &settings.webhook_path,
     );
+    let replication_cell: crate::api::admin::ReplicationCell = Arc::default();
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -386,6 +390,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.policy.load.clone(),
         draining_rx,
     )
+    .with_replication(Arc::clone(&replication_cell))
     .with_audit(audit)
     .with_max_watches(settings.limits.max_watches)
     .service(MAX_REQUEST_BYTES);
@@ -459,6 +464,96 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         connection_limits,
         shutdown,
     ));
+
+    // etcd mode: list, publish at etcd's revision, then apply etcd's watch (no directory).
+    if let Some(etcd) = settings.etcd.clone() {
+        let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
+        // Unreadable TLS files fail at once; an etcd that does not answer yet is waited for
+        // (health NOT_SERVING meanwhile): replicas may start before their etcd does.
+        if let Err(error) = crate::store::etcd::EtcdClient::new(etcd.client.clone()) {
+            let _ = stop.send(());
+            server.await?;
+            return Err(AppError::Etcd(error));
+        }
+        let start = async {
+            let mut backoff = std::time::Duration::from_millis(100);
+            loop {
+                let started = async {
+                    let client = crate::store::etcd::EtcdClient::new(etcd.client.clone())?;
+                    crate::store::etcd::Replication::start(
+                        client,
+                        &etcd.prefix,
+                        settings.engine.policy.load.clone(),
+                        etcd.replication.clone(),
+                        Arc::clone(&publisher),
+                    )
+                    .await
+                }
+                .await;
+                match started {
+                    Ok(replication) => break replication,
+                    Err(error) => {
+                        tracing::warn!(%error, "etcd: cannot load the policy yet; retrying");
+                        eprintln!("authzd: waiting for etcd: {error}");
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(std::time::Duration::from_secs(2));
+                    }
+                }
+            }
+        };
+        let mut server = server;
+        let replication = tokio::select! {
+            replication = start => replication,
+            // Shut down (a signal) before etcd answered.
+            ended = &mut server => {
+                ended?;
+                return Ok(Outcome::Success);
+            }
+        };
+        state.set_freshness(Arc::clone(&replication.freshness));
+        let _ = store_cell.set(Arc::clone(&replication.store));
+        let _ = replication_cell.set(Arc::clone(&replication));
+        set_health(&health, ServingStatus::Serving).await;
+        // gRPC health follows the fence: NOT_SERVING while this replica cannot prove itself
+        // current, so load balancers route around it.
+        let fence_watch = {
+            let (health, freshness) = (health.clone(), Arc::clone(&replication.freshness));
+            tokio::spawn(async move {
+                let mut serving = true;
+                loop {
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    let fresh = !freshness.fenced();
+                    if fresh != serving {
+                        serving = fresh;
+                        let status = if fresh {
+                            ServingStatus::Serving
+                        } else {
+                            ServingStatus::NotServing
+                        };
+                        set_health(&health, status).await;
+                    }
+                }
+            })
+        };
+        let revision = replication.store.revision();
+        tracing::info!(
+            revision,
+            replica = replication.id(),
+            "policy loaded from etcd; serving"
+        );
+        eprintln!(
+            "authzd serving revision {revision} from etcd as replica {}",
+            replication.id()
+        );
+        server.await?;
+        fence_watch.abort();
+        replication.leave().await;
+        if let Some(writer) = audit_writer {
+            tokio::task::spawn_blocking(move || writer.finish()).await?;
+        }
+        tracing::info!("stopped");
+        return Ok(Outcome::Success);
+    }
 
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();

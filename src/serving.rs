@@ -14,10 +14,11 @@ use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
 
 use crate::cache::{CacheConfig, CachedEngine, DecisionCache, InvalidationCause};
-use crate::engine::{Engine, EngineConfig};
+use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
+use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
 use crate::telemetry::metrics::{Metrics, ScrapeFigures};
 
@@ -41,6 +42,15 @@ pub struct ServingState {
     engine_config: EngineConfig,
     revisions: watch::Sender<u64>,
     metrics: Arc<Metrics>,
+    /// etcd mode: this replica's freshness, checked on every allow (empty in directory mode,
+    /// where the check is one atomic load).
+    freshness: std::sync::OnceLock<Arc<Freshness>>,
+}
+
+/// What a fenced replica does with an answer (see [`ServingState::fresh`]).
+pub enum Fenced {
+    /// Refuse: `UNAVAILABLE` with this message.
+    Refuse(String),
 }
 
 impl ServingState {
@@ -55,6 +65,49 @@ impl ServingState {
             engine_config,
             revisions: watch::channel(0).0,
             metrics: Arc::new(Metrics::new()),
+            freshness: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// etcd mode: answers are held to this replica's freshness from now on.
+    pub fn set_freshness(&self, freshness: Arc<Freshness>) {
+        let _ = self.freshness.set(freshness);
+    }
+
+    /// `decided` as a fenced replica may give it (etcd mode, `--on-stale`): an allow is
+    /// refused (`unavailable`) or turned into a deny (`deny-allows`) while this replica cannot
+    /// prove its policy current; denies and no-opinions pass. Directory mode: unchanged.
+    pub fn fresh(&self, decided: Decided) -> Result<Decided, Fenced> {
+        let Some(freshness) = self.freshness.get() else {
+            return Ok(decided);
+        };
+        if decided.response.decision != Decision::Allow || !freshness.fenced() {
+            return Ok(decided);
+        }
+        match freshness.on_stale {
+            OnStale::Unavailable => Err(Fenced::Refuse(freshness.refusal())),
+            OnStale::DenyAllows => Ok(Decided {
+                response: Arc::new(Response {
+                    decision: Decision::Deny,
+                    reason: freshness.refusal(),
+                    allowed_by: Vec::new(),
+                    denied_by: Vec::new(),
+                    errors: Vec::new(),
+                    encoded: Default::default(),
+                    plan: Default::default(),
+                }),
+                cached: false,
+            }),
+            OnStale::ServeStale => Ok(decided),
+        }
+    }
+
+    /// Whether who-can may be answered: not while fenced (a list of who is allowed is an
+    /// allow for each of them).
+    pub fn fresh_for_who_can(&self) -> Result<(), Fenced> {
+        match self.freshness.get() {
+            Some(freshness) if freshness.fenced() => Err(Fenced::Refuse(freshness.refusal())),
+            _ => Ok(()),
         }
     }
 

@@ -79,6 +79,7 @@ async fn write_until_killed(
                     .apply(ApplyRequest {
                         manifest: binding(&name),
                         dry_run: false,
+                        ..Default::default()
                     })
                     .await;
                 match applied {

@@ -334,6 +334,7 @@ async fn envoy_asks_authzd_and_revocation_takes_effect() {
                 namespace: String::new(),
                 name: "hello-readers".into(),
             }),
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -389,6 +389,7 @@ fn raw_grpc_bytes_to_every_method_get_clear_errors_and_change_nothing() {
                 namespace: String::new(),
                 name: "pod-reader-not-there".into(),
             }),
+            ..Default::default()
         }
         .encode_to_vec(),
     ];
@@ -439,6 +440,7 @@ async fn apply_and_check(
         .apply(proto::ApplyRequest {
             manifest,
             dry_run: false,
+            ..Default::default()
         })
         .await;
     match answer {
@@ -502,6 +504,7 @@ fn hostile_and_mutated_applies_are_refused_and_change_nothing() {
                 .apply(proto::ApplyRequest {
                     manifest,
                     dry_run: false,
+                    ..Default::default()
                 })
                 .await
                 .unwrap();
@@ -513,7 +516,13 @@ fn hostile_and_mutated_applies_are_refused_and_change_nothing() {
                 .unwrap()
                 .into_inner();
             assert!(got.manifest.contains(&format!("n{suffix}")));
-            admin.delete(proto::DeleteRequest { object }).await.unwrap();
+            admin
+                .delete(proto::DeleteRequest {
+                    object,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
         });
     }
     let after = runtime.block_on(observe(&channel));

@@ -240,6 +240,7 @@ async fn the_audit_log_records_reviews_and_writes() {
         .apply(ApplyRequest {
             manifest: POD_READER.replace("pod-reader", "audited-reader"),
             dry_run: false,
+            ..Default::default()
         })
         .await
         .unwrap()
@@ -251,6 +252,7 @@ async fn the_audit_log_records_reviews_and_writes() {
                 namespace: String::new(),
                 name: "no-such-role".into(),
             }),
+            ..Default::default()
         })
         .await
         .unwrap_err();

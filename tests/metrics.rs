@@ -153,6 +153,7 @@ async fn counters_move_as_the_requests_predict() {
                 namespace: String::new(),
                 name: "read-pods".into(),
             }),
+            ..Default::default()
         })
         .await
         .unwrap();

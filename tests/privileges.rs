@@ -187,6 +187,7 @@ impl Fixture {
                 ApplyRequest {
                     manifest: manifest.to_string(),
                     dry_run: false,
+                    ..Default::default()
                 },
             ))
             .await
@@ -205,6 +206,7 @@ impl Fixture {
                 token,
                 DeleteRequest {
                     object: Some(object(kind, namespace, name)),
+                    ..Default::default()
                 },
             ))
             .await

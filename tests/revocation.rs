@@ -123,6 +123,7 @@ impl Session {
             .apply(ApplyRequest {
                 manifest: manifest.to_string(),
                 dry_run: false,
+                ..Default::default()
             })
             .await
             .unwrap_or_else(|e| panic!("apply failed: {e:?}\n{manifest}"))
@@ -136,6 +137,7 @@ impl Session {
             .admin
             .delete(DeleteRequest {
                 object: Some(object(kind, namespace, name)),
+                ..Default::default()
             })
             .await
             .unwrap()
@@ -586,6 +588,7 @@ async fn hammer(args: &[&str], content: bool) -> HammerReport {
             admin
                 .delete(DeleteRequest {
                     object: Some(object("ClusterRoleBinding", "", "hank-read")),
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -596,6 +599,7 @@ async fn hammer(args: &[&str], content: bool) -> HammerReport {
                 .apply(ApplyRequest {
                     manifest: grant.clone(),
                     dry_run: false,
+                    ..Default::default()
                 })
                 .await
                 .unwrap()
@@ -890,6 +894,7 @@ async fn watch_sees_changes_in_order_and_a_broken_file_keeps_the_last_good_polic
         .apply(ApplyRequest {
             manifest: alice_grant.clone(),
             dry_run: false,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -187,6 +187,7 @@ async fn hostile(channel: &Channel, n: usize) -> (&'static str, Result<String, S
                 .apply(proto::ApplyRequest {
                     manifest,
                     dry_run: false,
+                    ..Default::default()
                 })
                 .await
                 .map(drop);
@@ -204,6 +205,7 @@ async fn hostile(channel: &Channel, n: usize) -> (&'static str, Result<String, S
                 .apply(proto::ApplyRequest {
                     manifest: bomb,
                     dry_run: false,
+                    ..Default::default()
                 })
                 .await
                 .map(drop);

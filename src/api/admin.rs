@@ -18,6 +18,7 @@ use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::serving::ServingState;
+use crate::store::etcd::{AckMode, AckReport, Replication};
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
@@ -52,7 +53,12 @@ pub struct AdminApi {
     /// One permit per open watch stream (`--max-watches`), held for the stream's life: the
     /// request limit counts a stream only while it is set up, this bounds how many stay open.
     watch_slots: Arc<tokio::sync::Semaphore>,
+    /// etcd mode: the replicas a write's acknowledgement waits for.
+    replication: ReplicationCell,
 }
+
+/// The replication, set once etcd mode has started (empty in directory mode).
+pub type ReplicationCell = Arc<std::sync::OnceLock<Arc<Replication>>>;
 
 impl AdminApi {
     pub fn new(
@@ -70,7 +76,29 @@ impl AdminApi {
             draining,
             audit: None,
             watch_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WATCHES)),
+            replication: ReplicationCell::default(),
         }
+    }
+
+    /// etcd mode: writes are acknowledged across the replicas `replication` knows.
+    #[must_use]
+    pub fn with_replication(mut self, replication: ReplicationCell) -> Self {
+        self.replication = replication;
+        self
+    }
+
+    /// How far a committed write at `revision` reached, as `ack` asks (nothing to report in
+    /// directory mode).
+    async fn acknowledge(&self, revision: u64, ack: i32) -> AckReport {
+        let Some(replication) = self.replication.get() else {
+            return AckReport::default();
+        };
+        let mode = match proto::Ack::try_from(ack).unwrap_or(proto::Ack::Cluster) {
+            proto::Ack::Cluster => AckMode::Cluster,
+            proto::Ack::Local => AckMode::Local,
+            proto::Ack::Committed => AckMode::Committed,
+        };
+        replication.acknowledge(revision, mode).await
     }
 
     /// At most `max` watch streams open at once; one more is refused with
@@ -132,6 +160,34 @@ impl AdminApi {
         privileges
             .iter()
             .try_for_each(|privilege| gate.admit(caller, *privilege))
+    }
+
+    /// The store's part of `Status`: where the policy lives and, in etcd mode, this replica's
+    /// freshness and the replica table.
+    fn store_status(&self) -> proto::StatusResponse {
+        let Some(replication) = self.replication.get() else {
+            return proto::StatusResponse {
+                store: "directory".into(),
+                ..Default::default()
+            };
+        };
+        let freshness = &replication.freshness;
+        proto::StatusResponse {
+            store: "etcd".into(),
+            replica_id: replication.id().to_string(),
+            etcd_endpoint: replication.active_endpoint(),
+            freshness_age_seconds: freshness.age().map_or(-1.0, |age| age.as_secs_f64()),
+            fenced: freshness.fenced(),
+            replicas: replication
+                .replicas()
+                .into_iter()
+                .map(|(id, applied_revision)| proto::ReplicaStatus {
+                    id,
+                    applied_revision,
+                })
+                .collect(),
+            ..Default::default()
+        }
     }
 
     fn store(&self) -> Result<&Arc<Store>> {
@@ -328,15 +384,24 @@ impl PolicyAdmin for AdminApi {
             },
         );
         let (revision, applied) = outcome?;
+        let report = if wire.dry_run {
+            AckReport::default()
+        } else {
+            self.acknowledge(revision, wire.ack).await
+        };
         tracing::info!(
             revision,
             objects = applied.len(),
             dry_run = wire.dry_run,
+            confirmed = report.confirmed.len(),
+            fenced = report.fenced.len(),
             "policy applied"
         );
         Ok(Response::new(proto::ApplyResponse {
             revision,
             applied: applied.iter().map(wire_ref).collect(),
+            replicas_confirmed: report.confirmed,
+            replicas_fenced: report.fenced,
         }))
     }
 
@@ -345,7 +410,8 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::DeleteRequest>,
     ) -> Result<Response<proto::DeleteResponse>, Status> {
         let caller = self.caller(&request)?;
-        let wire = request.into_inner().object;
+        let request = request.into_inner();
+        let (wire, ack) = (request.object, request.ack);
         let outcome = match object_ref(wire.clone(), "object") {
             Ok(object) => match self.store() {
                 Ok(store) => store
@@ -382,8 +448,19 @@ impl PolicyAdmin for AdminApi {
             },
         );
         let (revision, object) = outcome?;
-        tracing::info!(revision, %object, "policy object deleted");
-        Ok(Response::new(proto::DeleteResponse { revision }))
+        let report = self.acknowledge(revision, ack).await;
+        tracing::info!(
+            revision,
+            %object,
+            confirmed = report.confirmed.len(),
+            fenced = report.fenced.len(),
+            "policy object deleted"
+        );
+        Ok(Response::new(proto::DeleteResponse {
+            revision,
+            replicas_confirmed: report.confirmed,
+            replicas_fenced: report.fenced,
+        }))
     }
 
     async fn get(
@@ -496,6 +573,7 @@ impl PolicyAdmin for AdminApi {
             cache_inserts: stats.inserts.get(),
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
             audit_dropped: self.audit.as_ref().map_or(0, |audit| audit.dropped()),
+            ..self.store_status()
         }))
     }
 }

@@ -10,12 +10,24 @@ use crate::api::limits::{MAX_BATCH, MAX_REQUEST_BYTES};
 use crate::engine::content::ContentError;
 use crate::store::StoreError;
 
+impl From<crate::serving::Fenced> for ApiError {
+    fn from(fenced: crate::serving::Fenced) -> Self {
+        match fenced {
+            crate::serving::Fenced::Refuse(message) => ApiError::Fenced(message),
+        }
+    }
+}
+
 pub type Result<T, E = ApiError> = std::result::Result<T, E>;
 
 /// Everything an adapter can refuse a request for. Evaluation never fails: a decision that could
 /// not be fully evaluated is still a decision, carrying its errors (see `engine::Response`).
 #[derive(Debug, Error)]
 pub enum ApiError {
+    /// etcd mode: this replica cannot prove its policy current, and the answer was an allow.
+    #[error("{0}")]
+    Fenced(String),
+
     /// Malformed input. `field` is the path of the offending field, e.g.
     /// `requests[3].action.resource_attributes.verb`.
     #[error("{field}: {problem}")]
@@ -109,7 +121,7 @@ impl ApiError {
             ApiError::InvalidArgument { .. } | ApiError::Malformed(_) => Code::InvalidArgument,
             ApiError::TooLarge | ApiError::TooManyWatches => Code::ResourceExhausted,
             ApiError::RevisionNotReached { .. } => Code::FailedPrecondition,
-            ApiError::NotReady => Code::Unavailable,
+            ApiError::NotReady | ApiError::Fenced(_) => Code::Unavailable,
             ApiError::WatchLagged { .. } => Code::DataLoss,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
@@ -118,7 +130,8 @@ impl ApiError {
                 StoreError::NotFound(_) => Code::NotFound,
                 StoreError::ReadOnly | StoreError::Compacted { .. } => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
-                StoreError::Io { .. } => Code::Unavailable,
+                StoreError::Io { .. } | StoreError::Unavailable(_) => Code::Unavailable,
+                StoreError::Aborted(_) => Code::Aborted,
             },
         }
     }

@@ -202,7 +202,8 @@ impl GrpcApi {
     /// One request decided from `snapshot` through the cache, with its content; an unreadable
     /// content a rule needs is `INVALID_ARGUMENT` naming the field.
     fn decide_one(&self, snapshot: &Snapshot, request: &AuthorizeInput<'_, '_>) -> Result<Decided> {
-        Ok(request.decide(&self.state.authorizer(snapshot))?)
+        let decided = request.decide(&self.state.authorizer(snapshot))?;
+        Ok(self.state.fresh(decided)?)
     }
 
     /// A decided request counted, recorded in the audit log and traced as `api`.
@@ -313,6 +314,7 @@ impl Admitted<'_> {
         action: &request::Action,
         content: Option<&request::Content>,
     ) -> Result<AllowedSubjects> {
+        self.api.state.fresh_for_who_can()?;
         let subjects = self.snapshot.engine.who_can_content(action, content)?;
         if let Some(audit) = &self.api.audit {
             audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
@@ -332,6 +334,7 @@ impl Admitted<'_> {
         let decided = state
             .authorizer(snapshot)
             .decide_content(request.with_content(content))?;
+        let decided = state.fresh(decided)?;
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {

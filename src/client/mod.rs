@@ -107,6 +107,7 @@ pub async fn run(
                     server,
                     proto::DeleteRequest {
                         object: Some(wire_ref(&object)),
+                        ..Default::default()
                     },
                 )?),
             )
@@ -300,7 +301,14 @@ async fn apply(
 ) -> Result<()> {
     let suffix = if dry_run { " (dry run)" } else { "" };
     for (source_name, manifest) in manifests {
-        let call = client.apply(request(server, proto::ApplyRequest { manifest, dry_run })?);
+        let call = client.apply(request(
+            server,
+            proto::ApplyRequest {
+                manifest,
+                dry_run,
+                ..Default::default()
+            },
+        )?);
         let response = unary(server, call).await.map_err(|error| match error {
             ClientError::Rpc { status, .. } => ClientError::Rpc {
                 status,

@@ -165,6 +165,11 @@ impl Cli {
         };
         Ok(match self.command {
             Command::Serve(args) => Settings::Serve(ServeSettings {
+                etcd: args
+                    .etcd
+                    .clone()
+                    .settings(!args.policy.policy.is_empty())
+                    .map_err(|message| usage_error("serve", message))?,
                 engine: engine_settings(args.policy, args.chain),
                 listen: tcp_first(args.listen),
                 webhook_path: args.webhook_path,

@@ -83,6 +83,104 @@ pub struct ServeArgs {
     pub audit: AuditArgs,
     #[command(flatten)]
     pub auth: AuthArgs,
+    #[command(flatten)]
+    pub etcd: EtcdArgs,
+}
+
+/// The policy in etcd instead of a directory (issue 17), flags as kube-apiserver names them.
+#[derive(Debug, Args, Clone, Default)]
+pub struct EtcdArgs {
+    /// etcd endpoints (`http://HOST:PORT` or `https://…`), comma-separated or repeated: the
+    /// policy is read from and written to etcd, shared by every replica, instead of --policy.
+    #[arg(long, value_name = "URL[,URL...]", value_delimiter = ',')]
+    pub etcd_servers: Vec<String>,
+
+    /// The key prefix authzd keeps its policy under (an empty prefix starts as an empty
+    /// policy; importing is explicit: `authzd apply -f DIR`).
+    #[arg(long, value_name = "PREFIX", default_value = "/authzd/")]
+    pub etcd_prefix: String,
+
+    /// PEM CA that signs the etcd servers' certificates.
+    #[arg(long, value_name = "FILE")]
+    pub etcd_cafile: Option<PathBuf>,
+
+    /// PEM client certificate for etcd (with --etcd-keyfile).
+    #[arg(long, value_name = "FILE", requires = "etcd_keyfile")]
+    pub etcd_certfile: Option<PathBuf>,
+
+    /// PEM private key of --etcd-certfile.
+    #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
+    pub etcd_keyfile: Option<PathBuf>,
+
+    /// etcd mode: how old this replica's last proof of being current may be before it stops
+    /// answering allows; also how long a write waits, at most, for a replica that is gone.
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub max_staleness: Duration,
+
+    /// etcd mode: what a replica that cannot prove itself current does with an allow:
+    /// `unavailable` (refuse it; denies are still answered), `deny-allows`, or `serve-stale`.
+    #[arg(long, value_name = "MODE", default_value = "unavailable")]
+    pub on_stale: crate::store::etcd::OnStale,
+
+    /// etcd mode: this replica's id in the replica table (default: host name and process id).
+    #[arg(long, value_name = "ID")]
+    pub replica_id: Option<String>,
+}
+
+/// etcd mode, validated.
+#[derive(Clone, Debug)]
+pub struct EtcdSettings {
+    pub client: crate::store::etcd::EtcdConfig,
+    pub prefix: String,
+    pub replication: crate::store::etcd::ReplicationConfig,
+}
+
+impl EtcdArgs {
+    /// `None` without `--etcd-servers`.
+    pub fn settings(self, explicit_policy: bool) -> Result<Option<EtcdSettings>, String> {
+        if self.etcd_servers.is_empty() {
+            return Ok(None);
+        }
+        if explicit_policy {
+            return Err("--etcd-servers and --policy exclude each other: in etcd mode the policy is read from etcd (import a directory with `authzd apply -f DIR`)".into());
+        }
+        for url in &self.etcd_servers {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(format!(
+                    "--etcd-servers: `{url}` must be an http:// or https:// URL"
+                ));
+            }
+        }
+        if self.max_staleness < Duration::from_millis(100) {
+            return Err("--max-staleness must be at least 100ms".into());
+        }
+        let id = self.replica_id.unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .map(|h| h.trim().to_string())
+                .unwrap_or_else(|_| "authzd".into());
+            format!("{host}-{}", std::process::id())
+        });
+        if id.is_empty() || id.contains('/') {
+            return Err(format!(
+                "--replica-id `{id}` must be non-empty and contain no `/`"
+            ));
+        }
+        Ok(Some(EtcdSettings {
+            client: crate::store::etcd::EtcdConfig {
+                endpoints: self.etcd_servers,
+                ca_file: self.etcd_cafile,
+                cert_file: self.etcd_certfile,
+                key_file: self.etcd_keyfile,
+                timeout: (self.max_staleness / 2).min(Duration::from_secs(2)),
+            },
+            prefix: self.etcd_prefix,
+            replication: crate::store::etcd::ReplicationConfig {
+                id,
+                max_staleness: self.max_staleness,
+                on_stale: self.on_stale,
+            },
+        }))
+    }
 }
 
 /// How callers authenticate (docs/spec/SPEC.md §3). Without any of these, only a local listener
@@ -361,6 +459,8 @@ pub struct ServeSettings {
     pub envoy: crate::api::envoy::EnvoyConfig,
     pub limits: ServeLimits,
     pub audit: Option<AuditSettings>,
+    /// etcd mode (`--etcd-servers`), instead of the policy directory.
+    pub etcd: Option<EtcdSettings>,
 }
 
 #[cfg(test)]

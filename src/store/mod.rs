@@ -6,10 +6,14 @@
 //! affected cache entries and swaps the engine in), and only then acknowledged with its
 //! revision. Startup and reload take the same path.
 //!
-//! The backend is a trait so that a revisioned, watchable shared store (etcd, on the roadmap)
-//! can replace the policy directory; the directory backend lives in [`dir`].
+//! The backend is a trait so that a revisioned, watchable shared store can replace the policy
+//! directory; the directory backend lives in [`dir`]. In etcd mode ([`etcd`]) the store is a
+//! reflector: writes go to etcd as compare-and-swap transactions ([`RemoteSink`]) and every
+//! change, the writer's own included, is applied from etcd's watch ([`Store::apply_changes`]),
+//! at etcd's revision.
 
 pub mod dir;
+pub mod etcd;
 pub mod watch;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -204,6 +208,12 @@ pub enum StoreError {
     Compacted { from: u64, oldest: u64 },
     #[error("{0}")]
     Forbidden(String),
+    /// The shared store cannot be reached, or a write's outcome is unknown (retrying is safe).
+    #[error("{0}")]
+    Unavailable(String),
+    /// Concurrent writers kept changing the policy under this write.
+    #[error("{0}")]
+    Aborted(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -223,6 +233,46 @@ pub trait Backend: Send + Sync {
         deletes: &[ObjectRef],
     ) -> Result<PolicySet>;
 }
+
+/// Where writes go in etcd mode: a transaction that applies only if the policy is still at the
+/// revision the write was validated against. The store never publishes what it commits: the
+/// change comes back through the watch like everyone else's.
+#[tonic::async_trait]
+pub trait RemoteSink: Send + Sync {
+    /// Commits `upserts` and `deletes` if the policy is still at `validated`; the revision of
+    /// the commit.
+    async fn commit(
+        &self,
+        validated: u64,
+        upserts: &[PolicyObject],
+        deletes: &[ObjectRef],
+    ) -> std::result::Result<u64, CommitError>;
+}
+
+/// Why a remote commit did not happen.
+#[derive(Debug, Error)]
+pub enum CommitError {
+    /// The policy moved on (to at least this revision) since the write was validated.
+    #[error("the policy changed (revision {0}) since the write was validated")]
+    Conflict(u64),
+    #[error("{0}")]
+    Unavailable(String),
+    /// The store refused the request itself (an error of its own, not of reachability).
+    #[error("{0}")]
+    Refused(String),
+    /// The write is larger than one commit may be.
+    #[error("{0}")]
+    TooLarge(String),
+}
+
+/// How long a write waits for its own commit to come back through the watch.
+const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Attempts of a write that meets concurrent writers, before `ABORTED`.
+const WRITE_ATTEMPTS: usize = 10;
+
+/// How long a write whose commit etcd could not confirm is retried before `UNAVAILABLE`.
+const UNAVAILABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Makes a policy state the one requests are answered from.
 ///
@@ -265,6 +315,23 @@ pub trait WriteGuard: Send + Sync {
     ) -> std::result::Result<(), String>;
 }
 
+/// The backend of a store in etcd mode: every read and write goes through etcd instead.
+struct RemoteOnly;
+
+impl Backend for RemoteOnly {
+    fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
+        Err(LoadErrors(vec![crate::policy::load::LoadError {
+            file: "etcd".to_string(),
+            line: 0,
+            message: "in etcd mode the policy is read from etcd, not reloaded from files".into(),
+        }]))
+    }
+
+    fn commit(&self, _: &PolicySet, _: &[PolicyObject], _: &[ObjectRef]) -> Result<PolicySet> {
+        Err(StoreError::ReadOnly)
+    }
+}
+
 /// How many change events are kept for `watch` from an older revision.
 const HISTORY: usize = 4096;
 
@@ -275,6 +342,8 @@ struct WriterState {
 
 pub struct Store {
     backend: Arc<dyn Backend>,
+    /// etcd mode: where writes are committed (and `backend` is unused).
+    remote: Option<Arc<dyn RemoteSink>>,
     publisher: Arc<dyn Publisher>,
     writer: Mutex<WriterState>,
     /// The current policy, for reads that do not need the writer lock.
@@ -299,6 +368,7 @@ impl Store {
         let (events_tx, _) = broadcast::channel(1024);
         Ok(Store {
             backend: Arc::from(backend),
+            remote: None,
             publisher,
             writer: Mutex::new(WriterState {
                 revision: 1,
@@ -310,6 +380,248 @@ impl Store {
             last_error: StdMutex::new(None),
             reload_errors: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// etcd mode: `policy` as read at `revision` (etcd's), published; writes go to `sink` and
+    /// come back through [`Self::apply_changes`].
+    pub fn open_remote(
+        policy: PolicySet,
+        revision: u64,
+        sink: Arc<dyn RemoteSink>,
+        publisher: Arc<dyn Publisher>,
+    ) -> Self {
+        publisher.publish(
+            &policy,
+            revision,
+            &Impact::everything(),
+            ChangeCause::Reload,
+            None,
+        );
+        let (revision_tx, _) = tokio_watch::channel(revision);
+        let (events_tx, _) = broadcast::channel(1024);
+        Store {
+            backend: Arc::new(RemoteOnly),
+            remote: Some(sink),
+            publisher,
+            writer: Mutex::new(WriterState {
+                revision,
+                history: VecDeque::new(),
+            }),
+            policy: ArcSwap::from_pointee(policy),
+            revision_tx,
+            events_tx,
+            last_error: StdMutex::new(None),
+            reload_errors: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
+
+    /// etcd mode: one revision's changes from the watch (an object's new state, or `None` when
+    /// it was deleted), published at that revision with precise invalidation. A revision with
+    /// no object change (only the policy's head key) still advances the revision, so writers
+    /// waiting for it return.
+    pub async fn apply_changes(
+        &self,
+        revision: u64,
+        changes: Vec<(ObjectRef, Option<PolicyObject>)>,
+    ) {
+        let mut writer = self.writer.lock().await;
+        if revision <= writer.revision {
+            return;
+        }
+        let old = self.policy.load_full();
+        let mut by_ref = objects_by_ref(&old);
+        let mut upserts = Vec::new();
+        let mut deletes = Vec::new();
+        for (object, state) in changes {
+            match state {
+                Some(new) => {
+                    by_ref.insert(object, new.clone());
+                    upserts.push(new);
+                }
+                None => {
+                    if let Some(old) = by_ref.remove(&object) {
+                        deletes.push(old);
+                    }
+                }
+            }
+        }
+        let mut new = PolicySet {
+            roles: Vec::new(),
+            bindings: Vec::new(),
+            abac: old.abac.clone(),
+            field_policies: old.field_policies.clone(),
+        };
+        for object in by_ref.into_values() {
+            match object {
+                PolicyObject::Role(role) => new.roles.push(role),
+                PolicyObject::Binding(binding) => new.bindings.push(binding),
+            }
+        }
+        new.canonicalize();
+        let (impact, touched) = change_impact(&old, &new, &upserts, &deletes);
+        self.publish_at(
+            &mut writer,
+            &old,
+            new,
+            &impact,
+            ChangeCause::Apply,
+            Some(&touched),
+            revision,
+        );
+    }
+
+    /// etcd mode: the whole policy as relisted at `revision` (after a compaction, or etcd
+    /// restored from a snapshot), published with the impact of the difference: entries the
+    /// difference does not reach stay warm. A revision that went backwards is taken as it is.
+    pub async fn replace(&self, policy: PolicySet, revision: u64) {
+        let mut writer = self.writer.lock().await;
+        let old = self.policy.load_full();
+        let impact = impact_of_change(&old, &policy);
+        if revision < writer.revision {
+            tracing::warn!(
+                revision,
+                previous = writer.revision,
+                "etcd's revision went backwards (restored from a snapshot?): relisted"
+            );
+            writer.revision = revision.saturating_sub(1);
+        }
+        self.publish_at(
+            &mut writer,
+            &old,
+            policy,
+            &impact,
+            ChangeCause::Reload,
+            None,
+            revision,
+        );
+    }
+
+    /// Waits until the policy published is at least `revision`.
+    async fn applied(&self, revision: u64) -> Result<()> {
+        let mut revisions = self.revision_tx.subscribe();
+        let reached = tokio::time::timeout(APPLY_WAIT, async {
+            revisions.wait_for(|r| *r >= revision).await.is_ok()
+        })
+        .await;
+        match reached {
+            Ok(true) => Ok(()),
+            _ => Err(StoreError::Unavailable(format!(
+                "the change was committed at etcd revision {revision} but this server has not seen it come back through its watch within {}s; the policy may still be behind",
+                APPLY_WAIT.as_secs()
+            ))),
+        }
+    }
+
+    /// The objects of a write that change the policy at revision `validated`, checked by
+    /// `guard`; `None` for a dry run or a write that changes nothing.
+    async fn validate(
+        &self,
+        objects: &[PolicyObject],
+        guard: Option<&dyn WriteGuard>,
+    ) -> Result<(u64, Vec<PolicyObject>)> {
+        let writer = self.writer.lock().await;
+        let old = self.policy.load_full();
+        if let Some(guard) = guard {
+            guard.check(&old, objects).map_err(StoreError::Forbidden)?;
+        }
+        let current = objects_by_ref(&old);
+        let changed = objects
+            .iter()
+            .filter(|o| {
+                !current
+                    .get(&ObjectRef::of(o))
+                    .is_some_and(|c| same_content(c, o))
+            })
+            .cloned()
+            .collect();
+        Ok((writer.revision, changed))
+    }
+
+    /// etcd mode's write: validated against the policy in force, committed if the policy is
+    /// still at that revision, acknowledged once this server applied it from the watch. A
+    /// concurrent writer's change makes it catch up, validate again and retry.
+    async fn write_remote(
+        &self,
+        sink: &dyn RemoteSink,
+        upserts: Vec<PolicyObject>,
+        delete: Option<ObjectRef>,
+        dry_run: bool,
+        guard: Option<&dyn WriteGuard>,
+    ) -> Result<u64> {
+        let mut last = 0;
+        let mut unavailable_until = None;
+        let mut attempt = 0;
+        while attempt < WRITE_ATTEMPTS {
+            let (validated, changed) = match &delete {
+                None => self.validate(&upserts, guard).await?,
+                Some(object) => self.validate_delete(object, guard).await?,
+            };
+            if dry_run || (delete.is_none() && changed.is_empty()) {
+                return Ok(validated);
+            }
+            let deletes: Vec<ObjectRef> = delete.iter().cloned().collect();
+            let upserting = if delete.is_some() {
+                &[][..]
+            } else {
+                &changed[..]
+            };
+            match sink.commit(validated, upserting, &deletes).await {
+                Ok(revision) => {
+                    self.applied(revision).await?;
+                    return Ok(revision);
+                }
+                Err(CommitError::Conflict(head)) => {
+                    attempt += 1;
+                    last = head;
+                    self.applied(head).await?;
+                    // Two writers that keep meeting would retry in lockstep: jitter.
+                    let jitter = u64::from(std::process::id() ^ (attempt as u32)) % 20;
+                    tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
+                }
+                Err(CommitError::Unavailable(message)) => {
+                    // A leader election or a failover: the outcome is unknown, and retrying is
+                    // safe (a write that did commit meets its own revision and catches up to
+                    // it). Retried for a while, then UNAVAILABLE.
+                    let until = *unavailable_until
+                        .get_or_insert_with(|| std::time::Instant::now() + UNAVAILABLE_RETRY);
+                    if std::time::Instant::now() >= until {
+                        return Err(StoreError::Unavailable(message));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                }
+                Err(CommitError::Refused(message)) => return Err(StoreError::Unavailable(message)),
+                Err(CommitError::TooLarge(message)) => {
+                    return Err(StoreError::Invalid(LoadErrors(vec![
+                        crate::policy::load::LoadError {
+                            file: "manifest".into(),
+                            line: 0,
+                            message,
+                        },
+                    ])))
+                }
+            }
+        }
+        Err(StoreError::Aborted(format!(
+            "the policy kept changing under this write ({WRITE_ATTEMPTS} attempts, last at revision {last}); try again"
+        )))
+    }
+
+    async fn validate_delete(
+        &self,
+        object: &ObjectRef,
+        guard: Option<&dyn WriteGuard>,
+    ) -> Result<(u64, Vec<PolicyObject>)> {
+        let writer = self.writer.lock().await;
+        let old = self.policy.load_full();
+        let Some(existing) = objects_by_ref(&old).remove(object) else {
+            return Err(StoreError::NotFound(object.clone()));
+        };
+        if let Some(guard) = guard {
+            guard
+                .check(&old, std::slice::from_ref(&existing))
+                .map_err(StoreError::Forbidden)?;
+        }
+        Ok((writer.revision, vec![existing]))
     }
 
     /// The revision the current policy was published at.
@@ -349,6 +661,21 @@ impl Store {
         changed: Option<&[ChangedObject]>,
     ) -> u64 {
         let revision = writer.revision + 1;
+        self.publish_at(writer, old, new, impact, cause, changed, revision)
+    }
+
+    /// [`Self::publish_change`] at a given revision (etcd's, in etcd mode).
+    #[allow(clippy::too_many_arguments)]
+    fn publish_at(
+        &self,
+        writer: &mut WriterState,
+        old: &PolicySet,
+        new: PolicySet,
+        impact: &Impact,
+        cause: ChangeCause,
+        changed: Option<&[ChangedObject]>,
+        revision: u64,
+    ) -> u64 {
         self.publisher
             .publish(&new, revision, impact, cause, changed);
         let events = diff_events(old, &new, revision);
@@ -425,6 +752,13 @@ impl Store {
         dry_run: bool,
         guard: Option<&dyn WriteGuard>,
     ) -> Result<(u64, Vec<ObjectRef>)> {
+        if let Some(sink) = &self.remote {
+            let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
+            let revision = self
+                .write_remote(sink.as_ref(), objects, None, dry_run, guard)
+                .await?;
+            return Ok((revision, refs));
+        }
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
         if let Some(guard) = guard {
@@ -462,6 +796,17 @@ impl Store {
 
     /// Deletes one object; returns the revision at which it is gone.
     pub async fn delete(&self, object: &ObjectRef, guard: Option<&dyn WriteGuard>) -> Result<u64> {
+        if let Some(sink) = &self.remote {
+            return self
+                .write_remote(
+                    sink.as_ref(),
+                    Vec::new(),
+                    Some(object.clone()),
+                    false,
+                    guard,
+                )
+                .await;
+        }
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
         let Some(existing) = objects_by_ref(&old).remove(object) else {

@@ -187,12 +187,21 @@ impl Server {
     /// Starts `authzd serve --listen 127.0.0.1:0 --policy DIR ARGS...` and waits for its
     /// `authzd listening on ADDR` line.
     pub fn start(policy: &Path, args: &[&str]) -> Server {
+        let policy = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
+        Self::start_with(&policy, args)
+    }
+
+    /// Starts `authzd serve --listen 127.0.0.1:0 ARGS...` with no `--policy` (etcd mode).
+    pub fn start_without_policy(args: &[&str]) -> Server {
+        Self::start_with(&[], args)
+    }
+
+    fn start_with(policy: &[&std::ffi::OsStr], args: &[&str]) -> Server {
         let mut child = Command::new(BIN)
             .arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
-            .arg("--policy")
-            .arg(policy)
+            .args(policy)
             .args(args)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())

@@ -349,6 +349,8 @@ impl EnvoyApi {
                 return Ok(refused(&refusal));
             }
         };
+        // etcd mode: a fenced replica's allow is a failed call (Envoy's failure mode decides).
+        let decided = self.state.fresh(decided).map_err(ApiError::from)?;
         let response = &decided.response;
         self.state
             .metrics()

@@ -106,13 +106,18 @@ async fn healthz() -> Response {
     plain(StatusCode::OK, "ok")
 }
 
-/// 200 once the first policy has compiled and while not shutting down; 503 otherwise, so a
-/// load balancer stops sending before the listener closes.
+/// 200 once the first policy has compiled and while not shutting down or fenced (etcd mode);
+/// 503 otherwise, so a load balancer stops sending before the listener closes.
 async fn readyz(State(api): State<HttpApi>) -> Response {
     if *api.draining.borrow() {
         plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
     } else if api.state.snapshot().is_none() {
         plain(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet")
+    } else if api.state.fresh_for_who_can().is_err() {
+        plain(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "fenced: this replica cannot prove its policy current with etcd",
+        )
     } else {
         plain(StatusCode::OK, "ok")
     }

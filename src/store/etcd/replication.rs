@@ -1,0 +1,406 @@
+//! What makes an acknowledged change hold on every replica (issue 17, point 4).
+//!
+//! **Freshness.** Each replica proves, every `--max-staleness`/5, that it is current: a
+//! linearizable read of the head key, sent at `t0`, returns the revision `M` of the newest
+//! authzd write; once this replica has applied `M`, it was current at `t0` (nothing committed
+//! before `t0` is newer than `M`). A replica whose last proof is older than `--max-staleness`
+//! is *fenced*: it answers no allow and no who-can ([`Freshness::fenced`], checked per
+//! request, cache hits included, so a replica frozen by SIGSTOP or a GC pause finds itself
+//! fenced the moment it wakes).
+//!
+//! **Acknowledgement.** Every replica reports the revision it has applied under
+//! `v1/replicas/ID`, on a lease. A write committed at revision `R` at time `tc` returns
+//! (`ACK_CLUSTER`) once every registered replica reported `R`, or `--max-staleness` after the
+//! commit: a replica that has not applied `R` cannot prove itself after `tc` (its head read
+//! would return at least `R`), so by then its last proof is older than `--max-staleness` and it
+//! is fenced. Either way, no request that starts after the acknowledgement gets an allow
+//! computed on the older policy.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::Notify;
+
+use super::client::rpc;
+use super::{Batch, EtcdClient, Keys};
+use crate::policy::load::LoadOptions;
+use crate::store::Store;
+
+/// What a fenced replica does with an allow (`--on-stale`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnStale {
+    /// Refuse it with `UNAVAILABLE` (the webhook: no opinion); denies are still answered.
+    #[default]
+    Unavailable,
+    /// Answer it as a deny.
+    DenyAllows,
+    /// Serve it anyway (availability over the guarantee; the operator's choice).
+    ServeStale,
+}
+
+/// How far a write's acknowledgement reaches (`ApplyRequest.ack`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum AckMode {
+    /// Every live replica applied it or fenced itself (the default).
+    #[default]
+    Cluster,
+    /// This replica applied it.
+    Local,
+    /// etcd committed it (this replica applied it too: a write waits for its own watch).
+    Committed,
+}
+
+/// Who confirmed a write, and who was taken as fenced.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AckReport {
+    pub confirmed: Vec<String>,
+    pub fenced: Vec<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReplicationConfig {
+    /// This replica's id (`--replica-id`; host name and process id by default).
+    pub id: String,
+    pub max_staleness: Duration,
+    pub on_stale: OnStale,
+}
+
+/// When this replica last proved itself current, checked per request.
+#[derive(Debug)]
+pub struct Freshness {
+    epoch: Instant,
+    /// Nanoseconds from `epoch` to the last proof's `t0`; 0 = never proved.
+    last_proof: AtomicU64,
+    max_staleness: Duration,
+    pub on_stale: OnStale,
+}
+
+impl Freshness {
+    pub fn new(max_staleness: Duration, on_stale: OnStale) -> Self {
+        Self {
+            epoch: Instant::now(),
+            last_proof: AtomicU64::new(0),
+            max_staleness,
+            on_stale,
+        }
+    }
+
+    /// How old the last proof is; `None` before the first.
+    pub fn age(&self) -> Option<Duration> {
+        let at = self.last_proof.load(Ordering::Acquire);
+        (at != 0).then(|| {
+            self.epoch
+                .elapsed()
+                .saturating_sub(Duration::from_nanos(at))
+        })
+    }
+
+    /// Whether this replica may be behind a change acknowledged elsewhere.
+    pub fn fenced(&self) -> bool {
+        if self.on_stale == OnStale::ServeStale {
+            return false;
+        }
+        self.age().is_none_or(|age| age > self.max_staleness)
+    }
+
+    /// The refusal a fenced replica gives.
+    pub fn refusal(&self) -> String {
+        match self.age() {
+            Some(age) => format!(
+                "this replica is fenced: it last proved its policy current {:.1}s ago (--max-staleness {:.1}s); it answers denies only until etcd is reachable again",
+                age.as_secs_f64(),
+                self.max_staleness.as_secs_f64()
+            ),
+            None => "this replica is fenced: it has not yet proved its policy current with etcd".into(),
+        }
+    }
+
+    fn proved(&self, t0: Instant) {
+        let at = u64::try_from(t0.duration_since(self.epoch).as_nanos())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.last_proof.fetch_max(at, Ordering::AcqRel);
+    }
+}
+
+/// One replica's replication: the store it applies to, its lease and reports, the replica
+/// table and its freshness.
+pub struct Replication {
+    pub(crate) client: Arc<EtcdClient>,
+    pub(crate) keys: Keys,
+    pub(crate) load: LoadOptions,
+    pub store: Arc<Store>,
+    pub freshness: Arc<Freshness>,
+    config: ReplicationConfig,
+    /// Woken when the proofs see the head move and the watch does not follow.
+    pub(crate) restart_watch: Notify,
+    lease: AtomicI64,
+    /// Every registered replica and the revision it reported.
+    replicas: Mutex<BTreeMap<String, u64>>,
+    replicas_changed: Notify,
+}
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Report {
+    applied: u64,
+}
+
+impl Replication {
+    /// Connects, registers this replica, lists the policy and publishes it, then starts the
+    /// applier, the proofs and the lease keep-alive.
+    pub async fn start(
+        client: EtcdClient,
+        prefix: &str,
+        load: LoadOptions,
+        config: ReplicationConfig,
+        publisher: Arc<dyn crate::store::Publisher>,
+    ) -> Result<Arc<Self>, super::EtcdError> {
+        let client = Arc::new(client);
+        let keys = Keys::new(prefix);
+        super::initialize(&client, &keys).await?;
+        let ttl = i64::try_from(config.max_staleness.as_secs().max(1) * 2)
+            .unwrap_or(10)
+            .max(2);
+        let lease = client.lease_grant(ttl).await?;
+        let listing = super::list(&client, &keys, &load).await?;
+        for error in &listing.errors {
+            tracing::error!(%error, "etcd: an object does not load; left out");
+        }
+        let sink = Arc::new(super::EtcdSink {
+            client: Arc::clone(&client),
+            keys: keys.clone(),
+            writer: config.id.clone(),
+        });
+        let store = Arc::new(Store::open_remote(
+            listing.policy,
+            listing.revision,
+            sink,
+            publisher,
+        ));
+        let freshness = Arc::new(Freshness::new(config.max_staleness, config.on_stale));
+        let replication = Arc::new(Self {
+            client,
+            keys,
+            load,
+            store,
+            freshness,
+            config,
+            restart_watch: Notify::new(),
+            lease: AtomicI64::new(lease),
+            replicas: Mutex::new(BTreeMap::new()),
+            replicas_changed: Notify::new(),
+        });
+        replication.load_replicas().await?;
+        replication.report(listing.revision).await;
+        // The first proof before serving: a replica starts fenced until it has one.
+        replication.prove().await;
+        tokio::spawn(super::run_applier(
+            Arc::clone(&replication),
+            listing.read_at,
+        ));
+        tokio::spawn(Arc::clone(&replication).run_proofs());
+        tokio::spawn(Arc::clone(&replication).run_lease(ttl));
+        Ok(replication)
+    }
+
+    pub fn id(&self) -> &str {
+        &self.config.id
+    }
+
+    pub fn active_endpoint(&self) -> String {
+        self.client.active_endpoint()
+    }
+
+    /// The replica table: id and the revision each reported.
+    pub fn replicas(&self) -> BTreeMap<String, u64> {
+        self.replicas.lock().map(|r| r.clone()).unwrap_or_default()
+    }
+
+    async fn load_replicas(&self) -> Result<(), super::EtcdError> {
+        let prefix = self.keys.replicas();
+        let response = self
+            .client
+            .range(rpc::RangeRequest {
+                key: prefix.clone().into_bytes(),
+                range_end: super::client::prefix_end(prefix.as_bytes()),
+                ..Default::default()
+            })
+            .await?;
+        let mut table = BTreeMap::new();
+        for kv in response.kvs {
+            let key = String::from_utf8_lossy(&kv.key).to_string();
+            if let (Some(id), Ok(report)) = (
+                key.strip_prefix(&prefix),
+                serde_json::from_slice::<Report>(&kv.value),
+            ) {
+                table.insert(id.to_string(), report.applied);
+            }
+        }
+        if let Ok(mut replicas) = self.replicas.lock() {
+            *replicas = table;
+        }
+        Ok(())
+    }
+
+    /// Tells the others what this replica has applied (its key lives on its lease).
+    async fn report(&self, applied: u64) {
+        let key = format!("{}{}", self.keys.replicas(), self.config.id);
+        let value = serde_json::to_vec(&Report { applied }).unwrap_or_default();
+        let lease = self.lease.load(Ordering::Acquire);
+        let put = rpc::RequestOp {
+            request: Some(rpc::request_op::Request::RequestPut(rpc::PutRequest {
+                key: key.into_bytes(),
+                value,
+                lease,
+            })),
+        };
+        let result = self
+            .client
+            .txn(rpc::TxnRequest {
+                compare: Vec::new(),
+                success: vec![put],
+                failure: Vec::new(),
+            })
+            .await;
+        if let Err(error) = result {
+            tracing::warn!(%error, applied, "etcd: cannot report the applied revision");
+        }
+    }
+
+    /// One revision of watch events: the replica table, then the policy (reported once
+    /// applied).
+    pub(crate) async fn apply(&self, batch: Batch) {
+        if !batch.replicas.is_empty() {
+            if let Ok(mut table) = self.replicas.lock() {
+                for (id, value) in &batch.replicas {
+                    match value.as_deref().map(serde_json::from_slice::<Report>) {
+                        Some(Ok(report)) => {
+                            table.insert(id.clone(), report.applied);
+                        }
+                        Some(Err(_)) => {}
+                        None => {
+                            table.remove(id);
+                        }
+                    }
+                }
+            }
+            self.replicas_changed.notify_waiters();
+        }
+        if batch.policy_moved {
+            self.store.apply_changes(batch.revision, batch.policy).await;
+            self.report(batch.revision).await;
+        }
+    }
+
+    /// Waits for a write committed at `revision` to reach as far as `mode` asks.
+    pub async fn acknowledge(&self, revision: u64, mode: AckMode) -> AckReport {
+        if mode != AckMode::Cluster {
+            return AckReport {
+                confirmed: vec![self.config.id.clone()],
+                fenced: Vec::new(),
+            };
+        }
+        let deadline = tokio::time::Instant::now() + self.config.max_staleness;
+        loop {
+            let changed = self.replicas_changed.notified();
+            let table = self.replicas();
+            let (confirmed, pending): (Vec<_>, Vec<_>) =
+                table.iter().partition(|(_, applied)| **applied >= revision);
+            let names = |list: Vec<(&String, &u64)>| -> Vec<String> {
+                list.into_iter().map(|(id, _)| id.clone()).collect()
+            };
+            if pending.is_empty() {
+                return AckReport {
+                    confirmed: names(confirmed),
+                    fenced: Vec::new(),
+                };
+            }
+            if tokio::time::timeout_at(deadline, changed).await.is_err() {
+                // Past --max-staleness since the commit: whoever has not confirmed cannot
+                // have proved itself since, and is fenced.
+                return AckReport {
+                    confirmed: names(confirmed),
+                    fenced: names(pending),
+                };
+            }
+        }
+    }
+
+    /// One proof: the head read linearizably, then this replica's applied revision.
+    async fn prove(&self) -> bool {
+        let t0 = Instant::now();
+        let head = self
+            .client
+            .range(rpc::RangeRequest {
+                key: self.keys.head().into_bytes(),
+                ..Default::default()
+            })
+            .await;
+        let newest = match head {
+            Ok(response) => response
+                .kvs
+                .first()
+                .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)),
+            Err(error) => {
+                tracing::debug!(%error, "etcd: freshness proof failed");
+                return false;
+            }
+        };
+        if self.store.revision() >= newest {
+            self.freshness.proved(t0);
+            return true;
+        }
+        false
+    }
+
+    async fn run_proofs(self: Arc<Self>) {
+        let interval = (self.config.max_staleness / 5)
+            .clamp(Duration::from_millis(20), Duration::from_secs(1));
+        let mut behind = 0u32;
+        loop {
+            tokio::time::sleep(interval).await;
+            if self.prove().await {
+                behind = 0;
+            } else {
+                behind += 1;
+                // The head moved and the watch did not follow for a while: the member it
+                // streams from may be frozen. Watch again, through failover.
+                if behind >= 3 {
+                    behind = 0;
+                    self.client.fail_over();
+                    self.restart_watch.notify_one();
+                }
+            }
+        }
+    }
+
+    async fn run_lease(self: Arc<Self>, ttl: i64) {
+        let every = Duration::from_secs(u64::try_from(ttl).unwrap_or(2).max(1)) / 3;
+        loop {
+            tokio::time::sleep(every).await;
+            let lease = self.lease.load(Ordering::Acquire);
+            match self.client.lease_keep_alive(lease).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    // Expired (this replica was frozen, or etcd lost it): a new lease, and the
+                    // report again on it.
+                    if let Ok(new) = self.client.lease_grant(ttl).await {
+                        self.lease.store(new, Ordering::Release);
+                        self.report(self.store.revision()).await;
+                    }
+                }
+                Err(error) => tracing::debug!(%error, "etcd: lease keep-alive failed"),
+            }
+        }
+    }
+
+    /// Leaves the replica table (on shutdown): writers stop waiting for this replica.
+    pub async fn leave(&self) {
+        let lease = self.lease.load(Ordering::Acquire);
+        if let Err(error) = self.client.lease_revoke(lease).await {
+            tracing::debug!(%error, "etcd: cannot revoke the lease on shutdown");
+        }
+    }
+}

@@ -1,0 +1,468 @@
+//! Replicas on etcd (issue 17) with the real thing: a 3-member etcd cluster on loopback (data
+//! on tmpfs) and three real authzd replicas sharing one prefix.
+//!
+//! etcd comes from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`, which installs Debian's
+//! `etcd-server`), else `etcd` on PATH. Without one the tests are skipped with a message, unless
+//! `CI=true`, where a missing etcd is a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
+mod grpc_harness;
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use authzd::proto::authorizer_client::AuthorizerClient;
+use authzd::proto::policy_admin_client::PolicyAdminClient;
+use authzd::proto::{
+    ApplyRequest, AuthorizeRequest, AuthorizeResponse, DeleteRequest, ObjectRef, StatusRequest,
+};
+use grpc_harness::{resource_request, Server};
+use tonic::transport::Channel;
+
+fn etcd_binary() -> Option<PathBuf> {
+    let candidate = std::env::var_os("AUTHZD_E2E_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("etcd"));
+    let usable = Command::new(&candidate)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if usable {
+        return Some(candidate);
+    }
+    let why = format!(
+        "no etcd at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCD)",
+        candidate.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One etcd member, as a process of its own.
+struct Member {
+    name: String,
+    child: Option<Child>,
+    client_url: String,
+    peer_url: String,
+    dir: PathBuf,
+}
+
+/// A 3-member etcd cluster on loopback, its data on tmpfs.
+struct Cluster {
+    binary: PathBuf,
+    members: Vec<Member>,
+    initial: String,
+    _root: tempfile::TempDir,
+}
+
+impl Cluster {
+    fn start(binary: PathBuf) -> Cluster {
+        let tmpfs = std::path::Path::new("/dev/shm");
+        let root = if tmpfs.is_dir() {
+            tempfile::tempdir_in(tmpfs).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let members: Vec<Member> = (0..3)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                child: None,
+                client_url: format!("http://127.0.0.1:{}", free_port()),
+                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                dir: root.path().join(format!("m{i}")),
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            binary,
+            members,
+            initial,
+            _root: root,
+        };
+        for i in 0..3 {
+            cluster.start_member(i);
+        }
+        cluster
+    }
+
+    fn start_member(&mut self, i: usize) {
+        let member = &mut self.members[i];
+        let child = Command::new(&self.binary)
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(&member.dir)
+            .args(["--listen-client-urls", &member.client_url])
+            .args(["--advertise-client-urls", &member.client_url])
+            .args(["--listen-peer-urls", &member.peer_url])
+            .args(["--initial-advertise-peer-urls", &member.peer_url])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "authzd-test"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        member.child = Some(child);
+    }
+
+    fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn signal(&self, i: usize, signal: &str) {
+        if let Some(child) = &self.members[i].child {
+            let _ = Command::new("kill")
+                .arg(format!("-{signal}"))
+                .arg(child.id().to_string())
+                .status();
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            if let Some(child) = &mut member.child {
+                let _ = Command::new("kill")
+                    .arg("-CONT")
+                    .arg(child.id().to_string())
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// One authzd replica in etcd mode.
+struct Replica {
+    server: Server,
+    authz: AuthorizerClient<Channel>,
+    admin: PolicyAdminClient<Channel>,
+}
+
+impl Replica {
+    async fn start(cluster: &Cluster, prefix: &str, id: &str, extra: &[&str]) -> Replica {
+        let endpoints = cluster.endpoints();
+        let mut args = vec![
+            "--etcd-servers",
+            &endpoints,
+            "--etcd-prefix",
+            prefix,
+            "--replica-id",
+            id,
+        ];
+        args.extend_from_slice(extra);
+        let server = Server::start_without_policy(&args);
+        server.wait_serving().await;
+        let channel = server.channel().await;
+        Replica {
+            authz: AuthorizerClient::new(channel.clone()),
+            admin: PolicyAdminClient::new(channel),
+            server,
+        }
+    }
+
+    async fn ask(
+        &mut self,
+        request: &AuthorizeRequest,
+    ) -> Result<AuthorizeResponse, tonic::Status> {
+        self.authz
+            .authorize(request.clone())
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    async fn apply(&mut self, manifest: &str) -> authzd::proto::ApplyResponse {
+        self.admin
+            .apply(ApplyRequest {
+                manifest: manifest.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("apply: {e:?}\n{}", self.server.stderr()))
+            .into_inner()
+    }
+
+    async fn delete_binding(&mut self, name: &str) -> authzd::proto::DeleteResponse {
+        self.admin
+            .delete(DeleteRequest {
+                object: Some(ObjectRef {
+                    kind: "ClusterRoleBinding".into(),
+                    namespace: String::new(),
+                    name: name.into(),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("delete: {e:?}\n{}", self.server.stderr()))
+            .into_inner()
+    }
+
+    fn signal(&self, signal: &str) {
+        let _ = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.server.pid().to_string())
+            .status();
+    }
+}
+
+const READER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-reader}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+"#;
+
+fn grant(name: &str, user: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {name}}}\nsubjects: [{{kind: User, name: {user}}}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}}\n"
+    )
+}
+
+fn unique_prefix() -> String {
+    format!(
+        "/authzd-test-{}-{}/",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// A grant on one replica is an allow on the others at once, a revocation a deny at once: no
+/// `min_revision`, no sleep. Revisions are etcd's, the same on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_change_acknowledged_on_one_replica_holds_on_every_replica_at_once() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    let mut c = Replica::start(&cluster, &prefix, "c", &[]).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+
+    // An empty prefix is an empty policy.
+    assert!(!b.ask(&frank).await.unwrap().allowed);
+
+    a.apply(READER).await;
+    for round in 0..5 {
+        let granted = a.apply(&grant("frank-read", "frank")).await;
+        let mut confirmed = granted.replicas_confirmed.clone();
+        confirmed.sort();
+        if round == 0 {
+            assert_eq!(confirmed, ["a", "b", "c"], "{granted:?}");
+            assert!(granted.replicas_fenced.is_empty(), "{granted:?}");
+        }
+        for replica in [&mut b, &mut c] {
+            let answer = replica.ask(&frank).await.unwrap();
+            assert!(answer.allowed, "grant not seen at once: {answer:?}");
+            assert_eq!(answer.revision, granted.revision, "revisions are etcd's");
+        }
+        let revoked = a.delete_binding("frank-read").await;
+        assert!(revoked.revision > granted.revision);
+        for replica in [&mut b, &mut c] {
+            let answer = replica.ask(&frank).await.unwrap();
+            assert!(!answer.allowed, "stale allow after revocation: {answer:?}");
+            assert_eq!(answer.revision, revoked.revision);
+        }
+    }
+
+    // A min_revision from one replica holds on another (a local acknowledgement, then ask B).
+    let granted = a
+        .admin
+        .apply(ApplyRequest {
+            manifest: grant("frank-read", "frank"),
+            ack: authzd::proto::Ack::Local as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut waiting = frank.clone();
+    waiting.min_revision = granted.revision;
+    let answer = c.ask(&waiting).await.unwrap();
+    assert!(
+        answer.allowed && answer.revision >= granted.revision,
+        "{answer:?}"
+    );
+
+    let status = b.admin.status(StatusRequest {}).await.unwrap().into_inner();
+    assert_eq!(status.store, "etcd");
+    assert_eq!(status.replica_id, "b");
+    assert!(!status.fenced, "{status:?}");
+    let ids: Vec<&str> = status.replicas.iter().map(|r| r.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"], "{status:?}");
+}
+
+/// Writers on different replicas at once never lose an update: each write catches up and
+/// retries on a conflict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writers_on_different_replicas_lose_nothing() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    a.apply(READER).await;
+    const EACH: usize = 10;
+    let write = |mut admin: PolicyAdminClient<Channel>, side: &'static str| async move {
+        let mut revisions = Vec::new();
+        for i in 0..EACH {
+            let manifest = grant(&format!("{side}-{i}"), &format!("{side}-user-{i}"));
+            let response = admin
+                .apply(ApplyRequest {
+                    manifest,
+                    ack: authzd::proto::Ack::Local as i32,
+                    ..Default::default()
+                })
+                .await
+                .unwrap_or_else(|e| panic!("{side}-{i}: {e:?}"))
+                .into_inner();
+            revisions.push(response.revision);
+        }
+        revisions
+    };
+    let (left, right) = tokio::join!(
+        write(a.admin.clone(), "left"),
+        write(b.admin.clone(), "right")
+    );
+    let mut all: Vec<u64> = left.into_iter().chain(right).collect();
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 2 * EACH, "two writes share a revision: {all:?}");
+    // Every grant is there, on both replicas.
+    let last = *all.last().unwrap();
+    for side in ["left", "right"] {
+        for i in 0..EACH {
+            let mut ask =
+                resource_request(&format!("{side}-user-{i}"), &[], "default", "get", "pods");
+            ask.min_revision = last;
+            assert!(a.ask(&ask).await.unwrap().allowed, "{side}-{i} lost on a");
+            assert!(b.ask(&ask).await.unwrap().allowed, "{side}-{i} lost on b");
+        }
+    }
+}
+
+/// A replica frozen (SIGSTOP) during a revocation: the write returns within --max-staleness
+/// plus a margin, naming it fenced, and its first answer after SIGCONT is no stale allow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_replica_delays_a_write_at_most_max_staleness_and_wakes_fenced() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let staleness = ["--max-staleness", "1s"];
+    let mut a = Replica::start(&cluster, &prefix, "a", &staleness).await;
+    let mut c = Replica::start(&cluster, &prefix, "c", &staleness).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    a.apply(READER).await;
+    a.apply(&grant("frank-read", "frank")).await;
+    assert!(c.ask(&frank).await.unwrap().allowed);
+
+    c.signal("STOP");
+    let started = Instant::now();
+    let revoked = a.delete_binding("frank-read").await;
+    let took = started.elapsed();
+    c.signal("CONT");
+    assert!(
+        took < Duration::from_millis(1100 + 500),
+        "the write waited {took:?} for a frozen replica"
+    );
+    assert_eq!(revoked.replicas_fenced, ["c"], "{revoked:?}");
+    assert_eq!(revoked.replicas_confirmed, ["a"], "{revoked:?}");
+    // The frozen replica's first answer: a deny (it caught up) or UNAVAILABLE (fenced), never
+    // the allow it held when it froze.
+    match c.ask(&frank).await {
+        Ok(answer) => assert!(!answer.allowed, "stale allow after SIGCONT: {answer:?}"),
+        Err(status) => assert_eq!(status.code(), tonic::Code::Unavailable, "{status:?}"),
+    }
+    // And it recovers.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(answer) = c.ask(&frank).await {
+            assert!(!answer.allowed);
+            assert_eq!(answer.revision, revoked.revision);
+            break;
+        }
+        assert!(Instant::now() < deadline, "the replica never recovered");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Quorum lost (two members frozen): writes fail with a clear UNAVAILABLE, replicas fence
+/// after --max-staleness (allows refused, denies still answered), and recover with quorum.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let staleness = ["--max-staleness", "1s"];
+    let mut a = Replica::start(&cluster, &prefix, "a", &staleness).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    let nobody = resource_request("nobody", &[], "default", "get", "pods");
+    a.apply(READER).await;
+    a.apply(&grant("frank-read", "frank")).await;
+    assert!(a.ask(&frank).await.unwrap().allowed);
+
+    cluster.signal(1, "STOP");
+    cluster.signal(2, "STOP");
+    let refused = a
+        .admin
+        .apply(ApplyRequest {
+            manifest: grant("other", "other"),
+            ..Default::default()
+        })
+        .await
+        .expect_err("a write without quorum");
+    assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("etcd"), "{refused:?}");
+
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let fenced = a.ask(&frank).await.expect_err("a fenced allow");
+    assert_eq!(fenced.code(), tonic::Code::Unavailable, "{fenced:?}");
+    assert!(fenced.message().contains("fenced"), "{fenced:?}");
+    let deny = a.ask(&nobody).await.expect("denies are still answered");
+    assert!(!deny.allowed);
+
+    cluster.signal(1, "CONT");
+    cluster.signal(2, "CONT");
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if let Ok(answer) = a.ask(&frank).await {
+            assert!(answer.allowed);
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never unfenced\n{}",
+            a.server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
