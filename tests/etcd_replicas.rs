@@ -466,3 +466,203 @@ async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// The hammer across replicas.
+
+const HAMMER_FOR: Duration = Duration::from_secs(10);
+
+/// One answer an asker got: when its request started and ended, and what it said (`None`:
+/// refused, e.g. `UNAVAILABLE` from a fenced replica, which is never stale).
+struct Sample {
+    start: Instant,
+    end: Instant,
+    allowed: Option<bool>,
+}
+
+/// One acknowledged write: when it was sent, when it returned, and the access it leaves.
+struct Write {
+    sent: Instant,
+    acked: Instant,
+    granted: bool,
+}
+
+/// The etcd member that is the raft leader now, read from each member's `/metrics`.
+fn leader(cluster: &Cluster) -> Option<usize> {
+    use std::io::{Read, Write as _};
+    cluster.members.iter().position(|member| {
+        let addr = member.client_url.trim_start_matches("http://");
+        let Ok(mut stream) = std::net::TcpStream::connect(addr) else {
+            return false;
+        };
+        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+        let request = format!("GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n");
+        if stream.write_all(request.as_bytes()).is_err() {
+            return false;
+        }
+        let mut body = String::new();
+        let _ = stream.read_to_string(&mut body);
+        body.lines()
+            .any(|line| line.trim() == "etcd_server_is_leader 1")
+    })
+}
+
+/// Askers on B and C, a writer on A toggling a grant, for [`HAMMER_FOR`]: every answer to a
+/// request that started after a write was acknowledged, and ended before the next write was
+/// sent, must show that write's access. With `kill_leader`, the etcd leader is killed
+/// (`kill -9`) a third of the way in and restarted a third later.
+async fn hammer(cache_size: &str, kill_leader: bool) {
+    let Some(binary) = etcd_binary() else { return };
+    let mut cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let args = ["--cache-size", cache_size];
+    let mut a = Replica::start(&cluster, &prefix, "a", &args).await;
+    let b = Replica::start(&cluster, &prefix, "b", &args).await;
+    let c = Replica::start(&cluster, &prefix, "c", &args).await;
+    a.apply(READER).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut askers = Vec::new();
+    for replica in [&b, &c] {
+        for _ in 0..4 {
+            let mut client = replica.authz.clone();
+            let (stop, frank) = (std::sync::Arc::clone(&stop), frank.clone());
+            askers.push(tokio::spawn(async move {
+                let mut samples = Vec::new();
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let start = Instant::now();
+                    let answer = client.authorize(frank.clone()).await;
+                    samples.push(Sample {
+                        start,
+                        end: Instant::now(),
+                        allowed: answer.ok().map(|a| a.into_inner().allowed),
+                    });
+                }
+                samples
+            }));
+        }
+    }
+
+    let began = Instant::now();
+    let mut writes = Vec::new();
+    let mut granted = false;
+    let mut killed: Option<usize> = None;
+    let mut restarted = false;
+    while began.elapsed() < HAMMER_FOR {
+        if kill_leader && killed.is_none() && began.elapsed() > HAMMER_FOR / 3 {
+            if let Some(i) = leader(&cluster) {
+                if let Some(child) = &mut cluster.members[i].child {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                }
+                killed = Some(i);
+            }
+        }
+        if let (Some(i), false) = (killed, restarted) {
+            if began.elapsed() > HAMMER_FOR * 2 / 3 {
+                cluster.start_member(i);
+                restarted = true;
+            }
+        }
+        granted = !granted;
+        let sent = Instant::now();
+        // A write etcd could not confirm is retried until it is (retrying is safe; a delete
+        // that did happen answers NOT_FOUND the second time).
+        loop {
+            let outcome = if granted {
+                a.admin
+                    .apply(ApplyRequest {
+                        manifest: grant("frank-read", "frank"),
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|_| ())
+            } else {
+                a.admin
+                    .delete(DeleteRequest {
+                        object: Some(ObjectRef {
+                            kind: "ClusterRoleBinding".into(),
+                            namespace: String::new(),
+                            name: "frank-read".into(),
+                        }),
+                        ..Default::default()
+                    })
+                    .await
+                    .map(|_| ())
+            };
+            match outcome {
+                Ok(()) => break,
+                Err(status) if status.code() == tonic::Code::NotFound && !granted => break,
+                Err(status) if status.code() == tonic::Code::Unavailable => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                Err(status) => panic!("write failed: {status:?}"),
+            }
+        }
+        writes.push(Write {
+            sent,
+            acked: Instant::now(),
+            granted,
+        });
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let mut samples = Vec::new();
+    for asker in askers {
+        samples.extend(asker.await.unwrap());
+    }
+
+    let mut checked = 0;
+    let mut refused = 0;
+    let mut stale = Vec::new();
+    for sample in &samples {
+        let Some(allowed) = sample.allowed else {
+            refused += 1;
+            continue;
+        };
+        // The last write acknowledged before the request started; checked only if the next
+        // one had not been sent before the answer came back.
+        let Some(k) = writes.iter().rposition(|w| w.acked <= sample.start) else {
+            continue;
+        };
+        if writes.get(k + 1).is_some_and(|next| next.sent < sample.end) {
+            continue;
+        }
+        checked += 1;
+        if allowed != writes[k].granted {
+            stale.push(format!(
+                "write {k} ({}) acknowledged {:?} before the request, answered {allowed}",
+                writes[k].granted,
+                sample.start - writes[k].acked
+            ));
+        }
+    }
+    eprintln!(
+        "hammer (cache {cache_size}, kill leader {kill_leader}): {} answers, {checked} checked, {refused} refused, {} writes, {} stale",
+        samples.len(),
+        writes.len(),
+        stale.len()
+    );
+    assert!(writes.len() >= 20, "only {} writes", writes.len());
+    assert!(checked >= 100, "only {checked} answers checked");
+    assert!(stale.is_empty(), "stale answers: {stale:#?}");
+    if kill_leader {
+        assert!(killed.is_some(), "no leader found to kill");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_across_replicas_finds_no_stale_answer_cache_on() {
+    hammer("100000", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_across_replicas_finds_no_stale_answer_cache_off() {
+    hammer("0", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_across_replicas_while_the_etcd_leader_is_killed_and_restarted() {
+    hammer("100000", true).await;
+}
