@@ -21,6 +21,12 @@ pub struct PolicyArgs {
     /// Seed 003's master namespace: its roles and bindings are cluster-wide.
     #[arg(long, value_name = "NS", default_value = "master")]
     pub master_namespace: String,
+
+    /// Largest policy file read, in bytes (a file over it is refused, saying so); raise it
+    /// for a large cluster's export (`kubectl get rolebindings -A -o yaml`).
+    #[arg(long, value_name = "BYTES", default_value_t = crate::policy::load::MAX_FILE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_policy_file_bytes: u64,
 }
 
 #[derive(Debug, Args)]
@@ -87,6 +93,7 @@ impl PolicyArgs {
             paths,
             load: LoadOptions {
                 master_namespace: self.master_namespace,
+                max_file_bytes: self.max_policy_file_bytes,
             },
         }
     }

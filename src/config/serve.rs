@@ -503,6 +503,57 @@ mod tests {
         }
     }
 
+    /// `--etcd-servers` turns on etcd mode, refuses `--policy` beside it and non-URLs; the
+    /// policy-file size limit is a flag.
+    #[test]
+    fn etcd_and_policy_file_size_flags() {
+        let settings = |args: &[&str]| {
+            let mut all = vec!["authzd", "serve"];
+            all.extend_from_slice(args);
+            Cli::try_parse_from(all).and_then(|cli| cli.settings())
+        };
+        let Ok(Settings::Serve(s)) = settings(&[]) else {
+            panic!("serve")
+        };
+        assert!(s.etcd.is_none());
+        assert_eq!(
+            s.engine.policy.load.max_file_bytes,
+            crate::policy::load::MAX_FILE_BYTES
+        );
+        let Ok(Settings::Serve(s)) = settings(&["--max-policy-file-bytes", "100000000"]) else {
+            panic!("serve")
+        };
+        assert_eq!(s.engine.policy.load.max_file_bytes, 100_000_000);
+        let Ok(Settings::Serve(s)) = settings(&[
+            "--etcd-servers",
+            "http://a:2379,http://b:2379",
+            "--max-staleness",
+            "2s",
+            "--replica-id",
+            "r1",
+            "--on-stale",
+            "deny-allows",
+        ]) else {
+            panic!("serve")
+        };
+        let etcd = s.etcd.expect("etcd mode");
+        assert_eq!(etcd.client.endpoints, ["http://a:2379", "http://b:2379"]);
+        assert_eq!(etcd.prefix, "/authzd/");
+        assert_eq!(etcd.replication.id, "r1");
+        assert_eq!(etcd.replication.max_staleness, Duration::from_secs(2));
+        assert_eq!(
+            etcd.replication.on_stale,
+            crate::store::etcd::OnStale::DenyAllows
+        );
+        for bad in [
+            &["--etcd-servers", "http://a:2379", "--policy", "policy"][..],
+            &["--etcd-servers", "a:2379"][..],
+            &["--etcd-servers", "http://a:2379", "--max-staleness", "10ms"][..],
+        ] {
+            assert!(settings(bad).is_err(), "{bad:?}");
+        }
+    }
+
     #[test]
     fn serve_defaults() {
         let cli = Cli::try_parse_from(["authzd", "serve"]).unwrap();

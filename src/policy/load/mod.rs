@@ -41,7 +41,8 @@
 //! with `.` are skipped (editor and atomic-write temporaries, and Kubernetes ConfigMap volumes'
 //! `..data` link farm), as are files with other extensions. A file named explicitly must have a
 //! known extension. Symbolic links are followed; a file reached twice (say through a directory
-//! and by name) is read once. Files over [`MAX_FILE_BYTES`] are refused.
+//! and by name) is read once. Files over `LoadOptions::max_file_bytes` ([`MAX_FILE_BYTES`]
+//! by default) are refused.
 
 mod abac;
 mod field_policy;
@@ -65,7 +66,7 @@ use node::{Node, Problems, Value};
 /// (with one, `kube` reads it and names seed 003 in its error).
 const SEED003_KINDS: [&str; 4] = ["role", "roleBinding", "Policy", "PolicyBinding"];
 
-/// Largest policy file authzd reads (16 MiB).
+/// Largest policy file authzd reads unless `--max-policy-file-bytes` says otherwise (16 MiB).
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// How deep directories may nest (guards against symbolic-link loops).
@@ -76,12 +77,16 @@ const MAX_DIR_DEPTH: usize = 32;
 pub struct LoadOptions {
     /// Seed 003's master namespace: roles and bindings in it are cluster-scoped.
     pub master_namespace: String,
+    /// Largest policy file (or manifest) read, in bytes (`--max-policy-file-bytes`): a bound on
+    /// memory, raised for a large cluster's export (`kubectl get rolebindings -A -o yaml`).
+    pub max_file_bytes: u64,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             master_namespace: "master".to_string(),
+            max_file_bytes: MAX_FILE_BYTES,
         }
     }
 }
@@ -158,7 +163,7 @@ pub fn load_paths(paths: &[PathBuf], options: &LoadOptions) -> Result<PolicySet,
     loader.errors = errors;
     for (path, format) in files {
         let name = path.display().to_string();
-        match read_file(&path) {
+        match read_file(&path, options.max_file_bytes) {
             Ok(text) => loader.add(&name, &text, format),
             Err(message) => loader.errors.push(LoadError {
                 file: name,
@@ -184,11 +189,13 @@ pub fn load_sources(
                 line: 0,
                 message: UNKNOWN_EXTENSION.to_owned(),
             }),
-            Some(_) if text.len() as u64 > MAX_FILE_BYTES => loader.errors.push(LoadError {
-                file: name.clone(),
-                line: 0,
-                message: too_large(text.len() as u64),
-            }),
+            Some(_) if text.len() as u64 > options.max_file_bytes => {
+                loader.errors.push(LoadError {
+                    file: name.clone(),
+                    line: 0,
+                    message: too_large(text.len() as u64, options.max_file_bytes),
+                })
+            }
             Some(format) => loader.add(name, text, format),
         }
     }
@@ -211,8 +218,8 @@ pub fn parse_manifest(
             message,
         }]))
     };
-    if text.len() as u64 > MAX_FILE_BYTES {
-        return error(too_large(text.len() as u64));
+    if text.len() as u64 > options.max_file_bytes {
+        return error(too_large(text.len() as u64, options.max_file_bytes));
     }
     let format = match Format::from_name(source_name) {
         Some(Format::AbacLines) => {
@@ -461,8 +468,10 @@ fn io_message(prefix: &str, err: &std::io::Error) -> String {
     format!("{prefix}: {lowered}")
 }
 
-fn too_large(len: u64) -> String {
-    format!("file is too large ({len} bytes; the limit is {MAX_FILE_BYTES} bytes, 16 MiB)")
+fn too_large(len: u64, limit: u64) -> String {
+    format!(
+        "file is too large ({len} bytes; the limit is {limit} bytes: raise it with --max-policy-file-bytes)"
+    )
 }
 
 /// Adds the policy files under `path` to `files`, in load order.
@@ -544,16 +553,16 @@ fn collect_files(
     }
 }
 
-/// Reads a policy file, refusing more than [`MAX_FILE_BYTES`] and non-UTF-8 content.
-fn read_file(path: &Path) -> Result<String, String> {
+/// Reads a policy file, refusing more than `limit` bytes and non-UTF-8 content.
+fn read_file(path: &Path, limit: u64) -> Result<String, String> {
     let file = fs::File::open(path).map_err(|e| io_message("cannot read", &e))?;
     let mut bytes = Vec::new();
-    file.take(MAX_FILE_BYTES + 1)
+    file.take(limit.saturating_add(1))
         .read_to_end(&mut bytes)
         .map_err(|e| io_message("cannot read", &e))?;
-    if bytes.len() as u64 > MAX_FILE_BYTES {
+    if bytes.len() as u64 > limit {
         let len = fs::metadata(path).map_or(bytes.len() as u64, |m| m.len());
-        return Err(too_large(len));
+        return Err(too_large(len, limit));
     }
     String::from_utf8(bytes).map_err(|e| {
         format!(

@@ -709,6 +709,7 @@ fn seed003_master_namespace_is_an_option() {
 "#;
     let options = LoadOptions {
         master_namespace: "root".into(),
+        ..LoadOptions::default()
     };
     let set = load_sources(&sources(&[("m.json", text)]), &options).unwrap();
     // Canonical order puts cluster-scoped objects first.
@@ -919,7 +920,7 @@ fn path_errors() {
                 show(&big),
                 0,
                 format!(
-                    "file is too large ({} bytes; the limit is 16777216 bytes, 16 MiB)",
+                    "file is too large ({} bytes; the limit is 16777216 bytes: raise it with --max-policy-file-bytes)",
                     MAX_FILE_BYTES + 1
                 )
             ),
@@ -951,9 +952,44 @@ fn sources_over_the_limit_are_refused() {
     assert_eq!(
         errors(&[("big.jsonl", &big)]),
         vec![format!(
-            "big.jsonl:0: file is too large ({} bytes; the limit is 16777216 bytes, 16 MiB)",
+            "big.jsonl:0: file is too large ({} bytes; the limit is 16777216 bytes: raise it with --max-policy-file-bytes)",
             MAX_FILE_BYTES + 1
         )]
+    );
+}
+
+/// `--max-policy-file-bytes` moves the limit both ways, for files and sources alike.
+#[test]
+fn the_file_size_limit_is_an_option() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("roles.yaml");
+    let text = CLUSTER_ROLE.replace("NAME", "r");
+    write(&file, &text);
+    let small = LoadOptions {
+        max_file_bytes: 10,
+        ..LoadOptions::default()
+    };
+    let err = load_paths(std::slice::from_ref(&file), &small).unwrap_err();
+    assert!(
+        err.to_string().contains(&format!(
+            "file is too large ({} bytes; the limit is 10 bytes: raise it with --max-policy-file-bytes)",
+            text.len()
+        )),
+        "{err}"
+    );
+    assert!(load_sources(&sources(&[("m.yaml", &text)]), &small).is_err());
+    let large = LoadOptions {
+        max_file_bytes: MAX_FILE_BYTES * 4,
+        ..LoadOptions::default()
+    };
+    assert_eq!(load_paths(&[file], &large).unwrap().roles[0].name, "r");
+    let padded = format!("{text}{}", "#".repeat(MAX_FILE_BYTES as usize));
+    assert_eq!(
+        load_sources(&sources(&[("big.yaml", &padded)]), &large)
+            .unwrap()
+            .roles[0]
+            .name,
+        "r"
     );
 }
 
