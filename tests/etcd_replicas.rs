@@ -467,6 +467,50 @@ async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
     }
 }
 
+/// Importing is explicit: `authzd apply -f FILE` against one replica, a file larger than one
+/// etcd transaction applied in chunks, and every object on every replica.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_import_through_one_replica_reaches_every_replica() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("export.yaml");
+    let mut text = READER.to_string();
+    for i in 0..300 {
+        text.push_str("---\n");
+        text.push_str(&grant(&format!("import-{i}"), &format!("imported-{i}")));
+    }
+    std::fs::write(&file, text).unwrap();
+    let url = a.server.url();
+    let out = grpc_harness::run_bin(
+        &[
+            "apply".as_ref(),
+            "-f".as_ref(),
+            file.as_os_str(),
+            "--server".as_ref(),
+            url.as_ref(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(stdout.matches(" applied").count(), 301, "{stdout}");
+    for i in [0, 150, 299] {
+        let ask = resource_request(&format!("imported-{i}"), &[], "default", "get", "pods");
+        assert!(
+            b.ask(&ask).await.unwrap().allowed,
+            "imported-{i} missing on b"
+        );
+    }
+}
+
 // ---------------------------------------------------------------------------------------------
 // The hammer across replicas.
 

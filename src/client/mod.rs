@@ -300,6 +300,9 @@ async fn apply(
     out: &mut dyn Write,
 ) -> Result<()> {
     let suffix = if dry_run { " (dry run)" } else { "" };
+    let manifests = manifests
+        .into_iter()
+        .flat_map(|(source_name, manifest)| chunked(source_name, manifest));
     for (source_name, manifest) in manifests {
         let call = client.apply(request(
             server,
@@ -324,6 +327,51 @@ async fn apply(
         out.flush()?;
     }
     Ok(())
+}
+
+/// The most objects one `Apply` carries when a file holds more: an etcd-mode server commits one
+/// write as one transaction, and etcd allows 128 operations in one (one is the policy head).
+const APPLY_CHUNK: usize = 100;
+
+/// A file of more than [`APPLY_CHUNK`] objects (a bulk import, a cluster's export) as several
+/// manifests of at most that many, each named `FILE (objects N-M)`; any other file as it is.
+/// Chunks are applied one after another, so a large file is not applied atomically.
+fn chunked(source_name: String, manifest: String) -> Vec<(String, String)> {
+    let options = crate::policy::load::LoadOptions {
+        max_file_bytes: u64::MAX,
+        ..crate::policy::load::LoadOptions::default()
+    };
+    let objects = match crate::policy::load::parse_manifest(&source_name, &manifest, &options) {
+        Ok(objects) if objects.len() > APPLY_CHUNK => objects,
+        // Small, or not loadable here: the server decides, and says why.
+        _ => return vec![(source_name, manifest)],
+    };
+    objects
+        .chunks(APPLY_CHUNK)
+        .enumerate()
+        .map(|(i, chunk)| {
+            let text = chunk
+                .iter()
+                .map(|object| {
+                    crate::policy::render::to_yaml(&match object {
+                        crate::policy::model::PolicyObject::Role(role) => {
+                            crate::policy::render::role_to_value(role)
+                        }
+                        crate::policy::model::PolicyObject::Binding(binding) => {
+                            crate::policy::render::binding_to_value(binding)
+                        }
+                    })
+                })
+                .collect::<Vec<_>>()
+                .join("---\n");
+            let first = i * APPLY_CHUNK + 1;
+            let name = format!(
+                "{source_name} (objects {first}-{})",
+                first + chunk.len() - 1
+            );
+            (name, text)
+        })
+        .collect()
 }
 
 /// Prints events until the stream ends (exit 0), fails (the server's status), or SIGINT.
@@ -478,6 +526,48 @@ mod tests {
             manifest: manifest.into(),
             revision,
         }
+    }
+
+    /// A file of 250 objects goes as three manifests of at most 100, which load back to the
+    /// same objects; a small file goes as it is.
+    #[test]
+    fn large_files_are_applied_in_chunks() {
+        let text: String = (0..250)
+            .map(|i| {
+                format!(
+                    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: b{i}}}\nsubjects: [{{kind: User, name: u{i}}}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: view}}\n---\n"
+                )
+            })
+            .collect();
+        let options = crate::policy::load::LoadOptions::default();
+        let whole = crate::policy::load::parse_manifest("all.yaml", &text, &options).unwrap();
+        let chunks = chunked("all.yaml".into(), text.clone());
+        assert_eq!(
+            chunks.iter().map(|(n, _)| n.as_str()).collect::<Vec<_>>(),
+            [
+                "all.yaml (objects 1-100)",
+                "all.yaml (objects 101-200)",
+                "all.yaml (objects 201-250)"
+            ]
+        );
+        let mut again = Vec::new();
+        for (name, manifest) in &chunks {
+            again.extend(crate::policy::load::parse_manifest(name, manifest, &options).unwrap());
+        }
+        let refs =
+            |objects: &[crate::policy::model::PolicyObject]| -> Vec<crate::store::ObjectRef> {
+                objects.iter().map(crate::store::ObjectRef::of).collect()
+            };
+        assert_eq!(refs(&again), refs(&whole));
+        let small: String = text
+            .split("---\n")
+            .take(3)
+            .collect::<Vec<_>>()
+            .join("---\n");
+        assert_eq!(
+            chunked("s.yaml".into(), small.clone()),
+            vec![("s.yaml".to_string(), small)]
+        );
     }
 
     #[test]
