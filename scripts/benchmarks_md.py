@@ -227,6 +227,48 @@ def peers_section(w):
     w("")
 
 
+def etcd_section(w):
+    """Issue 17's figures: replicas on etcd (benches/etcd.rs writes target/criterion/etcd.json)."""
+    path = os.path.join(CRITERION, "etcd.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        e = json.load(f)
+    ok = lambda b: "yes" if b else "no"
+    w("## Replicas on etcd (issue 17)\n")
+    w("`cargo bench --bench etcd`: a 3-member etcd 3.4 cluster on loopback (data on tmpfs) and "
+      "three authzd replicas with `--max-staleness 1s`, all on this machine's 2 cores; a grant "
+      "toggled on replica A. Propagation is timed from the write being sent on A "
+      "(`ACK_COMMITTED`) until replicas B and C both answer it (polled), so it includes the "
+      "commit.\n")
+    w("| target | measured | met |")
+    w("| --- | --- | --- |")
+    p = e["propagation_ms"]
+    w(f"| cross-replica revocation (write on A → B and C answer it) p50 ≤ 5 ms, p99 ≤ 50 ms | "
+      f"p50 {p['p50']:.1f} ms, p99 {p['p99']:.1f} ms ({p['n']} writes) | {ok(p['p50'] <= 5 and p['p99'] <= 50)} |")
+    a = e["ack_cluster_ms"]
+    w(f"| cluster-wide acknowledgement (`ACK_CLUSTER`), all replicas healthy, p99 ≤ 100 ms | "
+      f"p50 {a['p50']:.1f} ms, p99 {a['p99']:.1f} ms ({a['n']} writes) | {ok(a['p99'] <= 100)} |")
+    fz = e["frozen_ack_ms"]
+    bound = fz["max_staleness_ms"] * 1.1 + 100
+    w(f"| a replica frozen (SIGSTOP): acknowledgement ≤ `--max-staleness` × 1.1 + 0.1 s, 0 stale allows | "
+      f"max {fz['max']:.0f} ms of {fz['n']} writes (bound {bound:.0f} ms); stale allows after SIGCONT: "
+      f"{fz['stale_allows']} | {ok(fz['max'] <= bound and fz['stale_allows'] == 0)} |")
+    w(f"| write throughput ≥ 200 single-object applies/s (8 writers on A, `ACK_CLUSTER`) | "
+      f"{e['writes_per_s']:.0f}/s | {ok(e['writes_per_s'] >= 200)} |")
+    r = e["restart_100k_s"]
+    w(f"| restart to ready at 100k bindings ≤ 3 s | p50 {r['p50']:.2f} s, max {r['max']:.2f} s "
+      f"({r['bindings']:,} bindings, 3 restarts) | {ok(r['p50'] <= 3)} |")
+    et, di = e["authorize"]["etcd"], e["authorize"]["directory"]
+    rt = et["rps"] / di["rps"]
+    rp = et["p99_us"] / di["p99_us"]
+    w(f"| Authorize under load in etcd mode within 5% of directory mode (`authzd-loadgen`, "
+      f"10k bindings, half cache hits) | {et['rps']:,.0f} vs {di['rps']:,.0f} req/s ({rt:.3f}×; "
+      f"each run's no-op: {et['noop_rps']:,.0f} and {di['noop_rps']:,.0f}); p99 {et['p99_us']:,.0f} vs "
+      f"{di['p99_us']:,.0f} µs ({rp:.3f}×) | {ok(rt >= 0.95 and rp <= 1.05)} |")
+    w("")
+
+
 def content_section(w, results, runs):
     """Issue 16's figures: content-aware rules against the plain path, side by side."""
     get = lambda k: results.get(f"content/{k}", (float("nan"),) * 3)[0]
@@ -405,6 +447,8 @@ def main():
           "the ceiling for any server here.\n")
 
     content_section(w, results, by if runs else {})
+
+    etcd_section(w)
 
     peers_section(w)
 

@@ -7,11 +7,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
+mod etcd_harness;
 mod grpc_harness;
 
-use std::net::TcpListener;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -19,145 +17,9 @@ use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
     ApplyRequest, AuthorizeRequest, AuthorizeResponse, DeleteRequest, ObjectRef, StatusRequest,
 };
+use etcd_harness::{etcd_binary, Cluster};
 use grpc_harness::{resource_request, Server};
 use tonic::transport::Channel;
-
-fn etcd_binary() -> Option<PathBuf> {
-    let candidate = std::env::var_os("AUTHZD_E2E_ETCD")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("etcd"));
-    let usable = Command::new(&candidate)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        return Some(candidate);
-    }
-    let why = format!(
-        "no etcd at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCD)",
-        candidate.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// One etcd member, as a process of its own.
-struct Member {
-    name: String,
-    child: Option<Child>,
-    client_url: String,
-    peer_url: String,
-    dir: PathBuf,
-}
-
-/// A 3-member etcd cluster on loopback, its data on tmpfs.
-struct Cluster {
-    binary: PathBuf,
-    members: Vec<Member>,
-    initial: String,
-    _root: tempfile::TempDir,
-}
-
-impl Cluster {
-    fn start(binary: PathBuf) -> Cluster {
-        let tmpfs = std::path::Path::new("/dev/shm");
-        let root = if tmpfs.is_dir() {
-            tempfile::tempdir_in(tmpfs).unwrap()
-        } else {
-            tempfile::tempdir().unwrap()
-        };
-        let members: Vec<Member> = (0..3)
-            .map(|i| Member {
-                name: format!("m{i}"),
-                child: None,
-                client_url: format!("http://127.0.0.1:{}", free_port()),
-                peer_url: format!("http://127.0.0.1:{}", free_port()),
-                dir: root.path().join(format!("m{i}")),
-            })
-            .collect();
-        let initial = members
-            .iter()
-            .map(|m| format!("{}={}", m.name, m.peer_url))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut cluster = Cluster {
-            binary,
-            members,
-            initial,
-            _root: root,
-        };
-        for i in 0..3 {
-            cluster.start_member(i);
-        }
-        cluster
-    }
-
-    fn start_member(&mut self, i: usize) {
-        let member = &mut self.members[i];
-        let child = Command::new(&self.binary)
-            .args(["--name", &member.name])
-            .arg("--data-dir")
-            .arg(&member.dir)
-            .args(["--listen-client-urls", &member.client_url])
-            .args(["--advertise-client-urls", &member.client_url])
-            .args(["--listen-peer-urls", &member.peer_url])
-            .args(["--initial-advertise-peer-urls", &member.peer_url])
-            .args(["--initial-cluster", &self.initial])
-            .args(["--initial-cluster-state", "new"])
-            .args(["--initial-cluster-token", "authzd-test"])
-            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start etcd");
-        member.child = Some(child);
-    }
-
-    fn endpoints(&self) -> String {
-        self.members
-            .iter()
-            .map(|m| m.client_url.clone())
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    fn signal(&self, i: usize, signal: &str) {
-        if let Some(child) = &self.members[i].child {
-            let _ = Command::new("kill")
-                .arg(format!("-{signal}"))
-                .arg(child.id().to_string())
-                .status();
-        }
-    }
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for member in &mut self.members {
-            if let Some(child) = &mut member.child {
-                let _ = Command::new("kill")
-                    .arg("-CONT")
-                    .arg(child.id().to_string())
-                    .status();
-                let _ = child.kill();
-                let _ = child.wait();
-            }
-        }
-    }
-}
 
 /// One authzd replica in etcd mode.
 struct Replica {
@@ -225,10 +87,7 @@ impl Replica {
     }
 
     fn signal(&self, signal: &str) {
-        let _ = Command::new("kill")
-            .arg(format!("-{signal}"))
-            .arg(self.server.pid().to_string())
-            .status();
+        etcd_harness::signal_process(self.server.pid(), signal);
     }
 }
 

@@ -344,6 +344,10 @@ pub struct Store {
     backend: Arc<dyn Backend>,
     /// etcd mode: where writes are committed (and `backend` is unused).
     remote: Option<Arc<dyn RemoteSink>>,
+    /// etcd mode: this process's writes, one at a time from validation to applied (the
+    /// writer lock cannot be held across a commit: the watch needs it to apply the commit).
+    /// Only writers on different replicas then meet in etcd's compare-and-swap.
+    remote_writes: Mutex<()>,
     publisher: Arc<dyn Publisher>,
     writer: Mutex<WriterState>,
     /// The current policy, for reads that do not need the writer lock.
@@ -369,6 +373,7 @@ impl Store {
         Ok(Store {
             backend: Arc::from(backend),
             remote: None,
+            remote_writes: Mutex::new(()),
             publisher,
             writer: Mutex::new(WriterState {
                 revision: 1,
@@ -402,6 +407,7 @@ impl Store {
         Store {
             backend: Arc::new(RemoteOnly),
             remote: Some(sink),
+            remote_writes: Mutex::new(()),
             publisher,
             writer: Mutex::new(WriterState {
                 revision,
@@ -548,6 +554,7 @@ impl Store {
         dry_run: bool,
         guard: Option<&dyn WriteGuard>,
     ) -> Result<u64> {
+        let _one_at_a_time = self.remote_writes.lock().await;
         let mut last = 0;
         let mut unavailable_until = None;
         let mut attempt = 0;

@@ -170,9 +170,8 @@ pub async fn list(
     let end = client::prefix_end(start.as_bytes());
     let mut from = start.clone().into_bytes();
     let mut read_at = 0i64;
-    let mut policy = PolicySet::default();
-    let mut errors = Vec::new();
     let mut revision = 0i64;
+    let mut kvs = Vec::new();
     loop {
         let response = client
             .range(rpc::RangeRequest {
@@ -187,23 +186,26 @@ pub async fn list(
         if read_at == 0 {
             read_at = response.header.as_ref().map_or(0, |h| h.revision);
         }
+        let more = response.more;
+        if let (true, Some(last)) = (more, response.kvs.last()) {
+            from = last.key.clone();
+            from.push(0);
+        }
         for kv in &response.kvs {
             revision = revision.max(kv.mod_revision);
-            let key = String::from_utf8_lossy(&kv.key).to_string();
-            match decode(&key, &kv.value, options) {
-                Ok(PolicyObject::Role(role)) => policy.roles.push(role),
-                Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding),
-                Err(error) => errors.push(error),
-            }
         }
-        match (response.more, response.kvs.last()) {
-            (true, Some(last)) => {
-                from = last.key.clone();
-                from.push(0);
-            }
-            _ => break,
+        kvs.extend(response.kvs);
+        if !more {
+            break;
         }
     }
+    // Decoding is most of a large listing (100k objects: seconds): on every core, off the
+    // async workers.
+    let options = options.clone();
+    let decoded = tokio::task::spawn_blocking(move || decode_all(&kvs, &options))
+        .await
+        .map_err(|e| EtcdError::Unavailable(format!("decoding the listing failed: {e}")))?;
+    let (mut policy, errors) = decoded;
     let head = client
         .range(rpc::RangeRequest {
             key: keys.head().into_bytes(),
@@ -221,6 +223,39 @@ pub async fn list(
         read_at: u64::try_from(read_at).unwrap_or(0),
         errors,
     })
+}
+
+/// Every object of a listing, decoded on all cores; the errors of those that do not load.
+fn decode_all(kvs: &[rpc::KeyValue], options: &LoadOptions) -> (PolicySet, Vec<String>) {
+    let threads = std::thread::available_parallelism().map_or(1, usize::from);
+    let per_thread = kvs.len().div_ceil(threads).max(1);
+    let parts: Vec<Vec<Result<PolicyObject, String>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = kvs
+            .chunks(per_thread)
+            .map(|chunk| {
+                scope.spawn(move || {
+                    chunk
+                        .iter()
+                        .map(|kv| decode(&String::from_utf8_lossy(&kv.key), &kv.value, options))
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_default())
+            .collect()
+    });
+    let mut policy = PolicySet::default();
+    let mut errors = Vec::new();
+    for result in parts.into_iter().flatten() {
+        match result {
+            Ok(PolicyObject::Role(role)) => policy.roles.push(role),
+            Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding),
+            Err(error) => errors.push(error),
+        }
+    }
+    (policy, errors)
 }
 
 /// Creates the head key if the prefix has none, so that the first policy revision is etcd's

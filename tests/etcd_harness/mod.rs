@@ -1,0 +1,175 @@
+//! Shared by the etcd tests and the etcd benchmark: a real 3-member etcd cluster on loopback,
+//! its data on tmpfs, each member a process of its own.
+// Test support: failing loudly is the point here.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// etcd from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`), else `etcd` on PATH; `None` (and
+/// why, on stderr) without one, except under `CI=true`, where a missing etcd is a failure.
+pub fn etcd_binary() -> Option<PathBuf> {
+    let candidate = std::env::var_os("AUTHZD_E2E_ETCD")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("etcd"));
+    let usable = Command::new(&candidate)
+        .arg("--version")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if usable {
+        return Some(candidate);
+    }
+    let why = format!(
+        "no etcd at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCD)",
+        candidate.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One etcd member, as a process of its own.
+pub struct Member {
+    pub name: String,
+    pub child: Option<Child>,
+    pub client_url: String,
+    pub peer_url: String,
+    pub dir: PathBuf,
+}
+
+/// A 3-member etcd cluster on loopback, its data on tmpfs.
+pub struct Cluster {
+    binary: PathBuf,
+    pub members: Vec<Member>,
+    initial: String,
+    _root: tempfile::TempDir,
+}
+
+impl Cluster {
+    pub fn start(binary: PathBuf) -> Cluster {
+        let tmpfs = std::path::Path::new("/dev/shm");
+        let root = if tmpfs.is_dir() {
+            tempfile::tempdir_in(tmpfs).unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let members: Vec<Member> = (0..3)
+            .map(|i| Member {
+                name: format!("m{i}"),
+                child: None,
+                client_url: format!("http://127.0.0.1:{}", free_port()),
+                peer_url: format!("http://127.0.0.1:{}", free_port()),
+                dir: root.path().join(format!("m{i}")),
+            })
+            .collect();
+        let initial = members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut cluster = Cluster {
+            binary,
+            members,
+            initial,
+            _root: root,
+        };
+        for i in 0..3 {
+            cluster.start_member(i);
+        }
+        cluster
+    }
+
+    pub fn start_member(&mut self, i: usize) {
+        let member = &mut self.members[i];
+        let child = Command::new(&self.binary)
+            .args(["--name", &member.name])
+            .arg("--data-dir")
+            .arg(&member.dir)
+            .args(["--listen-client-urls", &member.client_url])
+            .args(["--advertise-client-urls", &member.client_url])
+            .args(["--listen-peer-urls", &member.peer_url])
+            .args(["--initial-advertise-peer-urls", &member.peer_url])
+            .args(["--initial-cluster", &self.initial])
+            .args(["--initial-cluster-state", "new"])
+            .args(["--initial-cluster-token", "authzd-test"])
+            .args(["--heartbeat-interval", "50", "--election-timeout", "500"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start etcd");
+        member.child = Some(child);
+    }
+
+    pub fn endpoints(&self) -> String {
+        self.members
+            .iter()
+            .map(|m| m.client_url.clone())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    pub fn signal(&self, i: usize, signal: &str) {
+        if let Some(child) = &self.members[i].child {
+            signal_process(child.id(), signal);
+        }
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for member in &mut self.members {
+            if let Some(child) = &mut member.child {
+                let _ = Command::new("kill")
+                    .arg("-CONT")
+                    .arg(child.id().to_string())
+                    .status();
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+}
+
+/// Sends `signal` to `pid`; for `STOP`, returns once every thread of the process is stopped
+/// (the kill returns before the stop takes effect, and a replica could still apply a change
+/// in between).
+pub fn signal_process(pid: u32, signal: &str) {
+    let _ = Command::new("kill")
+        .arg(format!("-{signal}"))
+        .arg(pid.to_string())
+        .status();
+    if signal != "STOP" {
+        return;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        let stopped = std::fs::read_dir(format!("/proc/{pid}/task"))
+            .map(|tasks| {
+                tasks.flatten().all(|task| {
+                    std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+                        // The state follows the command name in parentheses.
+                        stat.rsplit_once(") ")
+                            .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+                    })
+                })
+            })
+            .unwrap_or(true);
+        if stopped {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
