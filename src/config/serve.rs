@@ -96,7 +96,7 @@ pub struct EtcdArgs {
     pub etcd_servers: Vec<String>,
 
     /// The key prefix authzd keeps its policy under (an empty prefix starts as an empty
-    /// policy; importing is explicit: `authzd apply -f DIR`).
+    /// policy; importing is explicit: `authzd apply -f FILE`).
     #[arg(long, value_name = "PREFIX", default_value = "/authzd/")]
     pub etcd_prefix: String,
 
@@ -142,7 +142,7 @@ impl EtcdArgs {
             return Ok(None);
         }
         if explicit_policy {
-            return Err("--etcd-servers and --policy exclude each other: in etcd mode the policy is read from etcd (import a directory with `authzd apply -f DIR`)".into());
+            return Err("--etcd-servers and --policy exclude each other: in etcd mode the policy is read from etcd (import files with `authzd apply -f FILE...`)".into());
         }
         for url in &self.etcd_servers {
             if !(url.starts_with("http://") || url.starts_with("https://")) {

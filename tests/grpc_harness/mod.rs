@@ -203,7 +203,12 @@ impl Server {
             .arg("127.0.0.1:0")
             .args(policy)
             .args(args)
-            .env("RUST_LOG", "info")
+            // Info for the tests (the startup lines are read from it); a benchmark sets
+            // AUTHZD_TEST_RUST_LOG=warn to measure the server as it is run.
+            .env(
+                "RUST_LOG",
+                std::env::var("AUTHZD_TEST_RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())

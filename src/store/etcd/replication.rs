@@ -140,6 +140,9 @@ pub struct Replication {
     /// Every registered replica and the revision it reported.
     replicas: Mutex<BTreeMap<String, u64>>,
     replicas_changed: Notify,
+    /// The revision this replica applied last, for the reporter task: reports go out
+    /// coalesced and off the applier's path (the applier never waits for etcd to take one).
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -191,6 +194,7 @@ impl Replication {
             lease: AtomicI64::new(lease),
             replicas: Mutex::new(BTreeMap::new()),
             replicas_changed: Notify::new(),
+            applied: tokio::sync::watch::channel(listing.revision).0,
         });
         replication.load_replicas().await?;
         replication.report(listing.revision).await;
@@ -201,6 +205,7 @@ impl Replication {
             listing.read_at,
         ));
         tokio::spawn(Arc::clone(&replication).run_proofs());
+        tokio::spawn(Arc::clone(&replication).run_reports());
         tokio::spawn(Arc::clone(&replication).run_lease(ttl));
         Ok(replication)
     }
@@ -290,7 +295,16 @@ impl Replication {
         }
         if batch.policy_moved {
             self.store.apply_changes(batch.revision, batch.policy).await;
-            self.report(batch.revision).await;
+            self.applied.send_replace(batch.revision);
+        }
+    }
+
+    /// Reports each newly applied revision (the latest, when several came meanwhile).
+    async fn run_reports(self: Arc<Self>) {
+        let mut applied = self.applied.subscribe();
+        while applied.changed().await.is_ok() {
+            let revision = *applied.borrow_and_update();
+            self.report(revision).await;
         }
     }
 
