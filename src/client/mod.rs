@@ -300,25 +300,35 @@ async fn apply(
     out: &mut dyn Write,
 ) -> Result<()> {
     let suffix = if dry_run { " (dry run)" } else { "" };
-    let manifests = manifests
-        .into_iter()
-        .flat_map(|(source_name, manifest)| chunked(source_name, manifest));
     for (source_name, manifest) in manifests {
-        let call = client.apply(request(
-            server,
-            proto::ApplyRequest {
-                manifest,
-                dry_run,
-                ..Default::default()
-            },
-        )?);
-        let response = unary(server, call).await.map_err(|error| match error {
-            ClientError::Rpc { status, .. } => ClientError::Rpc {
-                status,
-                context: Some(source_name.clone()),
-            },
-            other => other,
-        })?;
+        // A file is one write (atomic) where the server can take it whole; an etcd-mode
+        // server refuses more objects than one etcd transaction takes, and then the file goes
+        // in chunks.
+        let response = match apply_one(client, server, &source_name, &manifest, dry_run).await {
+            Err(ClientError::Rpc { status, .. })
+                if status.code() == tonic::Code::InvalidArgument
+                    && status.message().contains(TRANSACTION_LIMIT) =>
+            {
+                let mut last = None;
+                for (name, chunk) in chunked(source_name.clone(), manifest) {
+                    let response = apply_one(client, server, &name, &chunk, dry_run).await?;
+                    for object in &response.applied {
+                        writeln!(out, "{} applied{suffix}", object_label(object))?;
+                    }
+                    out.flush()?;
+                    last = Some(response);
+                }
+                match last {
+                    Some(response) => {
+                        writeln!(out, "revision {}{suffix}", response.revision)?;
+                        out.flush()?;
+                        continue;
+                    }
+                    None => continue,
+                }
+            }
+            other => other?,
+        };
         for object in &response.applied {
             writeln!(out, "{} applied{suffix}", object_label(object))?;
         }
@@ -329,13 +339,42 @@ async fn apply(
     Ok(())
 }
 
+/// What an etcd-mode server says when one write holds more objects than etcd's transaction
+/// limit (`store::etcd::EtcdSink`): the client then sends the file in chunks.
+const TRANSACTION_LIMIT: &str = "etcd's transaction limit";
+
+async fn apply_one(
+    client: &mut PolicyAdminClient<Channel>,
+    server: &ClientSettings,
+    source_name: &str,
+    manifest: &str,
+    dry_run: bool,
+) -> Result<proto::ApplyResponse> {
+    let call = client.apply(request(
+        server,
+        proto::ApplyRequest {
+            manifest: manifest.to_string(),
+            dry_run,
+            ..Default::default()
+        },
+    )?);
+    unary(server, call).await.map_err(|error| match error {
+        ClientError::Rpc { status, .. } => ClientError::Rpc {
+            status,
+            context: Some(source_name.to_string()),
+        },
+        other => other,
+    })
+}
+
 /// The most objects one `Apply` carries when a file holds more: an etcd-mode server commits one
 /// write as one transaction, and etcd allows 128 operations in one (one is the policy head).
 const APPLY_CHUNK: usize = 100;
 
 /// A file of more than [`APPLY_CHUNK`] objects (a bulk import, a cluster's export) as several
 /// manifests of at most that many, each named `FILE (objects N-M)`; any other file as it is.
-/// Chunks are applied one after another, so a large file is not applied atomically.
+/// Only for a server that cannot take the file whole (etcd mode): chunks are applied one after
+/// another, so such a file is not applied atomically.
 fn chunked(source_name: String, manifest: String) -> Vec<(String, String)> {
     let options = crate::policy::load::LoadOptions {
         max_file_bytes: u64::MAX,
