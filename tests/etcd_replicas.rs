@@ -569,3 +569,118 @@ async fn hammer_across_replicas_finds_no_stale_answer_cache_off() {
 async fn hammer_across_replicas_while_the_etcd_leader_is_killed_and_restarted() {
     hammer("100000", true).await;
 }
+
+/// etcd compacts its history while a replica's watch is behind (the replica frozen while much
+/// changed): the replica lists again and publishes the difference; cache entries the
+/// difference does not reach stay warm.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_while_a_watch_is_behind_relists_precisely() {
+    use authzd::store::etcd::client::rpc;
+    use authzd::store::etcd::{EtcdClient, EtcdConfig};
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    a.apply(READER).await;
+    a.apply(&grant("stay-read", "stay")).await;
+    a.apply(&grant("frank-read", "frank")).await;
+    let stay = resource_request("stay", &[], "default", "get", "pods");
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    assert!(b.ask(&stay).await.unwrap().allowed);
+    assert!(b.ask(&stay).await.unwrap().cached);
+
+    b.signal("STOP");
+    // Much more than a watch stream buffers, written straight into etcd: the frozen replica's
+    // watcher falls behind.
+    let client = EtcdClient::new(EtcdConfig {
+        endpoints: cluster.endpoints().split(',').map(str::to_string).collect(),
+        ca_file: None,
+        cert_file: None,
+        key_file: None,
+        timeout: Duration::from_secs(5),
+    })
+    .unwrap();
+    let keys = authzd::store::etcd::Keys::new(&prefix);
+    let subjects: String = (0..200)
+        .map(|i| format!("{{kind: User, name: bulk-user-with-a-long-name-{i}}},"))
+        .collect();
+    let mut last = 0;
+    for round in 0..16 {
+        let success = (0..50)
+            .map(|i| {
+                let manifest = format!(
+                    "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: bulk-{round}-{i}}}\nsubjects: [{subjects}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}}\n"
+                );
+                let object = authzd::policy::load::parse_manifest(
+                    "bulk.yaml",
+                    &manifest,
+                    &Default::default(),
+                )
+                .unwrap()
+                .remove(0);
+                rpc::RequestOp {
+                    request: Some(rpc::request_op::Request::RequestPut(rpc::PutRequest {
+                        key: keys
+                            .object(&authzd::store::ObjectRef::of(&object))
+                            .into_bytes(),
+                        value: authzd::store::etcd::encode(&object),
+                        lease: 0,
+                    })),
+                }
+            })
+            .collect();
+        let response = client
+            .txn(rpc::TxnRequest {
+                compare: Vec::new(),
+                success,
+                failure: Vec::new(),
+            })
+            .await
+            .unwrap();
+        last = response.header.unwrap().revision;
+    }
+    let revoked = a
+        .admin
+        .delete(DeleteRequest {
+            object: Some(ObjectRef {
+                kind: "ClusterRoleBinding".into(),
+                namespace: String::new(),
+                name: "frank-read".into(),
+            }),
+            ack: authzd::proto::Ack::Local as i32,
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", a.server.stderr()))
+        .into_inner();
+    assert!(revoked.revision as i64 > last);
+    client.compact(revoked.revision as i64).await.unwrap();
+    b.signal("CONT");
+
+    let mut waiting = frank.clone();
+    waiting.min_revision = revoked.revision;
+    let answer = b.ask(&waiting).await.unwrap();
+    assert!(!answer.allowed, "{answer:?}");
+    assert!(
+        b.server.stderr().contains("listing the policy again"),
+        "the replica did not relist:\n{}",
+        b.server.stderr()
+    );
+    // Fenced until its next proof (it slept through --max-staleness), then current again.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while b.admin.status(StatusRequest {}).await.unwrap().into_inner().fenced {
+        assert!(Instant::now() < deadline, "still fenced");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    // Unrelated to everything that changed: still warm after the relist.
+    let again = b.ask(&stay).await.unwrap();
+    assert!(again.allowed && again.cached, "{again:?}");
+    let bulk = resource_request(
+        "bulk-user-with-a-long-name-7",
+        &[],
+        "default",
+        "get",
+        "pods",
+    );
+    assert!(b.ask(&bulk).await.unwrap().allowed);
+}

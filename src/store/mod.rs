@@ -435,44 +435,79 @@ impl Store {
             return;
         }
         let old = self.policy.load_full();
-        let mut by_ref = objects_by_ref(&old);
-        let mut upserts = Vec::new();
-        let mut deletes = Vec::new();
+        // Each change is found by binary search in the canonical order; only the changed
+        // objects are compared, rendered for events and given to the impact analysis. (The
+        // clone of the set itself is still proportional to the policy.)
+        let mut new = PolicySet::clone(&old);
+        let mut touched: Vec<(ObjectRef, Option<PolicyObject>, Option<PolicyObject>)> =
+            Vec::with_capacity(changes.len());
         for (object, state) in changes {
-            match state {
-                Some(new) => {
-                    by_ref.insert(object, new.clone());
-                    upserts.push(new);
-                }
-                None => {
-                    if let Some(old) = by_ref.remove(&object) {
-                        deletes.push(old);
+            let before = take_object(&mut new, &object);
+            if let Some(after) = &state {
+                insert_object(&mut new, after.clone());
+            }
+            touched.push((object, before, state));
+        }
+        let mut roles = Vec::new();
+        let mut bindings = Vec::new();
+        fn role(o: &Option<PolicyObject>) -> Option<&Role> {
+            match o {
+                Some(PolicyObject::Role(r)) => Some(r),
+                _ => None,
+            }
+        }
+        fn binding(o: &Option<PolicyObject>) -> Option<&Binding> {
+            match o {
+                Some(PolicyObject::Binding(b)) => Some(b),
+                _ => None,
+            }
+        }
+        for (_, before, after) in &touched {
+            if role(before).is_some() || role(after).is_some() {
+                roles.push((role(before), role(after)));
+            }
+            if binding(before).is_some() || binding(after).is_some() {
+                bindings.push((binding(before), binding(after)));
+            }
+        }
+        let impact = impact_of_objects(&new, &old, &roles, &bindings);
+        let changed: Vec<ChangedObject> =
+            touched.iter().map(|(r, _, _)| changed_object(r)).collect();
+        let events = touched
+            .iter()
+            .filter_map(|(r, before, after)| {
+                let view = |o: &PolicyObject| match o {
+                    PolicyObject::Role(role) => ObjectView::Role(role).manifest(),
+                    PolicyObject::Binding(binding) => ObjectView::Binding(binding).manifest(),
+                };
+                let (kind, manifest) = match (before, after) {
+                    (None, Some(after)) => (EventType::Added, view(after)),
+                    (Some(before), Some(after)) => {
+                        let manifest = view(after);
+                        if view(before) == manifest {
+                            return None;
+                        }
+                        (EventType::Modified, manifest)
                     }
-                }
-            }
-        }
-        let mut new = PolicySet {
-            roles: Vec::new(),
-            bindings: Vec::new(),
-            abac: old.abac.clone(),
-            field_policies: old.field_policies.clone(),
-        };
-        for object in by_ref.into_values() {
-            match object {
-                PolicyObject::Role(role) => new.roles.push(role),
-                PolicyObject::Binding(binding) => new.bindings.push(binding),
-            }
-        }
-        new.canonicalize();
-        let (impact, touched) = change_impact(&old, &new, &upserts, &deletes);
-        self.publish_at(
+                    (Some(before), None) => (EventType::Deleted, view(before)),
+                    (None, None) => return None,
+                };
+                Some(ChangeEvent {
+                    kind,
+                    object: r.clone(),
+                    manifest,
+                    revision,
+                })
+            })
+            .collect();
+        self.publish_with(
             &mut writer,
-            &old,
-            new,
+            (&old, new),
             &impact,
             ChangeCause::Apply,
-            Some(&touched),
+            Some(&changed),
             revision,
+            Some(events),
         );
     }
 
@@ -683,9 +718,25 @@ impl Store {
         changed: Option<&[ChangedObject]>,
         revision: u64,
     ) -> u64 {
+        self.publish_with(writer, (old, new), impact, cause, changed, revision, None)
+    }
+
+    /// [`Self::publish_at`] with the change events, when the caller knows them (computed from
+    /// the two whole policies otherwise).
+    #[allow(clippy::too_many_arguments)]
+    fn publish_with(
+        &self,
+        writer: &mut WriterState,
+        (old, new): (&PolicySet, PolicySet),
+        impact: &Impact,
+        cause: ChangeCause,
+        changed: Option<&[ChangedObject]>,
+        revision: u64,
+        events: Option<Vec<ChangeEvent>>,
+    ) -> u64 {
         self.publisher
             .publish(&new, revision, impact, cause, changed);
-        let events = diff_events(old, &new, revision);
+        let events = events.unwrap_or_else(|| diff_events(old, &new, revision));
         self.policy.store(Arc::new(new));
         writer.revision = revision;
         for event in events {
@@ -978,6 +1029,75 @@ fn change_impact(
         })
         .collect();
     (impact_of_objects(new, old, &roles, &bindings), changed)
+}
+
+/// The index's name for a changed object.
+fn changed_object(r: &ObjectRef) -> ChangedObject {
+    let kind = match r.kind {
+        ObjectKind::ClusterRole => ChangedKind::ClusterRole,
+        ObjectKind::Role => ChangedKind::Role,
+        ObjectKind::ClusterRoleBinding => ChangedKind::ClusterRoleBinding,
+        ObjectKind::RoleBinding => ChangedKind::RoleBinding,
+    };
+    ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
+}
+
+/// Removes and returns `object` from a canonical policy (found by binary search).
+fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObject> {
+    match object.kind {
+        ObjectKind::ClusterRole | ObjectKind::Role => {
+            let kind = if object.kind == ObjectKind::Role {
+                RoleKind::Role
+            } else {
+                RoleKind::ClusterRole
+            };
+            let key = (kind, object.namespace.as_str(), object.name.as_str());
+            policy
+                .roles
+                .binary_search_by(|r| (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&key))
+                .ok()
+                .map(|i| PolicyObject::Role(policy.roles.remove(i)))
+        }
+        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
+            let kind = if object.kind == ObjectKind::RoleBinding {
+                BindingKind::RoleBinding
+            } else {
+                BindingKind::ClusterRoleBinding
+            };
+            let key = (kind, object.namespace.as_str(), object.name.as_str());
+            policy
+                .bindings
+                .binary_search_by(|b| (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&key))
+                .ok()
+                .map(|i| PolicyObject::Binding(policy.bindings.remove(i)))
+        }
+    }
+}
+
+/// Inserts `object` into a canonical policy at its place (it is not there).
+fn insert_object(policy: &mut PolicySet, object: PolicyObject) {
+    match object {
+        PolicyObject::Role(role) => {
+            let key = (role.kind, role.namespace.as_str(), role.name.as_str());
+            let at = policy
+                .roles
+                .binary_search_by(|r| (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&key))
+                .unwrap_or_else(|i| i);
+            policy.roles.insert(at, role);
+        }
+        PolicyObject::Binding(binding) => {
+            let key = (
+                binding.kind,
+                binding.namespace.as_str(),
+                binding.name.as_str(),
+            );
+            let at = policy
+                .bindings
+                .binary_search_by(|b| (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&key))
+                .unwrap_or_else(|i| i);
+            policy.bindings.insert(at, binding);
+        }
+    }
 }
 
 /// ADDED / MODIFIED / DELETED events between two policies, in canonical object order.

@@ -49,6 +49,10 @@ pub enum EtcdError {
     Tls(String),
 }
 
+/// The largest response read from etcd: a page of a listing, or a watch response catching up
+/// (etcd sends many revisions at once to a watcher that is behind; tonic's default is 4 MiB).
+const MAX_RESPONSE_BYTES: usize = 64 * 1024 * 1024;
+
 /// Whether a failed call says nothing about etcd's state (the endpoint is unreachable, frozen
 /// or lost its leader): the next endpoint may do better.
 fn is_transport(status: &tonic::Status) -> bool {
@@ -184,7 +188,7 @@ impl EtcdClient {
         let mut last = None;
         for _ in 0..self.config.endpoints.len().max(1) {
             let channel = self.channel().await?;
-            let mut kv = KvClient::new(channel);
+            let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(self.config.timeout);
             match kv.range(call).await {
@@ -201,12 +205,28 @@ impl EtcdClient {
     /// A transaction, once: a transport failure leaves its outcome unknown.
     pub async fn txn(&self, request: rpc::TxnRequest) -> Result<rpc::TxnResponse, EtcdError> {
         let channel = self.channel().await?;
-        let mut kv = KvClient::new(channel);
+        let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         let mut call = tonic::Request::new(request);
         call.set_timeout(self.config.timeout);
         kv.txn(call)
             .await
             .map(tonic::Response::into_inner)
+            .map_err(|status| self.refused(status))
+    }
+
+    /// Compacts etcd's history up to `revision` (operators run etcd's auto-compaction; the
+    /// tests call this to compact under a replica whose watch is behind).
+    pub async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
+        let channel = self.channel().await?;
+        let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
+        let mut call = tonic::Request::new(rpc::CompactionRequest {
+            revision,
+            physical: true,
+        });
+        call.set_timeout(self.config.timeout);
+        kv.compact(call)
+            .await
+            .map(|_| ())
             .map_err(|status| self.refused(status))
     }
 
@@ -222,7 +242,7 @@ impl EtcdClient {
         EtcdError,
     > {
         let channel = self.channel().await?;
-        let mut watch = WatchClient::new(channel);
+        let mut watch = WatchClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tx.send(rpc::WatchRequest {
             request_union: Some(rpc::watch_request::RequestUnion::CreateRequest(create)),

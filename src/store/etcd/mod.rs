@@ -450,6 +450,9 @@ async fn watch_once(replication: &Arc<Replication>, read_at: &mut u64) -> WatchE
         range_end: client::prefix_end(all.as_bytes()),
         start_revision: i64::try_from(*read_at + 1).unwrap_or(i64::MAX),
         progress_notify: true,
+        // Large revisions come in fragments (a batch is applied only once its revision is
+        // whole: see below).
+        fragment: true,
         ..Default::default()
     };
     let (_requests, mut stream) = match replication.client.watch(create).await {
@@ -458,6 +461,9 @@ async fn watch_once(replication: &Arc<Replication>, read_at: &mut u64) -> WatchE
     };
     let restart = replication.restart_watch.notified();
     tokio::pin!(restart);
+    // One revision's events, carried across the fragments of a response: a revision is
+    // applied whole or not at all.
+    let mut batch = Batch::default();
     loop {
         let message = tokio::select! {
             message = stream.next() => message,
@@ -484,12 +490,13 @@ async fn watch_once(replication: &Arc<Replication>, read_at: &mut u64) -> WatchE
                 "etcd's revision went backwards ({header} < {read_at})"
             ));
         }
-        let mut batch = Batch::default();
         for event in response.events {
             let Some(kv) = event.kv else { continue };
             let revision = u64::try_from(kv.mod_revision).unwrap_or(0);
             if revision != batch.revision && batch.revision != 0 {
+                let done = batch.revision;
                 replication.apply(std::mem::take(&mut batch)).await;
+                *read_at = (*read_at).max(done);
             }
             batch.revision = revision;
             let key = String::from_utf8_lossy(&kv.key).to_string();
@@ -518,10 +525,12 @@ async fn watch_once(replication: &Arc<Replication>, read_at: &mut u64) -> WatchE
                     }
                 }
             }
-            *read_at = (*read_at).max(revision);
         }
-        if batch.revision != 0 {
-            replication.apply(batch).await;
+        // A response ends a revision unless more fragments of it follow.
+        if !response.fragment && batch.revision != 0 {
+            let revision = batch.revision;
+            replication.apply(std::mem::take(&mut batch)).await;
+            *read_at = (*read_at).max(revision);
         }
     }
 }

@@ -294,6 +294,11 @@ impl Replication {
             self.replicas_changed.notify_waiters();
         }
         if batch.policy_moved {
+            tracing::debug!(
+                revision = batch.revision,
+                objects = batch.policy.len(),
+                "etcd: applying a revision"
+            );
             self.store.apply_changes(batch.revision, batch.policy).await;
             self.applied.send_replace(batch.revision);
         }
