@@ -668,7 +668,14 @@ async fn compaction_while_a_watch_is_behind_relists_precisely() {
     );
     // Fenced until its next proof (it slept through --max-staleness), then current again.
     let deadline = Instant::now() + Duration::from_secs(15);
-    while b.admin.status(StatusRequest {}).await.unwrap().into_inner().fenced {
+    while b
+        .admin
+        .status(StatusRequest {})
+        .await
+        .unwrap()
+        .into_inner()
+        .fenced
+    {
         assert!(Instant::now() < deadline, "still fenced");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
