@@ -1016,18 +1016,7 @@ fn change_impact(
             _ => {}
         }
     }
-    let changed = all
-        .iter()
-        .map(|r| {
-            let kind = match r.kind {
-                ObjectKind::ClusterRole => ChangedKind::ClusterRole,
-                ObjectKind::Role => ChangedKind::Role,
-                ObjectKind::ClusterRoleBinding => ChangedKind::ClusterRoleBinding,
-                ObjectKind::RoleBinding => ChangedKind::RoleBinding,
-            };
-            ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
-        })
-        .collect();
+    let changed = all.iter().map(changed_object).collect();
     (impact_of_objects(new, old, &roles, &bindings), changed)
 }
 
