@@ -19,7 +19,7 @@ use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::serving::ServingState;
 use crate::store::etcd::{AckMode, AckReport, Replication};
-use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
+use crate::store::{find_object, ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
 const ALL_KINDS: [ObjectKind; 4] = [
@@ -208,13 +208,14 @@ enum WriteOp {
 /// then, for creates and updates, privilege-escalation prevention. The store calls it under
 /// its writer lock, so the snapshot loaded here is the policy the write changes; evaluated
 /// uncached for the same reason.
-struct AdminWriteGuard<'a> {
-    state: &'a ServingState,
-    caller: &'a crate::request::UserInfo,
+/// Owned: in etcd mode the store's committer checks it, on behalf of the waiting writer.
+struct AdminWriteGuard {
+    state: Arc<ServingState>,
+    caller: Arc<crate::request::UserInfo>,
     op: WriteOp,
 }
 
-impl WriteGuard for AdminWriteGuard<'_> {
+impl WriteGuard for AdminWriteGuard {
     fn check(
         &self,
         current: &crate::policy::model::PolicySet,
@@ -224,19 +225,18 @@ impl WriteGuard for AdminWriteGuard<'_> {
             .state
             .snapshot()
             .ok_or_else(|| "no policy is loaded yet".to_string())?;
-        let existing = objects_by_ref(current);
         let refusals: Vec<String> = objects
             .iter()
             .filter_map(|object| {
                 let object = ObjectRef::of(object);
                 let verb = match self.op {
                     WriteOp::Delete => "delete",
-                    WriteOp::Apply if existing.contains(&object) => "update",
+                    WriteOp::Apply if find_object(current, &object).is_some() => "update",
                     WriteOp::Apply => "create",
                 };
                 let privilege = Privilege::rbac(verb, object.kind, &object.namespace, &object.name);
-                (!privilege.held_by(&snapshot.engine, self.caller))
-                    .then(|| privilege.refusal(self.caller))
+                (!privilege.held_by(&snapshot.engine, &self.caller))
+                    .then(|| privilege.refusal(&self.caller))
             })
             .collect();
         if !refusals.is_empty() {
@@ -245,24 +245,12 @@ impl WriteGuard for AdminWriteGuard<'_> {
         match self.op {
             WriteOp::Apply => EscalationCheck {
                 engine: &snapshot.engine,
-                caller: self.caller,
+                caller: &self.caller,
             }
             .check(current, objects),
             WriteOp::Delete => Ok(()),
         }
     }
-}
-
-/// Every object of `policy`, by reference.
-fn objects_by_ref(
-    policy: &crate::policy::model::PolicySet,
-) -> std::collections::HashSet<ObjectRef> {
-    policy
-        .roles
-        .iter()
-        .map(ObjectRef::of_role)
-        .chain(policy.bindings.iter().map(ObjectRef::of_binding))
-        .collect()
 }
 
 fn object_ref(wire: Option<proto::ObjectRef>, field: &str) -> Result<ObjectRef> {
@@ -331,7 +319,7 @@ impl AdminApi {
     /// Parses and applies one manifest (the write itself, without the auditing around it).
     async fn apply_manifest(
         &self,
-        caller: &crate::request::UserInfo,
+        caller: &Arc<crate::request::UserInfo>,
         wire: &proto::ApplyRequest,
     ) -> std::result::Result<(u64, Vec<ObjectRef>), Status> {
         if wire.manifest.trim().is_empty() {
@@ -340,13 +328,13 @@ impl AdminApi {
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
         let guard = AdminWriteGuard {
-            state: &self.state,
-            caller,
+            state: Arc::clone(&self.state),
+            caller: Arc::clone(caller),
             op: WriteOp::Apply,
         };
         let (revision, applied) = self
             .store()?
-            .apply(objects, wire.dry_run, Some(&guard))
+            .apply(objects, wire.dry_run, Some(Arc::new(guard)))
             .await
             .map_err(ApiError::from)?;
         Ok((revision, applied))
@@ -417,11 +405,11 @@ impl PolicyAdmin for AdminApi {
                 Ok(store) => store
                     .delete(
                         &object,
-                        Some(&AdminWriteGuard {
-                            state: &self.state,
-                            caller: &caller,
+                        Some(Arc::new(AdminWriteGuard {
+                            state: Arc::clone(&self.state),
+                            caller: Arc::clone(&caller),
                             op: WriteOp::Delete,
-                        }),
+                        })),
                     )
                     .await
                     .map(|revision| (revision, object))

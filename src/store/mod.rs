@@ -12,6 +12,7 @@
 //! change, the writer's own included, is applied from etcd's watch ([`Store::apply_changes`]),
 //! at etcd's revision.
 
+mod commit;
 pub mod dir;
 pub mod etcd;
 pub mod watch;
@@ -247,6 +248,12 @@ pub trait RemoteSink: Send + Sync {
         upserts: &[PolicyObject],
         deletes: &[ObjectRef],
     ) -> std::result::Result<u64, CommitError>;
+
+    /// How many objects one commit may change; the group commit keeps a combined commit within
+    /// it (one write alone above it is refused as [`CommitError::TooLarge`]).
+    fn max_objects(&self) -> usize {
+        usize::MAX
+    }
 }
 
 /// Why a remote commit did not happen.
@@ -267,12 +274,6 @@ pub enum CommitError {
 
 /// How long a write waits for its own commit to come back through the watch.
 const APPLY_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// Attempts of a write that meets concurrent writers, before `ABORTED`.
-const WRITE_ATTEMPTS: usize = 10;
-
-/// How long a write whose commit etcd could not confirm is retried before `UNAVAILABLE`.
-const UNAVAILABLE_RETRY: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Makes a policy state the one requests are answered from.
 ///
@@ -344,10 +345,11 @@ pub struct Store {
     backend: Arc<dyn Backend>,
     /// etcd mode: where writes are committed (and `backend` is unused).
     remote: Option<Arc<dyn RemoteSink>>,
-    /// etcd mode: this process's writes, one at a time from validation to applied (the
-    /// writer lock cannot be held across a commit: the watch needs it to apply the commit).
-    /// Only writers on different replicas then meet in etcd's compare-and-swap.
-    remote_writes: Mutex<()>,
+    /// etcd mode: this process's writes waiting to be committed together (see [`commit`]).
+    /// Only writers on different replicas meet in etcd's compare-and-swap.
+    commits: StdMutex<commit::CommitQueue>,
+    /// The store itself, for the committer task it starts (etcd mode: stores are shared).
+    this: std::sync::Weak<Store>,
     publisher: Arc<dyn Publisher>,
     writer: Mutex<WriterState>,
     /// The current policy, for reads that do not need the writer lock.
@@ -373,7 +375,8 @@ impl Store {
         Ok(Store {
             backend: Arc::from(backend),
             remote: None,
-            remote_writes: Mutex::new(()),
+            commits: StdMutex::default(),
+            this: std::sync::Weak::new(),
             publisher,
             writer: Mutex::new(WriterState {
                 revision: 1,
@@ -394,7 +397,7 @@ impl Store {
         revision: u64,
         sink: Arc<dyn RemoteSink>,
         publisher: Arc<dyn Publisher>,
-    ) -> Self {
+    ) -> Arc<Self> {
         publisher.publish(
             &policy,
             revision,
@@ -404,10 +407,11 @@ impl Store {
         );
         let (revision_tx, _) = tokio_watch::channel(revision);
         let (events_tx, _) = broadcast::channel(1024);
-        Store {
+        Arc::new_cyclic(|this| Store {
+            this: this.clone(),
             backend: Arc::new(RemoteOnly),
             remote: Some(sink),
-            remote_writes: Mutex::new(()),
+            commits: StdMutex::default(),
             publisher,
             writer: Mutex::new(WriterState {
                 revision,
@@ -418,7 +422,7 @@ impl Store {
             events_tx,
             last_error: StdMutex::new(None),
             reload_errors: std::sync::atomic::AtomicU64::new(0),
-        }
+        })
     }
 
     /// etcd mode: one revision's changes from the watch (an object's new state, or `None` when
@@ -553,117 +557,12 @@ impl Store {
         }
     }
 
-    /// The objects of a write that change the policy at revision `validated`, checked by
-    /// `guard`; `None` for a dry run or a write that changes nothing.
-    async fn validate(
-        &self,
-        objects: &[PolicyObject],
-        guard: Option<&dyn WriteGuard>,
-    ) -> Result<(u64, Vec<PolicyObject>)> {
+    /// etcd mode's dry run: the write checked (by `guard` too) against the policy in force,
+    /// nothing committed; the revision it was checked at.
+    async fn check_remote(&self, write: &commit::QueuedWrite) -> Result<u64> {
         let writer = self.writer.lock().await;
-        let old = self.policy.load_full();
-        if let Some(guard) = guard {
-            guard.check(&old, objects).map_err(StoreError::Forbidden)?;
-        }
-        let current = objects_by_ref(&old);
-        let changed = objects
-            .iter()
-            .filter(|o| {
-                !current
-                    .get(&ObjectRef::of(o))
-                    .is_some_and(|c| same_content(c, o))
-            })
-            .cloned()
-            .collect();
-        Ok((writer.revision, changed))
-    }
-
-    /// etcd mode's write: validated against the policy in force, committed if the policy is
-    /// still at that revision, acknowledged once this server applied it from the watch. A
-    /// concurrent writer's change makes it catch up, validate again and retry.
-    async fn write_remote(
-        &self,
-        sink: &dyn RemoteSink,
-        upserts: Vec<PolicyObject>,
-        delete: Option<ObjectRef>,
-        dry_run: bool,
-        guard: Option<&dyn WriteGuard>,
-    ) -> Result<u64> {
-        let _one_at_a_time = self.remote_writes.lock().await;
-        let mut last = 0;
-        let mut unavailable_until = None;
-        let mut attempt = 0;
-        while attempt < WRITE_ATTEMPTS {
-            let (validated, changed) = match &delete {
-                None => self.validate(&upserts, guard).await?,
-                Some(object) => self.validate_delete(object, guard).await?,
-            };
-            if dry_run || (delete.is_none() && changed.is_empty()) {
-                return Ok(validated);
-            }
-            let deletes: Vec<ObjectRef> = delete.iter().cloned().collect();
-            let upserting = if delete.is_some() {
-                &[][..]
-            } else {
-                &changed[..]
-            };
-            match sink.commit(validated, upserting, &deletes).await {
-                Ok(revision) => {
-                    self.applied(revision).await?;
-                    return Ok(revision);
-                }
-                Err(CommitError::Conflict(head)) => {
-                    attempt += 1;
-                    last = head;
-                    self.applied(head).await?;
-                    // Two writers that keep meeting would retry in lockstep: jitter.
-                    let jitter = u64::from(std::process::id() ^ (attempt as u32)) % 20;
-                    tokio::time::sleep(std::time::Duration::from_millis(jitter)).await;
-                }
-                Err(CommitError::Unavailable(message)) => {
-                    // A leader election or a failover: the outcome is unknown, and retrying is
-                    // safe (a write that did commit meets its own revision and catches up to
-                    // it). Retried for a while, then UNAVAILABLE.
-                    let until = *unavailable_until
-                        .get_or_insert_with(|| std::time::Instant::now() + UNAVAILABLE_RETRY);
-                    if std::time::Instant::now() >= until {
-                        return Err(StoreError::Unavailable(message));
-                    }
-                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                }
-                Err(CommitError::Refused(message)) => return Err(StoreError::Unavailable(message)),
-                Err(CommitError::TooLarge(message)) => {
-                    return Err(StoreError::Invalid(LoadErrors(vec![
-                        crate::policy::load::LoadError {
-                            file: "manifest".into(),
-                            line: 0,
-                            message,
-                        },
-                    ])))
-                }
-            }
-        }
-        Err(StoreError::Aborted(format!(
-            "the policy kept changing under this write ({WRITE_ATTEMPTS} attempts, last at revision {last}); try again"
-        )))
-    }
-
-    async fn validate_delete(
-        &self,
-        object: &ObjectRef,
-        guard: Option<&dyn WriteGuard>,
-    ) -> Result<(u64, Vec<PolicyObject>)> {
-        let writer = self.writer.lock().await;
-        let old = self.policy.load_full();
-        let Some(existing) = objects_by_ref(&old).remove(object) else {
-            return Err(StoreError::NotFound(object.clone()));
-        };
-        if let Some(guard) = guard {
-            guard
-                .check(&old, std::slice::from_ref(&existing))
-                .map_err(StoreError::Forbidden)?;
-        }
-        Ok((writer.revision, vec![existing]))
+        commit::check(&self.policy.load_full(), write)?;
+        Ok(writer.revision)
     }
 
     /// The revision the current policy was published at.
@@ -808,30 +707,20 @@ impl Store {
         &self,
         objects: Vec<PolicyObject>,
         dry_run: bool,
-        guard: Option<&dyn WriteGuard>,
+        guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<(u64, Vec<ObjectRef>)> {
-        if let Some(sink) = &self.remote {
-            let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
-            let revision = self
-                .write_remote(sink.as_ref(), objects, None, dry_run, guard)
-                .await?;
+        let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
+        if self.remote.is_some() {
+            let write = commit::Write::Apply(objects);
+            let revision = self.write_remote(write, dry_run, guard).await?;
             return Ok((revision, refs));
         }
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
-        if let Some(guard) = guard {
+        if let Some(guard) = &guard {
             guard.check(&old, &objects).map_err(StoreError::Forbidden)?;
         }
-        let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
-        let current = objects_by_ref(&old);
-        let changed: Vec<PolicyObject> = objects
-            .into_iter()
-            .filter(|o| {
-                !current
-                    .get(&ObjectRef::of(o))
-                    .is_some_and(|c| same_content(c, o))
-            })
-            .collect();
+        let changed = changed_objects(&old, &objects);
         if dry_run || changed.is_empty() {
             return Ok((writer.revision, refs));
         }
@@ -853,24 +742,19 @@ impl Store {
     }
 
     /// Deletes one object; returns the revision at which it is gone.
-    pub async fn delete(&self, object: &ObjectRef, guard: Option<&dyn WriteGuard>) -> Result<u64> {
-        if let Some(sink) = &self.remote {
-            return self
-                .write_remote(
-                    sink.as_ref(),
-                    Vec::new(),
-                    Some(object.clone()),
-                    false,
-                    guard,
-                )
-                .await;
+    pub async fn delete(
+        &self,
+        object: &ObjectRef,
+        guard: Option<Arc<dyn WriteGuard>>,
+    ) -> Result<u64> {
+        if self.remote.is_some() {
+            let write = commit::Write::Delete(object.clone());
+            return self.write_remote(write, false, guard).await;
         }
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
-        let Some(existing) = objects_by_ref(&old).remove(object) else {
-            return Err(StoreError::NotFound(object.clone()));
-        };
-        if let Some(guard) = guard {
+        let existing = existing_object(&old, object)?;
+        if let Some(guard) = &guard {
             guard
                 .check(&old, std::slice::from_ref(&existing))
                 .map_err(StoreError::Forbidden)?;
@@ -938,23 +822,10 @@ impl Store {
     }
 }
 
-fn objects_by_ref(policy: &PolicySet) -> BTreeMap<ObjectRef, PolicyObject> {
-    objects(policy)
-        .into_iter()
-        .map(|(r, view)| {
-            let object = match view {
-                ObjectView::Role(role) => PolicyObject::Role(role.clone()),
-                ObjectView::Binding(binding) => PolicyObject::Binding(binding.clone()),
-            };
-            (r, object)
-        })
-        .collect()
-}
-
 /// Equal apart from where they were read from.
-fn same_content(a: &PolicyObject, b: &PolicyObject) -> bool {
-    match (a, b) {
-        (PolicyObject::Role(a), PolicyObject::Role(b)) => {
+fn same_content(current: ObjectView<'_>, object: &PolicyObject) -> bool {
+    match (current, object) {
+        (ObjectView::Role(a), PolicyObject::Role(b)) => {
             Role {
                 source: Default::default(),
                 ..a.clone()
@@ -963,7 +834,7 @@ fn same_content(a: &PolicyObject, b: &PolicyObject) -> bool {
                 ..b.clone()
             }
         }
-        (PolicyObject::Binding(a), PolicyObject::Binding(b)) => {
+        (ObjectView::Binding(a), PolicyObject::Binding(b)) => {
             Binding {
                 source: Default::default(),
                 ..a.clone()
@@ -973,6 +844,26 @@ fn same_content(a: &PolicyObject, b: &PolicyObject) -> bool {
             }
         }
         _ => false,
+    }
+}
+
+/// The objects of a write that differ from what `policy` holds.
+fn changed_objects(policy: &PolicySet, objects: &[PolicyObject]) -> Vec<PolicyObject> {
+    objects
+        .iter()
+        .filter(|o| {
+            !find_object(policy, &ObjectRef::of(o)).is_some_and(|current| same_content(current, o))
+        })
+        .cloned()
+        .collect()
+}
+
+/// The object a delete removes, owned (for the guard and the commit).
+fn existing_object(policy: &PolicySet, object: &ObjectRef) -> Result<PolicyObject> {
+    match find_object(policy, object) {
+        Some(ObjectView::Role(role)) => Ok(PolicyObject::Role(role.clone())),
+        Some(ObjectView::Binding(binding)) => Ok(PolicyObject::Binding(binding.clone())),
+        None => Err(StoreError::NotFound(object.clone())),
     }
 }
 
@@ -1031,8 +922,10 @@ fn changed_object(r: &ObjectRef) -> ChangedObject {
     ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
 }
 
-/// Removes and returns `object` from a canonical policy (found by binary search).
-fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObject> {
+/// Where `object` is (`Ok`) or would be inserted (`Err`) in its list (roles or bindings) of a
+/// canonical policy: a binary search, so finding one object does not scan the policy.
+fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize, usize> {
+    let (namespace, name) = (object.namespace.as_str(), object.name.as_str());
     match object.kind {
         ObjectKind::ClusterRole | ObjectKind::Role => {
             let kind = if object.kind == ObjectKind::Role {
@@ -1040,12 +933,9 @@ fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObjec
             } else {
                 RoleKind::ClusterRole
             };
-            let key = (kind, object.namespace.as_str(), object.name.as_str());
-            policy
-                .roles
-                .binary_search_by(|r| (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&key))
-                .ok()
-                .map(|i| PolicyObject::Role(policy.roles.remove(i)))
+            policy.roles.binary_search_by(|r| {
+                (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&(kind, namespace, name))
+            })
         }
         ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
             let kind = if object.kind == ObjectKind::RoleBinding {
@@ -1053,39 +943,41 @@ fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObjec
             } else {
                 BindingKind::ClusterRoleBinding
             };
-            let key = (kind, object.namespace.as_str(), object.name.as_str());
-            policy
-                .bindings
-                .binary_search_by(|b| (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&key))
-                .ok()
-                .map(|i| PolicyObject::Binding(policy.bindings.remove(i)))
+            policy.bindings.binary_search_by(|b| {
+                (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&(kind, namespace, name))
+            })
         }
     }
 }
 
+/// `object` in a canonical policy (every policy the store holds is), found by binary search.
+pub fn find_object<'a>(policy: &'a PolicySet, object: &ObjectRef) -> Option<ObjectView<'a>> {
+    let at = position(policy, object).ok()?;
+    match object.kind {
+        ObjectKind::ClusterRole | ObjectKind::Role => policy.roles.get(at).map(ObjectView::Role),
+        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
+            policy.bindings.get(at).map(ObjectView::Binding)
+        }
+    }
+}
+
+/// Removes and returns `object` from a canonical policy.
+fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObject> {
+    let at = position(policy, object).ok()?;
+    Some(match object.kind {
+        ObjectKind::ClusterRole | ObjectKind::Role => PolicyObject::Role(policy.roles.remove(at)),
+        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
+            PolicyObject::Binding(policy.bindings.remove(at))
+        }
+    })
+}
+
 /// Inserts `object` into a canonical policy at its place (it is not there).
 fn insert_object(policy: &mut PolicySet, object: PolicyObject) {
+    let at = position(policy, &ObjectRef::of(&object)).unwrap_or_else(|at| at);
     match object {
-        PolicyObject::Role(role) => {
-            let key = (role.kind, role.namespace.as_str(), role.name.as_str());
-            let at = policy
-                .roles
-                .binary_search_by(|r| (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&key))
-                .unwrap_or_else(|i| i);
-            policy.roles.insert(at, role);
-        }
-        PolicyObject::Binding(binding) => {
-            let key = (
-                binding.kind,
-                binding.namespace.as_str(),
-                binding.name.as_str(),
-            );
-            let at = policy
-                .bindings
-                .binary_search_by(|b| (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&key))
-                .unwrap_or_else(|i| i);
-            policy.bindings.insert(at, binding);
-        }
+        PolicyObject::Role(role) => policy.roles.insert(at, role),
+        PolicyObject::Binding(binding) => policy.bindings.insert(at, binding),
     }
 }
 

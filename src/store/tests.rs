@@ -340,3 +340,245 @@ async fn applied_changes_equal_a_full_load_of_the_same_objects() {
     store.apply_changes(last, Vec::new()).await;
     assert_eq!(store.revision(), last);
 }
+
+/// A sink standing in for etcd in the group-commit tests: a compare-and-swap on its head,
+/// every commit recorded, and each commit handed back to the store the way the watch would
+/// (from another task, after the commit returned).
+struct LoopbackSink {
+    store: std::sync::OnceLock<std::sync::Weak<Store>>,
+    /// The head revision (the last commit's).
+    head: StdMutex<u64>,
+    /// The objects of each commit, in order.
+    commits: StdMutex<Vec<Vec<ObjectRef>>>,
+    /// Commits with more objects than this are refused as too large (as etcd's request
+    /// size limit would), though `max_objects` does not say so.
+    refuse_above: usize,
+    /// Commits to refuse as a conflict first, each after another writer's revision.
+    conflicts: std::sync::atomic::AtomicUsize,
+}
+
+impl LoopbackSink {
+    fn new(refuse_above: usize, conflicts: usize) -> Arc<Self> {
+        Arc::new(LoopbackSink {
+            store: std::sync::OnceLock::new(),
+            head: StdMutex::new(1),
+            commits: StdMutex::default(),
+            refuse_above,
+            conflicts: std::sync::atomic::AtomicUsize::new(conflicts),
+        })
+    }
+
+    fn deliver(&self, revision: u64, changes: Vec<(ObjectRef, Option<PolicyObject>)>) {
+        let store = self.store.get().and_then(std::sync::Weak::upgrade).unwrap();
+        tokio::spawn(async move { store.apply_changes(revision, changes).await });
+    }
+}
+
+#[tonic::async_trait]
+impl RemoteSink for LoopbackSink {
+    async fn commit(
+        &self,
+        validated: u64,
+        upserts: &[PolicyObject],
+        deletes: &[ObjectRef],
+    ) -> std::result::Result<u64, CommitError> {
+        // A round trip's worth of time, for writes to queue behind this commit.
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let objects: Vec<ObjectRef> = upserts
+            .iter()
+            .map(ObjectRef::of)
+            .chain(deletes.iter().cloned())
+            .collect();
+        if objects.len() > self.refuse_above {
+            return Err(CommitError::TooLarge("too large".into()));
+        }
+        let revision = {
+            let mut head = self.head.lock().unwrap();
+            let conflict = self
+                .conflicts
+                .fetch_update(
+                    std::sync::atomic::Ordering::SeqCst,
+                    std::sync::atomic::Ordering::SeqCst,
+                    |n| n.checked_sub(1),
+                )
+                .is_ok();
+            if conflict {
+                // Another replica's writer committed first (an empty change of its own).
+                *head += 1;
+                self.deliver(*head, Vec::new());
+            }
+            if *head != validated {
+                return Err(CommitError::Conflict(*head));
+            }
+            *head += 1;
+            *head
+        };
+        self.commits.lock().unwrap().push(objects);
+        let changes = upserts
+            .iter()
+            .map(|o| (ObjectRef::of(o), Some(o.clone())))
+            .chain(deletes.iter().map(|r| (r.clone(), None)))
+            .collect();
+        self.deliver(revision, changes);
+        Ok(revision)
+    }
+
+    fn max_objects(&self) -> usize {
+        64
+    }
+}
+
+fn loopback_store(sink: &Arc<LoopbackSink>) -> Arc<Store> {
+    let options = LoadOptions::default();
+    let mut roles = PolicySet::default();
+    for object in parse_manifest("roles.yaml", ROLES, &options).unwrap() {
+        insert_object(&mut roles, object);
+    }
+    let store = Store::open_remote(
+        roles,
+        1,
+        Arc::clone(sink) as Arc<dyn RemoteSink>,
+        Arc::new(Recorder::default()),
+    );
+    sink.store.set(Arc::downgrade(&store)).unwrap();
+    store
+}
+
+/// Applies `manifests` concurrently; each write's answer.
+async fn apply_concurrently(store: &Arc<Store>, manifests: Vec<String>) -> Vec<Result<u64>> {
+    let writes: Vec<_> = manifests
+        .into_iter()
+        .map(|manifest| {
+            let store = Arc::clone(store);
+            tokio::spawn(async move {
+                let objects = parse_manifest("m.yaml", &manifest, &LoadOptions::default()).unwrap();
+                store.apply(objects, false, None).await.map(|(r, _)| r)
+            })
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.unwrap());
+    }
+    answers
+}
+
+/// Writes that arrive while a commit is in flight share the next one; each is answered with
+/// the revision at which this store has applied it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_remote_writes_are_committed_together() {
+    let sink = LoopbackSink::new(usize::MAX, 0);
+    let store = loopback_store(&sink);
+    let manifests = (0..40).map(|i| binding(&format!("b{i}"), &format!("u{i}")));
+    let answers = apply_concurrently(&store, manifests.collect()).await;
+    let commits = sink.commits.lock().unwrap().clone();
+    assert!(
+        commits.len() < 40,
+        "40 concurrent writes took {} commits",
+        commits.len()
+    );
+    assert_eq!(commits.iter().map(Vec::len).sum::<usize>(), 40);
+    for answer in answers {
+        let revision = answer.unwrap();
+        assert!(revision >= 2 && revision <= store.revision());
+    }
+    assert_eq!(store.policy().bindings.len(), 40 + 1);
+}
+
+/// Writes of the same object never share a commit (each would otherwise have been checked
+/// against a state without the other); every write is still made, in some order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_of_one_object_never_share_a_commit() {
+    let sink = LoopbackSink::new(usize::MAX, 0);
+    let store = loopback_store(&sink);
+    let users: Vec<String> = (0..12).map(|i| format!("u{i}")).collect();
+    let manifests = users.iter().map(|user| binding("same", user)).collect();
+    let answers = apply_concurrently(&store, manifests).await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let commits = sink.commits.lock().unwrap().clone();
+    for objects in &commits {
+        let distinct: std::collections::HashSet<_> = objects.iter().collect();
+        assert_eq!(distinct.len(), objects.len(), "{commits:?}");
+    }
+    // The last commit's write is the one in force.
+    let policy = store.policy();
+    let same = policy.bindings.iter().find(|b| b.name == "same").unwrap();
+    assert_eq!(same.subjects.len(), 1);
+    assert!(users.contains(&same.subjects[0].name));
+}
+
+/// A combined commit the sink finds too large is retried one write per commit; a write that
+/// meets another replica's commit catches up and is committed after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn too_large_combined_commits_split_and_conflicts_retry() {
+    let sink = LoopbackSink::new(1, 2);
+    let store = loopback_store(&sink);
+    let manifests = (0..10).map(|i| binding(&format!("b{i}"), &format!("u{i}")));
+    let answers = apply_concurrently(&store, manifests.collect()).await;
+    assert!(answers.iter().all(Result::is_ok), "{answers:?}");
+    let commits = sink.commits.lock().unwrap().clone();
+    assert_eq!(commits.len(), 10);
+    assert!(commits.iter().all(|c| c.len() == 1));
+    assert_eq!(sink.conflicts.load(std::sync::atomic::Ordering::SeqCst), 0);
+    assert_eq!(store.policy().bindings.len(), 10 + 1);
+}
+
+/// One write refused by its guard, or deleting what is not there, does not stop the writes
+/// it would have shared a commit with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_write_leaves_the_rest_of_its_commit() {
+    struct RefuseBob;
+    impl WriteGuard for RefuseBob {
+        fn check(
+            &self,
+            _: &PolicySet,
+            objects: &[PolicyObject],
+        ) -> std::result::Result<(), String> {
+            let bob = objects.iter().any(|o| ObjectRef::of(o).name == "bob");
+            if bob {
+                Err("no bob".into())
+            } else {
+                Ok(())
+            }
+        }
+    }
+    let sink = LoopbackSink::new(usize::MAX, 0);
+    let store = loopback_store(&sink);
+    let guard: Arc<dyn WriteGuard> = Arc::new(RefuseBob);
+    let mut writes = Vec::new();
+    for name in ["ann", "bob", "cid"] {
+        let (store, guard) = (Arc::clone(&store), Arc::clone(&guard));
+        writes.push(tokio::spawn(async move {
+            let objects =
+                parse_manifest("m.yaml", &binding(name, name), &LoadOptions::default()).unwrap();
+            store
+                .apply(objects, false, Some(guard))
+                .await
+                .map(|(r, _)| r)
+        }));
+    }
+    let gone = ObjectRef {
+        kind: ObjectKind::RoleBinding,
+        namespace: "team-a".into(),
+        name: "never".into(),
+    };
+    let missing = store.delete(&gone, None).await;
+    assert!(
+        matches!(missing, Err(StoreError::NotFound(_))),
+        "{missing:?}"
+    );
+    let mut answers = Vec::new();
+    for write in writes {
+        answers.push(write.await.unwrap());
+    }
+    assert!(answers[0].is_ok() && answers[2].is_ok(), "{answers:?}");
+    assert!(matches!(&answers[1], Err(StoreError::Forbidden(m)) if m == "no bob"));
+    let names: Vec<String> = store
+        .policy()
+        .bindings
+        .iter()
+        .map(|b| b.name.clone())
+        .collect();
+    assert!(names.contains(&"ann".to_string()) && names.contains(&"cid".to_string()));
+    assert!(!names.contains(&"bob".to_string()));
+}

@@ -299,8 +299,24 @@ pub struct EtcdSink {
 /// The most operations one transaction carries (etcd's default `--max-txn-ops` is 128).
 pub const MAX_TXN_OPS: usize = 128;
 
+/// The most manifest bytes one transaction carries: etcd refuses requests over
+/// `--max-request-bytes` (1.5 MiB by default), and the rest of the request needs room too.
+pub const MAX_TXN_BYTES: usize = 1024 * 1024;
+
+/// The bytes of a put's key and value.
+fn op_bytes(op: &rpc::RequestOp) -> usize {
+    match &op.request {
+        Some(rpc::request_op::Request::RequestPut(put)) => put.key.len() + put.value.len(),
+        _ => 0,
+    }
+}
+
 #[tonic::async_trait]
 impl RemoteSink for EtcdSink {
+    fn max_objects(&self) -> usize {
+        MAX_TXN_OPS - 1
+    }
+
     async fn commit(
         &self,
         validated: u64,
@@ -323,6 +339,14 @@ impl RemoteSink for EtcdSink {
                 )
             })
             .collect();
+        let bytes: usize = success.iter().map(op_bytes).sum();
+        if bytes > MAX_TXN_BYTES {
+            return Err(CommitError::TooLarge(format!(
+                "one write may carry at most {} KiB of objects in etcd mode (etcd's transaction limit; this one is {} KiB); split it",
+                MAX_TXN_BYTES / 1024,
+                bytes.div_ceil(1024)
+            )));
+        }
         success.extend(deletes.iter().map(|object| rpc::RequestOp {
             request: Some(rpc::request_op::Request::RequestDeleteRange(
                 rpc::DeleteRangeRequest {
@@ -362,6 +386,15 @@ impl RemoteSink for EtcdSink {
                 EtcdError::Unavailable(message) => CommitError::Unavailable(format!(
                     "etcd did not confirm the write ({message}); it may or may not have been applied: retrying it is safe"
                 )),
+                // A server run with a smaller `--max-request-bytes` or `--max-txn-ops` than
+                // etcd's defaults.
+                EtcdError::Refused(message)
+                    if message.contains("too large") || message.contains("too many operations") =>
+                {
+                    CommitError::TooLarge(format!(
+                        "etcd refused the write as too large ({message}; etcd's transaction limit); split it"
+                    ))
+                }
                 other => CommitError::Refused(other.to_string()),
             })?;
         let revision = response.header.as_ref().map_or(0, |h| h.revision);

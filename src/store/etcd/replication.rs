@@ -176,12 +176,7 @@ impl Replication {
             keys: keys.clone(),
             writer: config.id.clone(),
         });
-        let store = Arc::new(Store::open_remote(
-            listing.policy,
-            listing.revision,
-            sink,
-            publisher,
-        ));
+        let store = Store::open_remote(listing.policy, listing.revision, sink, publisher);
         let freshness = Arc::new(Freshness::new(config.max_staleness, config.on_stale));
         let replication = Arc::new(Self {
             client,
