@@ -74,14 +74,15 @@ impl ServingState {
         let _ = self.freshness.set(freshness);
     }
 
-    /// `decided` as a fenced replica may give it (etcd mode, `--on-stale`): an allow is
-    /// refused (`unavailable`) or turned into a deny (`deny-allows`) while this replica cannot
-    /// prove its policy current; denies and no-opinions pass. Directory mode: unchanged.
-    pub fn fresh(&self, decided: Decided) -> Result<Decided, Fenced> {
+    /// `decided`, computed on the policy at `revision`, as a fenced replica may give it (etcd
+    /// mode, `--on-stale`): an allow is refused (`unavailable`) or turned into a deny
+    /// (`deny-allows`) unless a recent proof covers that revision; denies and no-opinions
+    /// pass. Directory mode: unchanged.
+    pub fn fresh(&self, decided: Decided, revision: u64) -> Result<Decided, Fenced> {
         let Some(freshness) = self.freshness.get() else {
             return Ok(decided);
         };
-        if decided.response.decision != Decision::Allow || !freshness.fenced() {
+        if decided.response.decision != Decision::Allow || !freshness.fenced_for(revision) {
             return Ok(decided);
         }
         match freshness.on_stale {
@@ -104,11 +105,18 @@ impl ServingState {
 
     /// Whether who-can may be answered: not while fenced (a list of who is allowed is an
     /// allow for each of them).
-    pub fn fresh_for_who_can(&self) -> Result<(), Fenced> {
+    pub fn fresh_for_who_can(&self, revision: u64) -> Result<(), Fenced> {
         match self.freshness.get() {
-            Some(freshness) if freshness.fenced() => Err(Fenced::Refuse(freshness.refusal())),
+            Some(freshness) if freshness.fenced_for(revision) => {
+                Err(Fenced::Refuse(freshness.refusal()))
+            }
             _ => Ok(()),
         }
+    }
+
+    /// etcd mode: whether this replica is fenced now (readiness); never in directory mode.
+    pub fn fenced(&self) -> bool {
+        self.freshness.get().is_some_and(|f| f.fenced())
     }
 
     /// The server's Prometheus instruments.

@@ -203,7 +203,7 @@ impl GrpcApi {
     /// content a rule needs is `INVALID_ARGUMENT` naming the field.
     fn decide_one(&self, snapshot: &Snapshot, request: &AuthorizeInput<'_, '_>) -> Result<Decided> {
         let decided = request.decide(&self.state.authorizer(snapshot))?;
-        Ok(self.state.fresh(decided)?)
+        Ok(self.state.fresh(decided, snapshot.revision)?)
     }
 
     /// A decided request counted, recorded in the audit log and traced as `api`.
@@ -314,7 +314,7 @@ impl Admitted<'_> {
         action: &request::Action,
         content: Option<&request::Content>,
     ) -> Result<AllowedSubjects> {
-        self.api.state.fresh_for_who_can()?;
+        self.api.state.fresh_for_who_can(self.snapshot.revision)?;
         let subjects = self.snapshot.engine.who_can_content(action, content)?;
         if let Some(audit) = &self.api.audit {
             audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
@@ -334,7 +334,7 @@ impl Admitted<'_> {
         let decided = state
             .authorizer(snapshot)
             .decide_content(request.with_content(content))?;
-        let decided = state.fresh(decided)?;
+        let decided = state.fresh(decided, snapshot.revision)?;
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {

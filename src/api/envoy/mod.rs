@@ -350,7 +350,10 @@ impl EnvoyApi {
             }
         };
         // etcd mode: a fenced replica's allow is a failed call (Envoy's failure mode decides).
-        let decided = self.state.fresh(decided).map_err(ApiError::from)?;
+        let decided = self
+            .state
+            .fresh(decided, snapshot.revision)
+            .map_err(ApiError::from)?;
         let response = &decided.response;
         self.state
             .metrics()

@@ -113,7 +113,7 @@ async fn readyz(State(api): State<HttpApi>) -> Response {
         plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
     } else if api.state.snapshot().is_none() {
         plain(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet")
-    } else if api.state.fresh_for_who_can().is_err() {
+    } else if api.state.fenced() {
         plain(
             StatusCode::SERVICE_UNAVAILABLE,
             "fenced: this replica cannot prove its policy current with etcd",

@@ -17,7 +17,7 @@
 //! computed on the older policy.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -67,12 +67,33 @@ pub struct ReplicationConfig {
     pub on_stale: OnStale,
 }
 
+/// How many recent proofs are kept. An answer is fresh when a proof at most `--max-staleness`
+/// old covers the policy snapshot it was computed on; proofs come every `--max-staleness`/5,
+/// so a few cover any request that did not itself take a whole proof interval.
+const PROOFS_KEPT: usize = 4;
+
+/// One proof of freshness: at `at` (nanoseconds from the epoch, when its read was sent; 0 =
+/// none), etcd's head was `head`, and this replica had applied it.
+#[derive(Clone, Copy, Debug, Default)]
+struct Proof {
+    at: u64,
+    head: u64,
+}
+
 /// When this replica last proved itself current, checked per request.
+///
+/// A proof is a linearizable read of the head sent at `t0` that returned a revision this
+/// replica had applied: every change committed before `t0` was then in its policy. An answer
+/// computed on the snapshot at revision `S` is fresh only if some proof with `head <= S` is at
+/// most `--max-staleness` old — not merely the latest proof: a proof made between loading the
+/// snapshot and checking it may cover a revision the snapshot does not have (a replica waking
+/// from SIGSTOP applies the revocation and proves itself while a request that started on the
+/// old snapshot is still being answered).
 #[derive(Debug)]
 pub struct Freshness {
     epoch: Instant,
-    /// Nanoseconds from `epoch` to the last proof's `t0`; 0 = never proved.
-    last_proof: AtomicU64,
+    /// The last proofs, newest first.
+    proofs: arc_swap::ArcSwap<[Proof; PROOFS_KEPT]>,
     max_staleness: Duration,
     pub on_stale: OnStale,
 }
@@ -81,28 +102,45 @@ impl Freshness {
     pub fn new(max_staleness: Duration, on_stale: OnStale) -> Self {
         Self {
             epoch: Instant::now(),
-            last_proof: AtomicU64::new(0),
+            proofs: arc_swap::ArcSwap::from_pointee([Proof::default(); PROOFS_KEPT]),
             max_staleness,
             on_stale,
         }
     }
 
+    fn since_epoch(&self, at: Instant) -> u64 {
+        u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
+    }
+
     /// How old the last proof is; `None` before the first.
     pub fn age(&self) -> Option<Duration> {
-        let at = self.last_proof.load(Ordering::Acquire);
-        (at != 0).then(|| {
-            self.epoch
-                .elapsed()
-                .saturating_sub(Duration::from_nanos(at))
+        let latest = self.proofs.load()[0];
+        (latest.at != 0).then(|| {
+            Duration::from_nanos(self.since_epoch(Instant::now()).saturating_sub(latest.at))
         })
     }
 
-    /// Whether this replica may be behind a change acknowledged elsewhere.
+    /// Whether this replica may be behind a change acknowledged elsewhere (readiness, status).
     pub fn fenced(&self) -> bool {
         if self.on_stale == OnStale::ServeStale {
             return false;
         }
         self.age().is_none_or(|age| age > self.max_staleness)
+    }
+
+    /// Whether an answer computed on the policy at `revision` may be behind a change
+    /// acknowledged elsewhere: no recent enough proof covers that revision.
+    pub fn fenced_for(&self, revision: u64) -> bool {
+        if self.on_stale == OnStale::ServeStale {
+            return false;
+        }
+        let now = self.since_epoch(Instant::now());
+        let limit = u64::try_from(self.max_staleness.as_nanos()).unwrap_or(u64::MAX);
+        !self
+            .proofs
+            .load()
+            .iter()
+            .any(|p| p.at != 0 && p.head <= revision && now.saturating_sub(p.at) <= limit)
     }
 
     /// The refusal a fenced replica gives.
@@ -117,11 +155,18 @@ impl Freshness {
         }
     }
 
-    fn proved(&self, t0: Instant) {
-        let at = u64::try_from(t0.duration_since(self.epoch).as_nanos())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        self.last_proof.fetch_max(at, Ordering::AcqRel);
+    /// Records a proof: the head read at `t0` was `head`, applied here. Proofs are made one
+    /// at a time (one task), so they arrive in order.
+    fn proved(&self, t0: Instant, head: u64) {
+        let proof = Proof {
+            at: self.since_epoch(t0).max(1),
+            head,
+        };
+        let previous = self.proofs.load();
+        let mut proofs = [Proof::default(); PROOFS_KEPT];
+        proofs[0] = proof;
+        proofs[1..].copy_from_slice(&previous[..PROOFS_KEPT - 1]);
+        self.proofs.store(Arc::new(proofs));
     }
 }
 
@@ -363,7 +408,7 @@ impl Replication {
             }
         };
         if self.store.revision() >= newest {
-            self.freshness.proved(t0);
+            self.freshness.proved(t0, newest);
             return true;
         }
         false
@@ -416,5 +461,42 @@ impl Replication {
         if let Err(error) = self.client.lease_revoke(lease).await {
             tracing::debug!(%error, "etcd: cannot revoke the lease on shutdown");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    /// An answer is fresh only on a snapshot some recent proof covers: a proof made after the
+    /// snapshot was loaded (of a newer head) does not vouch for it.
+    #[test]
+    fn a_proof_covers_only_snapshots_at_or_after_the_head_it_read() {
+        let freshness = Freshness::new(Duration::from_millis(300), OnStale::Unavailable);
+        assert!(
+            freshness.fenced() && freshness.fenced_for(10),
+            "never proved"
+        );
+        freshness.proved(Instant::now(), 5);
+        assert!(!freshness.fenced());
+        assert!(!freshness.fenced_for(5) && !freshness.fenced_for(6));
+        assert!(
+            freshness.fenced_for(4),
+            "a snapshot older than the proved head"
+        );
+        // An older proof of an older head still covers the older snapshot.
+        freshness.proved(Instant::now(), 8);
+        assert!(!freshness.fenced_for(5) && freshness.fenced_for(4));
+        // Proofs older than --max-staleness cover nothing.
+        std::thread::sleep(Duration::from_millis(350));
+        assert!(freshness.fenced() && freshness.fenced_for(8) && freshness.fenced_for(100));
+        // Only the last few proofs are kept.
+        for head in 20..20 + PROOFS_KEPT as u64 {
+            freshness.proved(Instant::now(), head);
+        }
+        assert!(freshness.fenced_for(19) && !freshness.fenced_for(20));
+        let serve_stale = Freshness::new(Duration::from_millis(1), OnStale::ServeStale);
+        assert!(!serve_stale.fenced() && !serve_stale.fenced_for(1));
     }
 }
