@@ -427,7 +427,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .into_axum_router()
         .route(
             "/metrics",
-            axum::routing::get(metrics_exposition(&state, &store_cell)),
+            axum::routing::get(metrics_exposition(&state, &store_cell, &replication_cell)),
         );
     // The layers wrap the router once, as one service: `Router::layer` would wrap every route
     // in its own boxed service, a clone and an allocation per layer on every request.
@@ -592,11 +592,12 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     Ok(Outcome::Success)
 }
 
-/// The `/metrics` handler: Prometheus text, with the figures the state and store keep read
-/// now.
+/// The `/metrics` handler: Prometheus text, with the figures the state, store and (etcd mode)
+/// replication keep read now.
 fn metrics_exposition(
     state: &Arc<ServingState>,
     store: &StoreCell,
+    replication: &crate::api::admin::ReplicationCell,
 ) -> impl Fn() -> std::future::Ready<([(http::header::HeaderName, &'static str); 1], String)>
        + Clone
        + Send
@@ -604,9 +605,11 @@ fn metrics_exposition(
        + 'static {
     let state = Arc::clone(state);
     let store = Arc::clone(store);
+    let replication = Arc::clone(replication);
     move || {
         let mut figures = state.scrape_figures();
         figures.reload_errors = store.get().map_or(0, |store| store.reload_errors());
+        figures.store = crate::api::admin::store_figures(&replication);
         std::future::ready((
             [(
                 http::header::CONTENT_TYPE,

@@ -124,8 +124,8 @@ impl ServingState {
         &self.metrics
     }
 
-    /// The figures `/metrics` reads at scrape time from the state itself. `reload_errors` is
-    /// the store's, filled by the caller.
+    /// The figures `/metrics` reads at scrape time from the state itself. `reload_errors` and
+    /// `store` are the store's and the replication's, filled by the caller.
     pub fn scrape_figures(&self) -> ScrapeFigures {
         let cache = &self.cache;
         let stats = &cache.stats;
@@ -139,6 +139,7 @@ impl ServingState {
             cache_evictions: stats.evictions.get(),
             cache_invalidations: cache.invalidations(),
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
+            store: Default::default(),
         }
     }
 

@@ -20,6 +20,7 @@ use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::serving::ServingState;
 use crate::store::etcd::{AckMode, AckReport, Replication};
 use crate::store::{find_object, ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
+use crate::telemetry::metrics::{EtcdFigures, StoreFigures};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
 const ALL_KINDS: [ObjectKind; 4] = [
@@ -59,6 +60,21 @@ pub struct AdminApi {
 
 /// The replication, set once etcd mode has started (empty in directory mode).
 pub type ReplicationCell = Arc<std::sync::OnceLock<Arc<Replication>>>;
+
+/// Where the policy lives, read now: what `Status` answers and `/metrics` exports.
+pub fn store_figures(replication: &ReplicationCell) -> StoreFigures {
+    let Some(replication) = replication.get() else {
+        return StoreFigures::Directory;
+    };
+    let freshness = &replication.freshness;
+    StoreFigures::Etcd(EtcdFigures {
+        replica_id: replication.id().to_string(),
+        endpoint: replication.active_endpoint(),
+        freshness_age: freshness.age(),
+        fenced: freshness.fenced(),
+        replicas: replication.replicas(),
+    })
+}
 
 impl AdminApi {
     pub fn new(
@@ -163,30 +179,29 @@ impl AdminApi {
     }
 
     /// The store's part of `Status`: where the policy lives and, in etcd mode, this replica's
-    /// freshness and the replica table.
+    /// freshness and the replica table (the figures `/metrics` shows, see [`store_figures`]).
     fn store_status(&self) -> proto::StatusResponse {
-        let Some(replication) = self.replication.get() else {
-            return proto::StatusResponse {
+        match store_figures(&self.replication) {
+            StoreFigures::Directory => proto::StatusResponse {
                 store: "directory".into(),
                 ..Default::default()
-            };
-        };
-        let freshness = &replication.freshness;
-        proto::StatusResponse {
-            store: "etcd".into(),
-            replica_id: replication.id().to_string(),
-            etcd_endpoint: replication.active_endpoint(),
-            freshness_age_seconds: freshness.age().map_or(-1.0, |age| age.as_secs_f64()),
-            fenced: freshness.fenced(),
-            replicas: replication
-                .replicas()
-                .into_iter()
-                .map(|(id, applied_revision)| proto::ReplicaStatus {
-                    id,
-                    applied_revision,
-                })
-                .collect(),
-            ..Default::default()
+            },
+            StoreFigures::Etcd(etcd) => proto::StatusResponse {
+                store: "etcd".into(),
+                freshness_age_seconds: etcd.freshness_age_seconds(),
+                replica_id: etcd.replica_id,
+                etcd_endpoint: etcd.endpoint,
+                fenced: etcd.fenced,
+                replicas: etcd
+                    .replicas
+                    .into_iter()
+                    .map(|(id, applied_revision)| proto::ReplicaStatus {
+                        id,
+                        applied_revision,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
         }
     }
 

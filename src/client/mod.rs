@@ -1,5 +1,5 @@
-//! The client commands (`apply`, `delete`, `get`, `watch`, `status`): `authz.v1.PolicyAdmin`
-//! calls to a running server, answers rendered for people on `out`.
+//! The client commands (`apply`, `delete`, `get`, `watch`, `status`, `replicas`):
+//! `authz.v1.PolicyAdmin` calls to a running server, answers rendered for people on `out`.
 //!
 //! Errors keep the server's gRPC code and message (`NotFound: Role `dev/x` not found`); a
 //! connection that cannot be made is reported as `Unavailable`, a timeout as
@@ -18,7 +18,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
-use crate::config::{ClientCommand, ClientSettings, ManifestSource};
+use crate::config::{Ack, ClientCommand, ClientSettings, ManifestSource};
 use crate::proto;
 use crate::proto::policy_admin_client::PolicyAdminClient;
 use crate::store::ObjectRef;
@@ -97,22 +97,26 @@ pub async fn run(
     };
     let mut client = connect(server).await?;
     let result = match command {
-        ClientCommand::Apply { dry_run, .. } => {
-            apply(&mut client, server, manifests, dry_run, out).await
+        ClientCommand::Apply { dry_run, ack, .. } => {
+            apply(&mut client, server, manifests, dry_run, ack, out).await
         }
-        ClientCommand::Delete(object) => {
+        ClientCommand::Delete { object, ack } => {
             let response = unary(
                 server,
                 client.delete(request(
                     server,
                     proto::DeleteRequest {
                         object: Some(wire_ref(&object)),
-                        ..Default::default()
+                        ack: wire_ack(ack) as i32,
                     },
                 )?),
             )
             .await?;
-            writeln!(out, "deleted at revision {}", response.revision).map_err(ClientError::from)
+            writeln!(out, "deleted at revision {}", response.revision)?;
+            out.write_all(
+                acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
+            )
+            .map_err(ClientError::from)
         }
         ClientCommand::Get(object) => {
             let response = unary(
@@ -163,6 +167,30 @@ pub async fn run(
             .await?;
             out.write_all(status(&response).as_bytes())
                 .map_err(ClientError::from)
+        }
+        ClientCommand::Replicas => {
+            let response = unary(
+                server,
+                client.status(request(server, proto::StatusRequest {})?),
+            )
+            .await?;
+            match replica_table(&response) {
+                Some(table) => out.write_all(table.as_bytes()).map_err(ClientError::from),
+                None => {
+                    // Not a failure: the answer is that there are none. Stdout stays empty
+                    // (as for `get` of a kind with no objects); the note is for the person.
+                    eprintln!(
+                        "the server at {} is not in etcd mode (store: {}): it has no replicas",
+                        server.url,
+                        if response.store.is_empty() {
+                            "directory"
+                        } else {
+                            &response.store
+                        }
+                    );
+                    Ok(())
+                }
+            }
         }
     };
     match result.and_then(|()| out.flush().map_err(ClientError::from)) {
@@ -297,6 +325,7 @@ async fn apply(
     server: &ClientSettings,
     manifests: Vec<(String, String)>,
     dry_run: bool,
+    ack: Ack,
     out: &mut dyn Write,
 ) -> Result<()> {
     let suffix = if dry_run { " (dry run)" } else { "" };
@@ -304,14 +333,15 @@ async fn apply(
         // A file is one write (atomic) where the server can take it whole; an etcd-mode
         // server refuses more objects than one etcd transaction takes, and then the file goes
         // in chunks.
-        let response = match apply_one(client, server, &source_name, &manifest, dry_run).await {
+        let response = match apply_one(client, server, &source_name, &manifest, dry_run, ack).await
+        {
             Err(ClientError::Rpc { status, .. })
                 if status.code() == tonic::Code::InvalidArgument
                     && status.message().contains(TRANSACTION_LIMIT) =>
             {
                 let mut last = None;
                 for (name, chunk) in chunked(source_name.clone(), manifest) {
-                    let response = apply_one(client, server, &name, &chunk, dry_run).await?;
+                    let response = apply_one(client, server, &name, &chunk, dry_run, ack).await?;
                     for object in &response.applied {
                         writeln!(out, "{} applied{suffix}", object_label(object))?;
                     }
@@ -321,6 +351,15 @@ async fn apply(
                 match last {
                     Some(response) => {
                         writeln!(out, "revision {}{suffix}", response.revision)?;
+                        // The last chunk's acknowledgement covers the earlier ones: a replica
+                        // that applied its revision applied theirs (revisions only grow).
+                        out.write_all(
+                            acknowledgement(
+                                &response.replicas_confirmed,
+                                &response.replicas_fenced,
+                            )
+                            .as_bytes(),
+                        )?;
                         out.flush()?;
                         continue;
                     }
@@ -333,6 +372,9 @@ async fn apply(
             writeln!(out, "{} applied{suffix}", object_label(object))?;
         }
         writeln!(out, "revision {}{suffix}", response.revision)?;
+        out.write_all(
+            acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
+        )?;
         // Each file is its own request: show its result before the next one can fail.
         out.flush()?;
     }
@@ -349,13 +391,14 @@ async fn apply_one(
     source_name: &str,
     manifest: &str,
     dry_run: bool,
+    ack: Ack,
 ) -> Result<proto::ApplyResponse> {
     let call = client.apply(request(
         server,
         proto::ApplyRequest {
             manifest: manifest.to_string(),
             dry_run,
-            ..Default::default()
+            ack: wire_ack(ack) as i32,
         },
     )?);
     unary(server, call).await.map_err(|error| match error {
@@ -451,6 +494,31 @@ pub fn object_label(object: &proto::ObjectRef) -> String {
     }
 }
 
+fn wire_ack(ack: Ack) -> proto::Ack {
+    match ack {
+        Ack::Cluster => proto::Ack::Cluster,
+        Ack::Local => proto::Ack::Local,
+        Ack::Committed => proto::Ack::Committed,
+    }
+}
+
+/// `acknowledged by a, b; fenced: c` and a newline: who confirmed a write and who was taken as
+/// fenced (etcd mode); empty when the server named no replica (directory mode, a dry run).
+pub fn acknowledgement(confirmed: &[String], fenced: &[String]) -> String {
+    let mut parts = Vec::new();
+    if !confirmed.is_empty() {
+        parts.push(format!("acknowledged by {}", confirmed.join(", ")));
+    }
+    if !fenced.is_empty() {
+        parts.push(format!("fenced: {}", fenced.join(", ")));
+    }
+    if parts.is_empty() {
+        String::new()
+    } else {
+        format!("{}\n", parts.join("; "))
+    }
+}
+
 fn wire_ref(object: &ObjectRef) -> proto::ObjectRef {
     proto::ObjectRef {
         kind: object.kind.as_str().to_string(),
@@ -517,15 +585,51 @@ pub fn watch_event(event: &proto::WatchEvent, manifests: bool) -> String {
 /// cache evictions: 0
 /// cache stale inserts refused: 0
 /// ```
-/// A multi-line last error continues on indented lines.
+/// A multi-line last error continues on indented lines. An etcd-mode server's store comes
+/// after the last error (`revision` is then the etcd revision this replica applied last):
+/// ```text
+/// store: etcd
+/// replica id: a
+/// etcd endpoint: http://10.0.0.1:2379
+/// freshness age: 0.2s
+/// fenced: no
+/// replicas:
+///   REPLICA  APPLIED  NOTE
+///   a        42       this replica
+///   b        40       behind
+/// ```
 pub fn status(response: &proto::StatusResponse) -> String {
     let last_error = if response.last_error.trim().is_empty() {
         "none".to_string()
     } else {
         response.last_error.trim_end().replace('\n', "\n  ")
     };
+    let store = if is_etcd(response) {
+        let age = if response.freshness_age_seconds < 0.0 {
+            "none (not yet proved current with etcd)".to_string()
+        } else {
+            format!("{:.1}s", response.freshness_age_seconds)
+        };
+        let fenced = if response.fenced {
+            "yes (allows are refused until this replica proves its policy current again)"
+        } else {
+            "no"
+        };
+        let replicas: String = replica_table(response)
+            .unwrap_or_default()
+            .lines()
+            .map(|line| format!("  {line}\n"))
+            .collect();
+        format!(
+            "store: etcd\nreplica id: {}\netcd endpoint: {}\nfreshness age: {age}\n\
+             fenced: {fenced}\nreplicas:\n{replicas}",
+            response.replica_id, response.etcd_endpoint,
+        )
+    } else {
+        String::new()
+    };
     format!(
-        "revision: {}\nlast error: {last_error}\ncache entries: {}\ncache hits: {}\n\
+        "revision: {}\nlast error: {last_error}\n{store}cache entries: {}\ncache hits: {}\n\
          cache misses: {}\ncache inserts: {}\ncache invalidations: {}\ncache evictions: {}\n\
          cache stale inserts refused: {}\n",
         response.revision,
@@ -537,6 +641,76 @@ pub fn status(response: &proto::StatusResponse) -> String {
         response.cache_evictions,
         response.cache_stale_inserts_refused,
     )
+}
+
+fn is_etcd(response: &proto::StatusResponse) -> bool {
+    response.store == "etcd"
+}
+
+/// The replica table of an etcd-mode server, one line per replica under a header; `None` in
+/// directory mode. `this replica` marks the server's own; `behind` a replica whose applied
+/// revision is below the newest policy revision the answer knows (the server's own, or one a
+/// replica reported): it has not applied the latest change yet (or is gone, and its entry
+/// not yet expired).
+/// ```text
+/// REPLICA  APPLIED  NOTE
+/// a        42       this replica
+/// b        40       behind
+/// c        42
+/// ```
+pub fn replica_table(response: &proto::StatusResponse) -> Option<String> {
+    if !is_etcd(response) {
+        return None;
+    }
+    let newest = response
+        .replicas
+        .iter()
+        .map(|replica| replica.applied_revision)
+        .chain([response.revision])
+        .max()
+        .unwrap_or(0);
+    let rows: Vec<[String; 3]> = response
+        .replicas
+        .iter()
+        .map(|replica| {
+            let mut notes = Vec::new();
+            if replica.id == response.replica_id {
+                notes.push("this replica");
+            }
+            if replica.applied_revision < newest {
+                notes.push("behind");
+            }
+            [
+                replica.id.clone(),
+                replica.applied_revision.to_string(),
+                notes.join(", "),
+            ]
+        })
+        .collect();
+    let header = ["REPLICA".to_string(), "APPLIED".into(), "NOTE".into()];
+    let widths: Vec<usize> = (0..2)
+        .map(|column| {
+            std::iter::once(&header)
+                .chain(&rows)
+                .map(|row| row[column].chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut table = String::new();
+    for row in std::iter::once(&header).chain(&rows) {
+        let line = format!(
+            "{:<w0$}  {:<w1$}  {}",
+            row[0],
+            row[1],
+            row[2],
+            w0 = widths[0],
+            w1 = widths[1]
+        );
+        table.push_str(line.trim_end());
+        table.push('\n');
+    }
+    Some(table)
 }
 
 /// `10s`, `250ms`, `1.5s`: how the timeout is named in messages.
@@ -651,6 +825,108 @@ mod tests {
         assert!(text.contains("cache hits: 2\n"), "{text}");
         response.last_error = "a.yaml:1: x\nb.yaml:2: y\n".into();
         assert!(status(&response).contains("last error: a.yaml:1: x\n  b.yaml:2: y\ncache"));
+    }
+
+    fn etcd_status(fenced: bool, age: f64) -> proto::StatusResponse {
+        proto::StatusResponse {
+            revision: 42,
+            cache_entries: 3,
+            store: "etcd".into(),
+            replica_id: "b".into(),
+            etcd_endpoint: "http://10.0.0.1:2379".into(),
+            freshness_age_seconds: age,
+            fenced,
+            replicas: [("a", 42), ("b", 42), ("replica-c", 40)]
+                .into_iter()
+                .map(|(id, applied_revision)| proto::ReplicaStatus {
+                    id: id.into(),
+                    applied_revision,
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// Directory mode prints what it always did, nothing of etcd; etcd mode adds the store,
+    /// replica id, endpoint, freshness, fenced state and the replica table.
+    #[test]
+    fn status_shows_the_etcd_store_only_in_etcd_mode() {
+        let directory = proto::StatusResponse {
+            revision: 7,
+            cache_entries: 3,
+            store: "directory".into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            status(&directory),
+            "revision: 7\nlast error: none\ncache entries: 3\ncache hits: 0\ncache misses: 0\n\
+             cache inserts: 0\ncache invalidations: 0\ncache evictions: 0\n\
+             cache stale inserts refused: 0\n"
+        );
+        assert_eq!(replica_table(&directory), None);
+
+        assert_eq!(
+            status(&etcd_status(false, 0.25)),
+            "revision: 42\nlast error: none\nstore: etcd\nreplica id: b\n\
+             etcd endpoint: http://10.0.0.1:2379\nfreshness age: 0.2s\nfenced: no\nreplicas:\n\
+             \x20 REPLICA    APPLIED  NOTE\n\
+             \x20 a          42\n\
+             \x20 b          42       this replica\n\
+             \x20 replica-c  40       behind\n\
+             cache entries: 3\ncache hits: 0\ncache misses: 0\ncache inserts: 0\n\
+             cache invalidations: 0\ncache evictions: 0\ncache stale inserts refused: 0\n"
+        );
+        let text = status(&etcd_status(true, -1.0));
+        assert!(text.contains("\nfenced: yes (allows are refused"), "{text}");
+        assert!(
+            text.contains("\nfreshness age: none (not yet proved current with etcd)\n"),
+            "{text}"
+        );
+    }
+
+    /// One line per replica; this server's own marked, and a replica below the newest known
+    /// revision marked behind — this server's own too, when another is ahead of it.
+    #[test]
+    fn the_replica_table_marks_this_replica_and_those_behind() {
+        assert_eq!(
+            replica_table(&etcd_status(false, 0.1)).unwrap(),
+            "REPLICA    APPLIED  NOTE\na          42\nb          42       this replica\n\
+             replica-c  40       behind\n"
+        );
+        let mut behind = etcd_status(false, 0.1);
+        behind.revision = 40;
+        behind.replica_id = "replica-c".into();
+        behind.replicas[2].applied_revision = 40;
+        behind.replicas[0].applied_revision = 45;
+        let table = replica_table(&behind).unwrap();
+        assert!(
+            table.ends_with("replica-c  40       this replica, behind\n"),
+            "{table}"
+        );
+        assert!(table.contains("\na          45\n"), "{table}");
+        assert!(table.contains("\nb          42       behind\n"), "{table}");
+    }
+
+    #[test]
+    fn writes_report_who_acknowledged_and_who_was_fenced() {
+        let names = |list: &[&str]| -> Vec<String> { list.iter().map(|s| s.to_string()).collect() };
+        assert_eq!(acknowledgement(&[], &[]), "");
+        assert_eq!(
+            acknowledgement(&names(&["a", "b"]), &[]),
+            "acknowledged by a, b\n"
+        );
+        assert_eq!(
+            acknowledgement(&names(&["a", "b"]), &names(&["c"])),
+            "acknowledged by a, b; fenced: c\n"
+        );
+        assert_eq!(acknowledgement(&[], &names(&["c", "d"])), "fenced: c, d\n");
+        for (ack, wire) in [
+            (Ack::Cluster, proto::Ack::Cluster),
+            (Ack::Local, proto::Ack::Local),
+            (Ack::Committed, proto::Ack::Committed),
+        ] {
+            assert_eq!(wire_ack(ack), wire);
+        }
     }
 
     #[test]

@@ -1,11 +1,12 @@
-//! The commands against a running server (`apply`, `delete`, `get`, `watch`, `status`): where
+//! The commands against a running server (`apply`, `delete`, `get`, `watch`, `status`,
+//! `replicas`): where
 //! the server is ([`ClientArgs`], validated as [`ClientSettings`]), each command's flags, and
 //! what the command asks of the server ([`ClientCommand`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 
 use crate::store::{ObjectKind, ObjectRef};
 
@@ -85,6 +86,21 @@ fn parse_kind(s: &str) -> Result<ObjectKind, String> {
     s.parse()
 }
 
+/// How far a write must reach before the server answers (etcd mode; a directory-mode server
+/// answers once it applied the write, whatever is asked).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Ack {
+    /// Every live replica applied the change or fenced itself (answers no allow until it has
+    /// caught up); waits at most the server's --max-staleness for a replica that does not
+    /// answer.
+    #[default]
+    Cluster,
+    /// The replica asked applied it.
+    Local,
+    /// etcd committed it (the replica asked applied it too).
+    Committed,
+}
+
 #[derive(Debug, Args)]
 pub struct ApplyArgs {
     #[command(flatten)]
@@ -98,6 +114,11 @@ pub struct ApplyArgs {
     /// Validate and report what would be applied without changing anything.
     #[arg(long)]
     pub dry_run: bool,
+
+    /// etcd mode: how far the write must reach before the answer (the output then names the
+    /// replicas that confirmed it and those taken as fenced).
+    #[arg(long, value_enum, value_name = "SCOPE", default_value_t = Ack::Cluster)]
+    pub ack: Ack,
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +134,10 @@ pub struct DeleteArgs {
     /// Namespace of a Role or RoleBinding (required for those, refused for cluster kinds).
     #[arg(long, short = 'n', value_name = "NAMESPACE")]
     pub namespace: Option<String>,
+
+    /// etcd mode: how far the deletion must reach before the answer (as for `apply`).
+    #[arg(long, value_enum, value_name = "SCOPE", default_value_t = Ack::Cluster)]
+    pub ack: Ack,
 }
 
 #[derive(Debug, Args)]
@@ -145,6 +170,12 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 pub struct StatusArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ReplicasArgs {
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -185,8 +216,12 @@ pub enum ClientCommand {
     Apply {
         sources: Vec<ManifestSource>,
         dry_run: bool,
+        ack: Ack,
     },
-    Delete(ObjectRef),
+    Delete {
+        object: ObjectRef,
+        ack: Ack,
+    },
     Get(ObjectRef),
     /// Every object of `kind` in `namespace` (every namespace when empty).
     List {
@@ -198,6 +233,8 @@ pub enum ClientCommand {
         manifests: bool,
     },
     Status,
+    /// The replica table (etcd mode), from `Status`.
+    Replicas,
 }
 
 /// One object named on the command line: namespaced kinds need `-n`, cluster kinds refuse it.
@@ -331,7 +368,9 @@ mod tests {
             })
         );
         let (_, command) = client(&["delete", "ClusterRole", "admin"]).unwrap();
-        assert!(matches!(command, ClientCommand::Delete(r) if r.kind == ObjectKind::ClusterRole));
+        assert!(
+            matches!(command, ClientCommand::Delete { object, ack: Ack::Cluster } if object.kind == ObjectKind::ClusterRole)
+        );
         let (_, command) = client(&["get", "roles"]).unwrap();
         assert_eq!(
             command,
@@ -364,10 +403,38 @@ mod tests {
                     ManifestSource::Stdin
                 ],
                 dry_run: true,
+                ack: Ack::Cluster,
             }
         );
         assert!(client(&["apply"]).is_err());
         assert!(client(&["apply", "-f", "-", "-f", "-"]).is_err());
+    }
+
+    #[test]
+    fn writes_take_an_acknowledgement_scope() {
+        for (given, ack) in [
+            ("cluster", Ack::Cluster),
+            ("local", Ack::Local),
+            ("committed", Ack::Committed),
+        ] {
+            let (_, command) = client(&["apply", "-f", "a.yaml", "--ack", given]).unwrap();
+            assert!(
+                matches!(command, ClientCommand::Apply { ack: a, .. } if a == ack),
+                "{given}"
+            );
+            let (_, command) = client(&["delete", "clusterrole", "x", "--ack", given]).unwrap();
+            assert!(
+                matches!(command, ClientCommand::Delete { ack: a, .. } if a == ack),
+                "{given}"
+            );
+        }
+        assert_eq!(
+            client(&["apply", "-f", "a.yaml", "--ack", "everyone"])
+                .unwrap_err()
+                .exit_code(),
+            2
+        );
+        assert_eq!(client(&["replicas"]).unwrap().1, ClientCommand::Replicas);
     }
 
     #[test]

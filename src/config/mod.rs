@@ -8,8 +8,8 @@
 //!
 //! * `serve.rs`: `serve` (listeners, authentication, Envoy ext_authz, limits, audit log:
 //!   [`ServeArgs`] to [`ServeSettings`]);
-//! * `client.rs`: the commands against a running server, `apply`, `delete`, `get`, `watch`
-//!   and `status` ([`ClientArgs`] to [`ClientSettings`], [`ClientCommand`]);
+//! * `client.rs`: the commands against a running server, `apply`, `delete`, `get`, `watch`,
+//!   `status` and `replicas` ([`ClientArgs`] to [`ClientSettings`], [`ClientCommand`]);
 //! * `offline.rs`: the offline policy commands `check`, `who-can` and `lint` ([`ActionArgs`]);
 //! * `policy.rs`: the policy and authorizer-chain flags that `serve` and the offline commands
 //!   share ([`PolicyArgs`], [`ChainArgs`] to [`EngineSettings`]).
@@ -29,8 +29,8 @@ mod policy;
 mod serve;
 
 pub use client::{
-    parse_server, ApplyArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs, GetArgs,
-    ManifestSource, StatusArgs, WatchArgs,
+    parse_server, Ack, ApplyArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs, GetArgs,
+    ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
 };
 pub use offline::{ActionArgs, CheckArgs, LintArgs, WhoCanArgs};
 pub use policy::{
@@ -69,10 +69,12 @@ pub enum Command {
     WhoCan(WhoCanArgs),
     /// Validate policy files (exit 0 clean, 1 problems found, 2 usage error).
     Lint(LintArgs),
-    /// Create or replace policy objects on a running server from YAML or JSON manifests.
+    /// Create or replace policy objects on a running server from YAML or JSON manifests (etcd
+    /// mode: also prints the replicas that acknowledged the write, and those fenced).
     #[command(after_help = CLIENT_EXIT_CODES)]
     Apply(ApplyArgs),
-    /// Delete one policy object on a running server.
+    /// Delete one policy object on a running server (etcd mode: also prints the replicas that
+    /// acknowledged it, and those fenced).
     #[command(after_help = CLIENT_EXIT_CODES)]
     Delete(DeleteArgs),
     /// Print one policy object (YAML), or every object of a kind, from a running server.
@@ -81,16 +83,23 @@ pub enum Command {
     /// Print policy changes on a running server as they happen, until interrupted.
     #[command(after_help = CLIENT_EXIT_CODES)]
     Watch(WatchArgs),
-    /// Print a running server's revision, last reload error and cache statistics.
+    /// Print a running server's revision, last reload error and cache statistics; in etcd
+    /// mode also its replica id, etcd endpoint, freshness, fenced state and the replica table.
     #[command(after_help = CLIENT_EXIT_CODES)]
     Status(StatusArgs),
+    /// Print the replica table of an etcd-mode server: each replica's id and applied revision,
+    /// this server's own marked, those behind marked (a directory-mode server has none: a note
+    /// on stderr, exit 0).
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Replicas(ReplicasArgs),
 }
 
 const EXIT_CODES: &str = "\
 Exit codes:
   0  success (check: allowed)
   1  check: not allowed; lint: problems found; serve: cannot listen or failed;
-     apply, delete, get, watch, status: the server is unreachable or refused
+     apply, delete, get, watch, status, replicas: the server is unreachable or
+     refused
      (stderr: `error: CODE: MESSAGE`)
   2  usage error; policy that does not load; unreadable -f file";
 
@@ -229,11 +238,15 @@ impl Cli {
                 ClientCommand::Apply {
                     sources: ApplyArgs::sources(args.files)?,
                     dry_run: args.dry_run,
+                    ack: args.ack,
                 },
             ),
             Command::Delete(args) => client(
                 args.client,
-                ClientCommand::Delete(object_ref("delete", args.kind, args.namespace, args.name)?),
+                ClientCommand::Delete {
+                    object: object_ref("delete", args.kind, args.namespace, args.name)?,
+                    ack: args.ack,
+                },
             ),
             Command::Get(args) => {
                 let command = match args.name {
@@ -255,6 +268,7 @@ impl Cli {
                 },
             ),
             Command::Status(args) => client(args.client, ClientCommand::Status),
+            Command::Replicas(args) => client(args.client, ClientCommand::Replicas),
         })
     }
 }

@@ -14,10 +14,19 @@
 //!
 //! The recorder is owned, not installed globally, so several servers in one process (tests)
 //! keep separate figures.
+//!
+//! Where the policy lives ([`StoreFigures`]) is exported too: `authzd_store_info` in either
+//! mode, and in etcd mode this replica's freshness, fenced state and the size of the replica
+//! table. Those gauges are registered on the first etcd-mode scrape, so a directory-mode
+//! exposition does not carry etcd series stuck at 0.
 
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use metrics::{Counter, Gauge, Histogram, Key, KeyName, Label, Level, Metadata, Recorder, Unit};
+use metrics_exporter_prometheus::formatting::{write_help_line, write_type_line};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle, PrometheusRecorder};
 
 use crate::counter::Counter as Tally;
@@ -223,8 +232,40 @@ impl Route {
     }
 }
 
+/// Where the policy lives, as `Status` and `/metrics` show it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub enum StoreFigures {
+    /// A policy directory (the default).
+    #[default]
+    Directory,
+    /// etcd mode: this replica's part in the replication.
+    Etcd(EtcdFigures),
+}
+
+/// One etcd-mode replica as it sees itself and the others.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EtcdFigures {
+    /// `--replica-id`.
+    pub replica_id: String,
+    /// The etcd endpoint this replica talks to now (it changes on failover).
+    pub endpoint: String,
+    /// How old this replica's last freshness proof is; `None` before the first.
+    pub freshness_age: Option<Duration>,
+    /// Whether allows are refused (or denied, per `--on-stale`) for want of a recent proof.
+    pub fenced: bool,
+    /// The replica table: every registered replica and the revision it reported applied.
+    pub replicas: BTreeMap<String, u64>,
+}
+
+impl EtcdFigures {
+    /// The freshness age in seconds, -1 before the first proof (as `Status` reports it).
+    pub fn freshness_age_seconds(&self) -> f64 {
+        self.freshness_age.map_or(-1.0, |age| age.as_secs_f64())
+    }
+}
+
 /// Figures read at scrape time from where the server already keeps them.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct ScrapeFigures {
     pub revision: u64,
     pub reload_errors: u64,
@@ -235,7 +276,21 @@ pub struct ScrapeFigures {
     pub cache_evictions: u64,
     pub cache_invalidations: u64,
     pub cache_stale_inserts_refused: u64,
+    pub store: StoreFigures,
 }
+
+/// etcd mode's gauges (see the module docs for why they are registered late).
+struct StoreInstruments {
+    fenced: Gauge,
+    freshness_age_seconds: Gauge,
+    replicas: Gauge,
+}
+
+/// The info-style series naming the store. Its labels change (the endpoint, on failover), and
+/// an exporter series, once registered, stays: so it is written at scrape time, one current
+/// line, with the exporter's own HELP/TYPE formatting and label escaping.
+const STORE_INFO: &str = "authzd_store_info";
+const STORE_INFO_HELP: &str = "Where the policy lives (store: directory or etcd; in etcd mode this replica's id and the etcd endpoint it talks to now); always 1.";
 
 struct ScrapeInstruments {
     revision: Gauge,
@@ -261,6 +316,9 @@ pub struct Metrics {
     started: Tally,
     finished: Tally,
     scrape: ScrapeInstruments,
+    /// Kept to register etcd mode's gauges on the first etcd-mode scrape.
+    recorder: PrometheusRecorder,
+    store: OnceLock<StoreInstruments>,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -351,6 +409,8 @@ impl Metrics {
             finished: Tally::default(),
             scrape,
             handle,
+            recorder,
+            store: OnceLock::new(),
         }
     }
 
@@ -425,8 +485,67 @@ impl Metrics {
         let finished = self.finished.get();
         let started = self.started.get();
         self.in_flight.set(started.saturating_sub(finished) as f64);
-        self.handle.render()
+        if let StoreFigures::Etcd(etcd) = &figures.store {
+            let store = self.store.get_or_init(|| {
+                let gauge = |name: &'static str| {
+                    self.recorder
+                        .register_gauge(&Key::from_name(name), &METADATA)
+                };
+                StoreInstruments {
+                    fenced: gauge("authzd_store_fenced"),
+                    freshness_age_seconds: gauge("authzd_store_freshness_age_seconds"),
+                    replicas: gauge("authzd_store_replicas"),
+                }
+            });
+            store.fenced.set(if etcd.fenced { 1.0 } else { 0.0 });
+            store
+                .freshness_age_seconds
+                .set(etcd.freshness_age_seconds());
+            store.replicas.set(etcd.replicas.len() as f64);
+        }
+        let mut text = self.handle.render();
+        store_info(&mut text, &figures.store);
+        text
     }
+}
+
+/// Appends `authzd_store_info{store="...",...} 1` (with its HELP and TYPE lines) to an
+/// exposition.
+fn store_info(text: &mut String, store: &StoreFigures) {
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    write_help_line(text, STORE_INFO, None, None, STORE_INFO_HELP);
+    write_type_line(text, STORE_INFO, None, None, "gauge");
+    match store {
+        StoreFigures::Directory => {
+            let _ = writeln!(text, "{STORE_INFO}{{store=\"directory\"}} 1");
+        }
+        StoreFigures::Etcd(etcd) => {
+            let _ = writeln!(
+                text,
+                "{STORE_INFO}{{store=\"etcd\",replica_id=\"{}\",endpoint=\"{}\"}} 1",
+                label_value(&etcd.replica_id),
+                label_value(&etcd.endpoint),
+            );
+        }
+    }
+}
+
+/// A label value as the text exposition format escapes it: `\` `"` and line feeds. (Not the
+/// exporter's `sanitize_label_value`: it takes a backslash before a quote for an escape already
+/// made and drops it, so a replica id `a\"b` would be shown as `a"b`.)
+fn label_value(value: &str) -> String {
+    let mut escaped = String::with_capacity(value.len());
+    for c in value.chars() {
+        match c {
+            '\\' => escaped.push_str("\\\\"),
+            '"' => escaped.push_str("\\\""),
+            '\n' => escaped.push_str("\\n"),
+            c => escaped.push(c),
+        }
+    }
+    escaped
 }
 
 fn describe(recorder: &PrometheusRecorder) {
@@ -479,6 +598,18 @@ fn describe(recorder: &PrometheusRecorder) {
     counter(
         "authzd_cache_stale_inserts_refused_total",
         "Decisions not cached because the policy changed while they were computed.",
+    );
+    gauge(
+        "authzd_store_fenced",
+        "etcd mode: 1 while this replica is fenced (its last freshness proof is older than --max-staleness: allows refused per --on-stale), else 0.",
+    );
+    gauge(
+        "authzd_store_freshness_age_seconds",
+        "etcd mode: age of this replica's last proof that its policy is current (-1 before the first).",
+    );
+    gauge(
+        "authzd_store_replicas",
+        "etcd mode: replicas registered in the replica table (this one included).",
     );
 }
 
@@ -540,6 +671,7 @@ mod tests {
             cache_evictions: 3,
             cache_invalidations: 5,
             cache_stale_inserts_refused: 1,
+            store: StoreFigures::Directory,
         };
         let text = metrics.render(&figures);
         for (series, value) in [
@@ -555,6 +687,91 @@ mod tests {
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }
+    }
+
+    /// Directory mode: the info series says so and no etcd gauge appears. etcd mode: the
+    /// gauges follow the figures scrape by scrape, and the info series carries the current
+    /// endpoint only, its label values escaped.
+    #[test]
+    fn the_store_is_exported_by_mode() {
+        let metrics = Metrics::new();
+        let text = metrics.render(&ScrapeFigures::default());
+        assert_eq!(
+            sample(&text, r#"authzd_store_info{store="directory"}"#),
+            Some(1.0),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE authzd_store_info gauge\n"), "{text}");
+        assert!(text.contains("# HELP authzd_store_info "), "{text}");
+        for etcd_only in [
+            "authzd_store_fenced",
+            "authzd_store_freshness_age_seconds",
+            "authzd_store_replicas",
+        ] {
+            assert!(!text.contains(etcd_only), "{etcd_only} in\n{text}");
+        }
+
+        let mut etcd = EtcdFigures {
+            replica_id: "a".into(),
+            endpoint: "http://127.0.0.1:2379".into(),
+            freshness_age: Some(Duration::from_millis(250)),
+            fenced: false,
+            replicas: [("a".to_string(), 9), ("b".to_string(), 7)].into(),
+        };
+        let figures = |etcd: &EtcdFigures| ScrapeFigures {
+            store: StoreFigures::Etcd(etcd.clone()),
+            ..ScrapeFigures::default()
+        };
+        let text = metrics.render(&figures(&etcd));
+        assert_eq!(sample(&text, "authzd_store_fenced"), Some(0.0), "{text}");
+        assert_eq!(
+            sample(&text, "authzd_store_freshness_age_seconds"),
+            Some(0.25)
+        );
+        assert_eq!(sample(&text, "authzd_store_replicas"), Some(2.0));
+        assert_eq!(
+            sample(
+                &text,
+                r#"authzd_store_info{store="etcd",replica_id="a",endpoint="http://127.0.0.1:2379"}"#
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        assert!(!text.contains(r#"store="directory""#), "{text}");
+        assert!(
+            text.contains("# HELP authzd_store_fenced etcd mode: 1 while"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE authzd_store_fenced gauge\n"),
+            "{text}"
+        );
+
+        // Fenced, never proved, failed over; an id with a backslash before a quote, and a
+        // line feed.
+        etcd.fenced = true;
+        etcd.freshness_age = None;
+        etcd.endpoint = "http://127.0.0.1:2381".into();
+        etcd.replica_id = "we\\\"ird\nid".into();
+        etcd.replicas.remove("b");
+        let text = metrics.render(&figures(&etcd));
+        assert_eq!(sample(&text, "authzd_store_fenced"), Some(1.0), "{text}");
+        assert_eq!(
+            sample(&text, "authzd_store_freshness_age_seconds"),
+            Some(-1.0)
+        );
+        assert_eq!(sample(&text, "authzd_store_replicas"), Some(1.0));
+        let info: Vec<&str> = text
+            .lines()
+            .filter(|line| line.starts_with("authzd_store_info{"))
+            .collect();
+        assert_eq!(
+            info,
+            [
+                r#"authzd_store_info{store="etcd",replica_id="we\\\"ird\nid",endpoint="http://127.0.0.1:2381"} 1"#
+            ],
+            "{text}"
+        );
     }
 
     #[test]

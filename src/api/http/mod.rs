@@ -210,6 +210,182 @@ mod tests {
         assert_eq!(readyz_status(&api).await, StatusCode::SERVICE_UNAVAILABLE);
     }
 
+    /// alice reads pods cluster-wide; interns are denied secrets in `dev` (a deny rule).
+    const FENCE_POLICY: &str = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: pod-reader}\nrules: [{apiGroups: [\"\"], resources: [pods], verbs: [get]}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: alice-reads}\nsubjects: [{kind: User, name: alice}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: no-secrets, namespace: dev}\nrules: [{apiGroups: [\"\"], resources: [secrets], verbs: [\"*\"], deny: true}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: interns-no-secrets, namespace: dev}\nsubjects: [{kind: Group, name: interns}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-secrets}\n";
+
+    /// A server holding [`FENCE_POLICY`] (the caller `me` a super-user), held to a freshness
+    /// that has never been proved (so fenced) with `on_stale`; `None`: directory mode.
+    fn fenced_api(on_stale: Option<crate::store::etcd::replication::OnStale>) -> HttpApi {
+        use crate::policy::model::PolicyObject;
+        use crate::store::etcd::replication::Freshness;
+        let config = EngineConfig {
+            super_users: vec!["me".into()],
+            ..EngineConfig::default()
+        };
+        let state = Arc::new(ServingState::new(config, CacheConfig::default()));
+        let mut policy = PolicySet::default();
+        let objects = crate::policy::load::parse_manifest(
+            "fence.yaml",
+            FENCE_POLICY,
+            &crate::policy::load::LoadOptions::default(),
+        )
+        .unwrap();
+        for object in objects {
+            match object {
+                PolicyObject::Role(role) => policy.roles.push(role),
+                PolicyObject::Binding(binding) => policy.bindings.push(binding),
+            }
+        }
+        policy.canonicalize();
+        state.publish(&policy, 1, &Impact::everything(), ChangeCause::Reload, None);
+        if let Some(on_stale) = on_stale {
+            state.set_freshness(Arc::new(Freshness::new(Duration::from_secs(1), on_stale)));
+        }
+        let identity = Arc::new(LocalIdentity::new("me".into(), vec![]));
+        let grpc = GrpcApi::new(Arc::clone(&state), identity, Duration::from_secs(1));
+        let (_draining, draining_rx) = watch::channel(false);
+        HttpApi::new(grpc, state, draining_rx, "/authorize")
+    }
+
+    async fn post(api: &HttpApi, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
+        use http_body_util::BodyExt as _;
+        let request = http::Request::post(path)
+            .header(http::header::CONTENT_TYPE, "application/json")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let response = router(axum::Router::new(), api.clone())
+            .oneshot(request)
+            .await
+            .unwrap();
+        let code = response.status().as_u16();
+        let bytes = response.into_body().collect().await.unwrap().to_bytes();
+        (code, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    fn webhook_review(
+        user: &str,
+        groups: &[&str],
+        namespace: &str,
+        resource: &str,
+    ) -> serde_json::Value {
+        serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": {
+                "user": user,
+                "groups": groups,
+                "resourceAttributes": {"namespace": namespace, "verb": "get", "resource": resource}
+            }
+        })
+    }
+
+    /// While fenced (etcd mode, `--on-stale unavailable`), the SubjectAccessReview-shaped
+    /// endpoints answer an allow "no opinion" (allowed false, no denied, why in
+    /// evaluationError) where gRPC says UNAVAILABLE; a deny is still a deny; who-can is still
+    /// refused (503). Unfenced, the same request is allowed; `--on-stale deny-allows` denies it.
+    #[tokio::test]
+    async fn a_fenced_replica_answers_subject_access_reviews_no_opinion() {
+        use crate::store::etcd::replication::OnStale;
+        let alice = webhook_review("alice", &[], "default", "pods");
+        let intern = webhook_review("bob", &["interns"], "dev", "secrets");
+
+        let directory = fenced_api(None);
+        let (code, answer) = post(&directory, "/authorize", alice.clone()).await;
+        assert_eq!(
+            (code, &answer["status"]["allowed"]),
+            (200, &serde_json::json!(true)),
+            "{answer}"
+        );
+
+        let fenced = fenced_api(Some(OnStale::Unavailable));
+        let (code, answer) = post(&fenced, "/authorize", alice.clone()).await;
+        assert_eq!(code, 200, "{answer}");
+        let status = &answer["status"];
+        assert_eq!(status["allowed"], false, "{answer}");
+        assert!(status.get("denied").is_none(), "{answer}");
+        let error = status["evaluationError"].as_str().unwrap_or_default();
+        assert!(error.contains("fenced"), "{answer}");
+        assert_eq!(answer["kind"], "SubjectAccessReview", "{answer}");
+
+        let (code, answer) = post(&fenced, "/authorize", intern.clone()).await;
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(answer["status"]["denied"], true, "{answer}");
+        assert_eq!(answer["status"]["allowed"], false, "{answer}");
+
+        // kube-apiserver's own review paths: created, no opinion.
+        let (code, answer) = post(
+            &fenced,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+            alice.clone(),
+        )
+        .await;
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!(answer["status"]["allowed"], false, "{answer}");
+        assert!(
+            answer["status"]["evaluationError"]
+                .as_str()
+                .is_some_and(|e| e.contains("fenced")),
+            "{answer}"
+        );
+        let local = serde_json::json!({
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "LocalSubjectAccessReview",
+            "spec": {"user": "alice", "resourceAttributes": {"namespace": "team", "verb": "get", "resource": "pods"}}
+        });
+        let (code, answer) = post(
+            &fenced,
+            "/apis/authorization.k8s.io/v1/namespaces/team/localsubjectaccessreviews",
+            local,
+        )
+        .await;
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!(answer["metadata"]["namespace"], "team", "{answer}");
+        assert!(
+            answer["status"].get("evaluationError").is_some(),
+            "{answer}"
+        );
+
+        // The seed's shapes: the same answer, with the namespace asked in.
+        let seed = serde_json::json!({
+            "user": "alice",
+            "authorizationAttributes": {"verb": "get", "resource": "pods"}
+        });
+        let (code, answer) = post(
+            &fenced,
+            "/apis/authorization.kubernetes.io/v1/ns/team/localSubjectAccessReviews",
+            seed.clone(),
+        )
+        .await;
+        assert_eq!(code, 201, "{answer}");
+        assert_eq!(answer["allowed"], false, "{answer}");
+        assert_eq!(answer["namespace"], "team", "{answer}");
+        assert!(answer.get("denied").is_none(), "{answer}");
+        assert!(
+            answer["evaluationError"]
+                .as_str()
+                .is_some_and(|e| e.contains("fenced")),
+            "{answer}"
+        );
+
+        // Who-can is a list of allows: still refused.
+        let (code, answer) = post(
+            &fenced,
+            "/apis/authorization.kubernetes.io/v1/resourceAccessReviews",
+            seed,
+        )
+        .await;
+        assert_eq!(code, 503, "{answer}");
+
+        let deny_allows = fenced_api(Some(OnStale::DenyAllows));
+        let (code, answer) = post(&deny_allows, "/authorize", alice).await;
+        assert_eq!(code, 200, "{answer}");
+        assert_eq!(answer["status"]["denied"], true, "{answer}");
+        assert!(
+            answer["status"].get("evaluationError").is_none(),
+            "{answer}"
+        );
+    }
+
     /// Records what the authenticator was shown.
     struct Recording(std::sync::Mutex<Vec<String>>);
 
