@@ -358,6 +358,44 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
     }
     std::fs::write(&file, text).unwrap();
     let url = a.server.url();
+    let first = grpc_harness::run_bin(
+        &[
+            "apply".as_ref(),
+            "-f".as_ref(),
+            file.as_os_str(),
+            "--server".as_ref(),
+            url.as_ref(),
+        ],
+        Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        first.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&first.stderr)
+    );
+    assert_eq!(stdout.matches(" applied").count(), 301, "{stdout}");
+    for i in [0, 150, 299] {
+        let ask = resource_request(&format!("imported-{i}"), &[], "default", "get", "pods");
+        assert!(
+            b.ask(&ask).await.unwrap().allowed,
+            "imported-{i} missing on b"
+        );
+    }
+
+    // Few objects, but more bytes than one etcd transaction takes (1 MiB of objects): chunked
+    // by size.
+    let verbs: Vec<String> = (0..40_000).map(|v| format!("verb{v}")).collect();
+    let large: Vec<String> = (0..4)
+        .map(|i| {
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: large-{i}}}\nrules: [{{apiGroups: [\"\"], resources: [pods], verbs: [{}]}}]\n",
+                verbs.join(", ")
+            )
+        })
+        .collect();
+    let file = dir.path().join("large.yaml");
+    std::fs::write(&file, large.join("---\n")).unwrap();
     let out = grpc_harness::run_bin(
         &[
             "apply".as_ref(),
@@ -374,14 +412,30 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
         "{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(stdout.matches(" applied").count(), 301, "{stdout}");
-    for i in [0, 150, 299] {
-        let ask = resource_request(&format!("imported-{i}"), &[], "default", "get", "pods");
-        assert!(
-            b.ask(&ask).await.unwrap().allowed,
-            "imported-{i} missing on b"
-        );
-    }
+    assert_eq!(stdout.matches(" applied").count(), 4, "{stdout}");
+    let revision = |out: &str| -> u64 {
+        let line = out.lines().find(|l| l.starts_with("revision ")).unwrap();
+        line["revision ".len()..].trim().parse().unwrap()
+    };
+    let before = revision(&String::from_utf8_lossy(&first.stdout));
+    assert!(
+        revision(&stdout) >= before + 2,
+        "one commit of 2 MB? {stdout}"
+    );
+    let listed = b
+        .admin
+        .list(authzd::proto::ListRequest {
+            kind: "ClusterRole".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let names = listed.manifests.join("\n");
+    assert!(
+        (0..4).all(|i| names.contains(&format!("large-{i}"))),
+        "large roles missing on b"
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -414,44 +414,58 @@ async fn apply_one(
 /// write as one transaction, and etcd allows 128 operations in one (one is the policy head).
 const APPLY_CHUNK: usize = 100;
 
-/// A file of more than [`APPLY_CHUNK`] objects (a bulk import, a cluster's export) as several
-/// manifests of at most that many, each named `FILE (objects N-M)`; any other file as it is.
-/// Only for a server that cannot take the file whole (etcd mode): chunks are applied one after
-/// another, so such a file is not applied atomically.
+/// The most manifest bytes one chunk carries: the server refuses a transaction of more than
+/// 1 MiB of objects (etcd's request limit is 1.5 MiB), and stored objects are JSON, about as
+/// large as their YAML.
+const APPLY_CHUNK_BYTES: usize = 512 * 1024;
+
+/// A file the server cannot take whole (etcd mode: more objects or bytes than one transaction
+/// holds — a bulk import, a cluster's export) as several manifests of at most [`APPLY_CHUNK`]
+/// objects and [`APPLY_CHUNK_BYTES`] bytes, each named `FILE (objects N-M)`; a file that does
+/// not load here, or holds one object, as it is (the server says why). Chunks are applied one
+/// after another, so such a file is not applied atomically.
 fn chunked(source_name: String, manifest: String) -> Vec<(String, String)> {
     let options = crate::policy::load::LoadOptions {
         max_file_bytes: u64::MAX,
         ..crate::policy::load::LoadOptions::default()
     };
     let objects = match crate::policy::load::parse_manifest(&source_name, &manifest, &options) {
-        Ok(objects) if objects.len() > APPLY_CHUNK => objects,
-        // Small, or not loadable here: the server decides, and says why.
+        Ok(objects) if objects.len() > 1 => objects,
         _ => return vec![(source_name, manifest)],
     };
-    objects
-        .chunks(APPLY_CHUNK)
-        .enumerate()
-        .map(|(i, chunk)| {
-            let text = chunk
-                .iter()
-                .map(|object| {
-                    crate::policy::render::to_yaml(&match object {
-                        crate::policy::model::PolicyObject::Role(role) => {
-                            crate::policy::render::role_to_value(role)
-                        }
-                        crate::policy::model::PolicyObject::Binding(binding) => {
-                            crate::policy::render::binding_to_value(binding)
-                        }
-                    })
-                })
-                .collect::<Vec<_>>()
-                .join("---\n");
-            let first = i * APPLY_CHUNK + 1;
+    let rendered = objects.iter().map(|object| {
+        crate::policy::render::to_yaml(&match object {
+            crate::policy::model::PolicyObject::Role(role) => {
+                crate::policy::render::role_to_value(role)
+            }
+            crate::policy::model::PolicyObject::Binding(binding) => {
+                crate::policy::render::binding_to_value(binding)
+            }
+        })
+    });
+    let mut chunks: Vec<(usize, Vec<String>)> = Vec::new();
+    let mut bytes = 0;
+    for (i, text) in rendered.enumerate() {
+        let full = chunks.last().is_none_or(|(_, chunk)| {
+            chunk.len() >= APPLY_CHUNK || bytes + text.len() > APPLY_CHUNK_BYTES
+        });
+        if full {
+            chunks.push((i + 1, Vec::new()));
+            bytes = 0;
+        }
+        bytes += text.len();
+        if let Some((_, chunk)) = chunks.last_mut() {
+            chunk.push(text);
+        }
+    }
+    chunks
+        .into_iter()
+        .map(|(first, chunk)| {
             let name = format!(
                 "{source_name} (objects {first}-{})",
                 first + chunk.len() - 1
             );
-            (name, text)
+            (name, chunk.join("---\n"))
         })
         .collect()
 }
@@ -742,7 +756,7 @@ mod tests {
     }
 
     /// A file of 250 objects goes as three manifests of at most 100, which load back to the
-    /// same objects; a small file goes as it is.
+    /// same objects; large objects go fewer to a chunk; a single object goes as it is.
     #[test]
     fn large_files_are_applied_in_chunks() {
         let text: String = (0..250)
@@ -772,14 +786,26 @@ mod tests {
                 objects.iter().map(crate::store::ObjectRef::of).collect()
             };
         assert_eq!(refs(&again), refs(&whole));
-        let small: String = text
-            .split("---\n")
-            .take(3)
-            .collect::<Vec<_>>()
-            .join("---\n");
+        // Large objects: a chunk holds at most APPLY_CHUNK_BYTES of them.
+        let big_role = |i: usize| {
+            let verbs: Vec<String> = (0..12_000).map(|v| format!("verb{v}")).collect();
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: r{i}}}\nrules: [{{apiGroups: [\"\"], resources: [pods], verbs: [{}]}}]\n---\n",
+                verbs.join(", ")
+            )
+        };
+        let large: String = (0..5).map(big_role).collect();
+        let chunks = chunked("big.yaml".into(), large);
+        assert!(chunks.len() >= 3, "{}", chunks.len());
+        assert!(chunks
+            .iter()
+            .all(|(_, text)| text.len() <= APPLY_CHUNK_BYTES));
+        assert_eq!(chunks[0].0, "big.yaml (objects 1-2)");
+        // One object goes as it is (the server's refusal stands).
+        let one: String = text.split("---\n").next().unwrap().to_string();
         assert_eq!(
-            chunked("s.yaml".into(), small.clone()),
-            vec![("s.yaml".to_string(), small)]
+            chunked("s.yaml".into(), one.clone()),
+            vec![("s.yaml".to_string(), one)]
         );
     }
 
