@@ -2,7 +2,9 @@
 //! loopback (data on tmpfs) and real authzd replicas, all on this machine's 2 cores.
 //!
 //! * propagation: a grant or revocation written on replica A (`ACK_COMMITTED`), until replicas
-//!   B and C both answer it (polled): from the write being sent, so it includes the commit;
+//!   B and C have both published it (their policy watch streams deliver the change, which is
+//!   sent after the publish): from the write being sent, so it includes the commit and A's
+//!   checks before it; B and C then answer it (checked, not timed);
 //! * cluster acknowledgement: an `ACK_CLUSTER` write on A with all replicas healthy;
 //! * a frozen replica (SIGSTOP): `ACK_CLUSTER` writes, bounded by `--max-staleness` (1 s here)
 //!   while it is registered (its lease lasts 2 x that), and the frozen replica's first answer
@@ -236,18 +238,55 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
         .unwrap();
     let frank = resource_request("frank", &[], "default", "get", "pods");
 
-    // Propagation: written on A, seen on B and C.
+    // Propagation: written on A, published by B and C. Each replica's policy watch sends a
+    // change after publishing it; a task per replica records when each revision arrived, so
+    // nobody polls (busy polling would take CPU from the replicas and etcd on 2 cores).
+    let published = |replica: &Replica| {
+        let arrivals = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            u64,
+            Instant,
+        >::new()));
+        let (mut admin, record) = (replica.admin.clone(), std::sync::Arc::clone(&arrivals));
+        tokio::spawn(async move {
+            let mut stream = admin
+                .watch(authzd::proto::WatchRequest { from_revision: 0 })
+                .await
+                .unwrap()
+                .into_inner();
+            while let Ok(Some(event)) = stream.message().await {
+                record
+                    .lock()
+                    .unwrap()
+                    .entry(event.revision)
+                    .or_insert_with(Instant::now);
+            }
+        });
+        arrivals
+    };
+    let (published_b, published_c) = (published(&b), published(&c));
+    tokio::time::sleep(Duration::from_millis(200)).await;
     let mut propagation = Vec::new();
     for i in 0..200 {
         let grant_it = i % 2 == 0;
         let sent = Instant::now();
-        toggle(&mut a.admin, grant_it, Ack::Committed).await;
+        let (revision, _) = toggle(&mut a.admin, grant_it, Ack::Committed).await;
+        let last = loop {
+            let (at_b, at_c) = (
+                published_b.lock().unwrap().get(&revision).copied(),
+                published_c.lock().unwrap().get(&revision).copied(),
+            );
+            if let (Some(at_b), Some(at_c)) = (at_b, at_c) {
+                break at_b.max(at_c);
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        };
+        propagation.push(last.duration_since(sent));
+        // And they answer it (not timed).
         let (mut cb, mut cc) = (b.authz.clone(), c.authz.clone());
         tokio::join!(
             until(&mut cb, &frank, grant_it),
             until(&mut cc, &frank, grant_it)
         );
-        propagation.push(sent.elapsed());
     }
     // Cluster-wide acknowledgement, all healthy.
     let mut acknowledged = Vec::new();

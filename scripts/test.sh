@@ -87,22 +87,30 @@ else
   echo "test.sh: no kubectl available" >&2
 fi
 
-# --- etcd for tests/etcd_replicas.rs (Debian's etcd-server 3.4) ------------------------------
+# --- etcd for tests/etcd_*.rs (Debian's etcd-server and etcd-client 3.4: the server, and
+# etcdctl for the snapshot-restore test) -------------------------------------------------
 etcd_bin="$(command -v etcd || true)"
-if [ -z "$etcd_bin" ]; then
-  echo "test.sh: installing etcd (Debian etcd-server)" >&2
+etcdctl_bin="$(command -v etcdctl || true)"
+if [ -z "$etcd_bin" ] || [ -z "$etcdctl_bin" ]; then
+  echo "test.sh: installing etcd (Debian etcd-server, etcd-client)" >&2
   if command -v apt-get >/dev/null 2>&1; then
-    apt-get install -y -q etcd-server >/dev/null 2>&1 \
-      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q etcd-server >/dev/null 2>&1; } \
+    apt-get install -y -q etcd-server etcd-client >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q etcd-server etcd-client >/dev/null 2>&1; } \
       || true
   fi
   etcd_bin="$(command -v etcd || true)"
+  etcdctl_bin="$(command -v etcdctl || true)"
 fi
 if [ -n "$etcd_bin" ]; then
   export AUTHZD_E2E_ETCD="$etcd_bin"
 else
-  # tests/etcd_replicas.rs fails under CI=true and skips (saying why) otherwise.
+  # the etcd tests fail under CI=true and skip (saying why) otherwise.
   echo "test.sh: no etcd available" >&2
+fi
+if [ -n "$etcdctl_bin" ]; then
+  export AUTHZD_E2E_ETCDCTL="$etcdctl_bin"
+else
+  echo "test.sh: no etcdctl available" >&2
 fi
 
 # --- Rust -------------------------------------------------------------------------------

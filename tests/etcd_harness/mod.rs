@@ -32,6 +32,32 @@ pub fn etcd_binary() -> Option<PathBuf> {
     None
 }
 
+/// etcdctl from `AUTHZD_E2E_ETCDCTL` (set by `scripts/test.sh`), else `etcdctl` on PATH; as
+/// [`etcd_binary`], missing is a failure under `CI=true` and a skip otherwise.
+pub fn etcdctl_binary() -> Option<PathBuf> {
+    let candidate = std::env::var_os("AUTHZD_E2E_ETCDCTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("etcdctl"));
+    let usable = Command::new(&candidate)
+        .arg("version")
+        .env("ETCDCTL_API", "3")
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false);
+    if usable {
+        return Some(candidate);
+    }
+    let why = format!(
+        "no etcdctl at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCDCTL)",
+        candidate.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    None
+}
+
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -119,6 +145,60 @@ impl Cluster {
             .map(|m| m.client_url.clone())
             .collect::<Vec<_>>()
             .join(",")
+    }
+
+    /// Saves a snapshot of the cluster's data (through member 0) to `file` with `etcdctl`.
+    pub fn snapshot(&self, etcdctl: &std::path::Path, file: &std::path::Path) {
+        let out = Command::new(etcdctl)
+            .env("ETCDCTL_API", "3")
+            .args([
+                "--endpoints",
+                &self.members[0].client_url,
+                "snapshot",
+                "save",
+            ])
+            .arg(file)
+            .output()
+            .expect("run etcdctl");
+        assert!(
+            out.status.success(),
+            "etcdctl snapshot save: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    /// Disaster recovery as etcd documents it: every member stopped, its data restored from
+    /// `file` into a new data directory (`etcdctl snapshot restore`), and started again at the
+    /// same addresses. The revision goes back to the snapshot's.
+    pub fn restore(&mut self, etcdctl: &std::path::Path, file: &std::path::Path) {
+        for member in &mut self.members {
+            if let Some(mut child) = member.child.take() {
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+        for i in 0..self.members.len() {
+            let member = &mut self.members[i];
+            member.dir = member.dir.with_extension("restored");
+            let out = Command::new(etcdctl)
+                .env("ETCDCTL_API", "3")
+                .args(["snapshot", "restore"])
+                .arg(file)
+                .args(["--name", &member.name])
+                .arg("--data-dir")
+                .arg(&member.dir)
+                .args(["--initial-cluster", &self.initial])
+                .args(["--initial-cluster-token", "authzd-test"])
+                .args(["--initial-advertise-peer-urls", &member.peer_url])
+                .output()
+                .expect("run etcdctl");
+            assert!(
+                out.status.success(),
+                "etcdctl snapshot restore: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            self.start_member(i);
+        }
     }
 
     pub fn signal(&self, i: usize, signal: &str) {
