@@ -846,3 +846,59 @@ async fn a_restore_from_a_snapshot_takes_the_revision_back_and_replicas_relist()
     let answer = b.ask(&hank).await.unwrap();
     assert!(answer.allowed && answer.revision == written.revision);
 }
+
+/// The etcd member a replica streams from is frozen (SIGSTOP: connections stay open, nothing
+/// answers): its proofs fail while the head moves on elsewhere, and it fails over to another
+/// member, watches again and catches up. Writes through it fail over too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_etcd_member_is_left_for_another() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix();
+    let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    a.apply(READER).await;
+    let status = |replica: &mut Replica| {
+        let mut admin = replica.admin.clone();
+        async move { admin.status(StatusRequest {}).await.unwrap().into_inner() }
+    };
+    // Both stream from the first endpoint given.
+    let frozen = cluster.members[0].client_url.clone();
+    assert_eq!(status(&mut b).await.etcd_endpoint, frozen);
+    cluster.signal(0, "STOP");
+    // A write through A: its commit to the frozen member times out, and is retried elsewhere.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let written = loop {
+        let applied = a
+            .admin
+            .apply(ApplyRequest {
+                manifest: grant("frank-read", "frank"),
+                ack: authzd::proto::Ack::Committed as i32,
+                ..Default::default()
+            })
+            .await;
+        match applied {
+            Ok(response) => break response.into_inner(),
+            Err(status) => assert!(Instant::now() < deadline, "{status:?}"),
+        }
+    };
+    // B's watch went silent while the head moved: it leaves the member and catches up.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(answer) = b.ask(&frank).await {
+            if answer.allowed {
+                assert!(answer.revision >= written.revision);
+                break;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "b never caught up\n{}",
+            b.server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_ne!(status(&mut b).await.etcd_endpoint, frozen);
+    cluster.signal(0, "CONT");
+}

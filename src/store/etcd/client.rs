@@ -107,7 +107,7 @@ impl EtcdClient {
 
     /// The channel to the active endpoint, connecting it (and, when it does not answer, the
     /// ones after it, each once) if needed.
-    async fn channel(&self) -> Result<Channel, EtcdError> {
+    async fn channel(&self) -> Result<(usize, Channel), EtcdError> {
         let (start, existing) = {
             let active = self
                 .active
@@ -116,7 +116,7 @@ impl EtcdClient {
             (active.index, active.channel.clone())
         };
         if let Some(channel) = existing {
-            return Ok(channel);
+            return Ok((start, channel));
         }
         let count = self.config.endpoints.len().max(1);
         let mut last = String::from("no --etcd-servers given");
@@ -134,7 +134,7 @@ impl EtcdClient {
                     if step > 0 {
                         tracing::warn!(endpoint = %url, "etcd: failed over");
                     }
-                    return Ok(channel);
+                    return Ok((index, channel));
                 }
                 Err(error) => last = format!("{url}: {error}"),
             }
@@ -166,18 +166,25 @@ impl EtcdClient {
         })
     }
 
-    /// The active endpoint failed for a transport reason: the next call tries the next one.
-    pub fn fail_over(&self) {
+    /// Endpoint `index` failed for a transport reason (or its watch went silent): the next
+    /// call tries the next one. Only if `index` is still the active endpoint: the calls of
+    /// several tasks to a frozen member fail at about the same time, and each failure must not
+    /// move the client once more (past the good endpoint another task already moved to, and
+    /// back to the frozen one).
+    pub fn fail_over_from(&self, index: usize) {
         if let Ok(mut active) = self.active.lock() {
-            active.channel = None;
-            active.index = (active.index + 1) % self.config.endpoints.len().max(1);
+            if active.index == index {
+                active.channel = None;
+                active.index = (index + 1) % self.config.endpoints.len().max(1);
+            }
         }
     }
 
-    fn refused(&self, status: tonic::Status) -> EtcdError {
+    fn refused(&self, status: tonic::Status, index: usize) -> EtcdError {
         if is_transport(&status) {
-            self.fail_over();
-            EtcdError::Unavailable(format!("{}: {}", self.active_endpoint(), status.message()))
+            self.fail_over_from(index);
+            let url = self.config.endpoints.get(index).map_or("", String::as_str);
+            EtcdError::Unavailable(format!("{url}: {}", status.message()))
         } else {
             EtcdError::Refused(status.message().to_string())
         }
@@ -187,13 +194,13 @@ impl EtcdClient {
     pub async fn range(&self, request: rpc::RangeRequest) -> Result<rpc::RangeResponse, EtcdError> {
         let mut last = None;
         for _ in 0..self.config.endpoints.len().max(1) {
-            let channel = self.channel().await?;
+            let (index, channel) = self.channel().await?;
             let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(self.config.timeout);
             match kv.range(call).await {
                 Ok(response) => return Ok(response.into_inner()),
-                Err(status) => match self.refused(status) {
+                Err(status) => match self.refused(status, index) {
                     error @ EtcdError::Unavailable(_) => last = Some(error),
                     error => return Err(error),
                 },
@@ -204,20 +211,20 @@ impl EtcdClient {
 
     /// A transaction, once: a transport failure leaves its outcome unknown.
     pub async fn txn(&self, request: rpc::TxnRequest) -> Result<rpc::TxnResponse, EtcdError> {
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         let mut call = tonic::Request::new(request);
         call.set_timeout(self.config.timeout);
         kv.txn(call)
             .await
             .map(tonic::Response::into_inner)
-            .map_err(|status| self.refused(status))
+            .map_err(|status| self.refused(status, index))
     }
 
     /// Compacts etcd's history up to `revision` (operators run etcd's auto-compaction; the
     /// tests call this to compact under a replica whose watch is behind).
     pub async fn compact(&self, revision: i64) -> Result<(), EtcdError> {
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut kv = KvClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         let mut call = tonic::Request::new(rpc::CompactionRequest {
             revision,
@@ -227,10 +234,11 @@ impl EtcdClient {
         kv.compact(call)
             .await
             .map(|_| ())
-            .map_err(|status| self.refused(status))
+            .map_err(|status| self.refused(status, index))
     }
 
-    /// A watch stream with one watcher created by `create`.
+    /// A watch stream with one watcher created by `create`, and the index of the endpoint it
+    /// streams from (for [`Self::fail_over_from`] when it goes silent).
     pub async fn watch(
         &self,
         create: rpc::WatchCreateRequest,
@@ -238,10 +246,11 @@ impl EtcdClient {
         (
             tokio::sync::mpsc::Sender<rpc::WatchRequest>,
             tonic::Streaming<rpc::WatchResponse>,
+            usize,
         ),
         EtcdError,
     > {
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut watch = WatchClient::new(channel).max_decoding_message_size(MAX_RESPONSE_BYTES);
         let (tx, rx) = tokio::sync::mpsc::channel(4);
         tx.send(rpc::WatchRequest {
@@ -253,20 +262,20 @@ impl EtcdClient {
         let response = watch
             .watch(stream)
             .await
-            .map_err(|status| self.refused(status))?;
-        Ok((tx, response.into_inner()))
+            .map_err(|status| self.refused(status, index))?;
+        Ok((tx, response.into_inner(), index))
     }
 
     /// A lease of `ttl` seconds.
     pub async fn lease_grant(&self, ttl: i64) -> Result<i64, EtcdError> {
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut lease = LeaseClient::new(channel);
         let mut call = tonic::Request::new(rpc::LeaseGrantRequest { ttl, id: 0 });
         call.set_timeout(self.config.timeout);
         let response = lease
             .lease_grant(call)
             .await
-            .map_err(|status| self.refused(status))?
+            .map_err(|status| self.refused(status, index))?
             .into_inner();
         if !response.error.is_empty() {
             return Err(EtcdError::Refused(response.error));
@@ -277,7 +286,7 @@ impl EtcdClient {
     /// Keeps `id` alive once; `false` when etcd says it has expired.
     pub async fn lease_keep_alive(&self, id: i64) -> Result<bool, EtcdError> {
         use tokio_stream::StreamExt;
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut lease = LeaseClient::new(channel);
         let request = tokio_stream::once(rpc::LeaseKeepAliveRequest { id });
         let mut call = tonic::Request::new(request);
@@ -285,11 +294,11 @@ impl EtcdClient {
         let mut responses = lease
             .lease_keep_alive(call)
             .await
-            .map_err(|status| self.refused(status))?
+            .map_err(|status| self.refused(status, index))?
             .into_inner();
         match responses.next().await {
             Some(Ok(response)) => Ok(response.ttl > 0),
-            Some(Err(status)) => Err(self.refused(status)),
+            Some(Err(status)) => Err(self.refused(status, index)),
             None => Err(EtcdError::Unavailable(
                 "lease keep-alive stream ended".into(),
             )),
@@ -297,7 +306,7 @@ impl EtcdClient {
     }
 
     pub async fn lease_revoke(&self, id: i64) -> Result<(), EtcdError> {
-        let channel = self.channel().await?;
+        let (index, channel) = self.channel().await?;
         let mut lease = LeaseClient::new(channel);
         let mut call = tonic::Request::new(rpc::LeaseRevokeRequest { id });
         call.set_timeout(self.config.timeout);
@@ -305,7 +314,7 @@ impl EtcdClient {
             .lease_revoke(call)
             .await
             .map(|_| ())
-            .map_err(|status| self.refused(status))
+            .map_err(|status| self.refused(status, index))
     }
 }
 

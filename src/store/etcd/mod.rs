@@ -444,7 +444,12 @@ pub(crate) async fn run_applier(replication: Arc<Replication>, mut read_at: u64)
         match end {
             WatchEnd::Broken(why) => {
                 tracing::warn!(%why, read_at, "etcd watch broke; watching again");
-                replication.client.fail_over();
+                // From the endpoint the watch streamed from (a no-op when the failed call
+                // already moved the client on).
+                let watched = replication
+                    .watching
+                    .load(std::sync::atomic::Ordering::Acquire);
+                replication.client.fail_over_from(watched);
                 tokio::time::sleep(backoff).await;
                 backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
             }
@@ -463,8 +468,8 @@ pub(crate) async fn run_applier(replication: Arc<Replication>, mut read_at: u64)
                         backoff = std::time::Duration::from_millis(50);
                     }
                     Err(error) => {
+                        // Reads fail over by themselves.
                         tracing::warn!(%error, "etcd: relist failed; trying again");
-                        replication.client.fail_over();
                         tokio::time::sleep(backoff).await;
                         backoff = (backoff * 2).min(std::time::Duration::from_secs(1));
                     }
@@ -489,7 +494,12 @@ async fn watch_once(replication: &Arc<Replication>, read_at: &mut u64) -> WatchE
         ..Default::default()
     };
     let (_requests, mut stream) = match replication.client.watch(create).await {
-        Ok(watch) => watch,
+        Ok((requests, stream, endpoint)) => {
+            replication
+                .watching
+                .store(endpoint, std::sync::atomic::Ordering::Release);
+            (requests, stream)
+        }
         Err(error) => return WatchEnd::Broken(error.to_string()),
     };
     let restart = replication.restart_watch.notified();

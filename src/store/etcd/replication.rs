@@ -170,6 +170,15 @@ impl Freshness {
     }
 }
 
+/// What one proof found.
+enum Proving {
+    Proved,
+    /// etcd's head is ahead of what this replica applied.
+    Behind,
+    /// etcd did not answer.
+    Failed,
+}
+
 /// One replica's replication: the store it applies to, its lease and reports, the replica
 /// table and its freshness.
 pub struct Replication {
@@ -181,6 +190,8 @@ pub struct Replication {
     config: ReplicationConfig,
     /// Woken when the proofs see the head move and the watch does not follow.
     pub(crate) restart_watch: Notify,
+    /// The endpoint (index) the watch streams from.
+    pub(crate) watching: std::sync::atomic::AtomicUsize,
     lease: AtomicI64,
     /// Every registered replica and the revision it reported.
     replicas: Mutex<BTreeMap<String, u64>>,
@@ -231,6 +242,7 @@ impl Replication {
             freshness,
             config,
             restart_watch: Notify::new(),
+            watching: std::sync::atomic::AtomicUsize::new(0),
             lease: AtomicI64::new(lease),
             replicas: Mutex::new(BTreeMap::new()),
             replicas_changed: Notify::new(),
@@ -388,7 +400,7 @@ impl Replication {
     }
 
     /// One proof: the head read linearizably, then this replica's applied revision.
-    async fn prove(&self) -> bool {
+    async fn prove(&self) -> Proving {
         let t0 = Instant::now();
         let head = self
             .client
@@ -404,14 +416,14 @@ impl Replication {
                 .map_or(0, |kv| u64::try_from(kv.mod_revision).unwrap_or(0)),
             Err(error) => {
                 tracing::debug!(%error, "etcd: freshness proof failed");
-                return false;
+                return Proving::Failed;
             }
         };
         if self.store.revision() >= newest {
             self.freshness.proved(t0, newest);
-            return true;
+            return Proving::Proved;
         }
-        false
+        Proving::Behind
     }
 
     async fn run_proofs(self: Arc<Self>) {
@@ -420,16 +432,21 @@ impl Replication {
         let mut behind = 0u32;
         loop {
             tokio::time::sleep(interval).await;
-            if self.prove().await {
-                behind = 0;
-            } else {
-                behind += 1;
-                // The head moved and the watch did not follow for a while: the member it
-                // streams from may be frozen. Watch again, through failover.
-                if behind >= 3 {
-                    behind = 0;
-                    self.client.fail_over();
-                    self.restart_watch.notify_one();
+            match self.prove().await {
+                Proving::Proved => behind = 0,
+                // etcd unreachable: the read failed over by itself; nothing says the watch is
+                // the problem.
+                Proving::Failed => {}
+                Proving::Behind => {
+                    behind += 1;
+                    // The head moved and the watch did not follow for a while: the member it
+                    // streams from may be frozen. Leave it, and watch again.
+                    if behind >= 3 {
+                        behind = 0;
+                        let watched = self.watching.load(Ordering::Acquire);
+                        self.client.fail_over_from(watched);
+                        self.restart_watch.notify_one();
+                    }
                 }
             }
         }
