@@ -12,9 +12,9 @@
 //! * write throughput: single-object applies through A, 8 writers, `ACK_CLUSTER`;
 //! * restart to ready at 100k bindings: a replica started on a prefix holding the synthetic
 //!   100k-binding policy, until gRPC health says SERVING;
-//! * Authorize under load, etcd mode vs directory mode: `authzd-loadgen` against a replica and
-//!   against `authzd serve --policy` on the same synthetic 10k-binding policy, each run with its
-//!   own no-op rounds.
+//! * Authorize under load, etcd mode vs directory mode: one `authzd-loadgen` run against a
+//!   replica with `authzd serve --policy` on the same synthetic 10k-binding policy as its
+//!   `--baseline`, in alternating rounds.
 //!
 //! Writes `target/criterion/etcd.json` (read by `scripts/benchmarks_md.py`). Run:
 //! `cargo bench --bench etcd` (needs etcd: `scripts/test.sh` installs it).
@@ -141,11 +141,9 @@ fn percentile(samples: &mut [Duration], p: f64) -> f64 {
 }
 
 /// One loadgen run (Authorize only, half cache hits) against `target`.
-fn loadgen(target: Option<&str>) -> serde_json::Value {
+fn loadgen(target: &str, baseline: &str) -> serde_json::Value {
     let mut command = Command::new(LOADGEN);
-    if let Some(url) = target {
-        command.args(["--target", url]);
-    }
+    command.args(["--target", target, "--baseline", baseline, "--rounds", "6"]);
     command
         .args([
             "--bindings",
@@ -157,7 +155,7 @@ fn loadgen(target: Option<&str>) -> serde_json::Value {
         ])
         .args([
             "--duration",
-            "6s",
+            "18s",
             "--warmup",
             "1s",
             "--mix",
@@ -390,13 +388,9 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     assert!(status.success());
     let directory = Server::start(dir.path(), &[]);
     directory.wait_serving().await;
-    // Alternated twice, so that the machine's drift weighs on both modes alike.
-    let mut etcd_loads = Vec::new();
-    let mut dir_loads = Vec::new();
-    for _ in 0..2 {
-        etcd_loads.push(loadgen(Some(&e.server.url())));
-        dir_loads.push(loadgen(Some(&directory.url())));
-    }
+    // One load generator, the same load on both, in alternating rounds (`--baseline`), so that
+    // the machine's drift weighs on both modes alike.
+    let load = loadgen(&e.server.url(), &directory.url());
     drop((e, directory));
 
     // Restart to ready at 100k bindings.
@@ -411,28 +405,11 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
         drop(replica);
     }
 
-    // Each figure summed over the runs of a mode (throughput) or averaged (p99).
-    let figure = |runs: &[serde_json::Value], target: &str, field: &str| -> f64 {
-        let values: Vec<f64> = runs
-            .iter()
-            .map(|v| {
-                let all = &v["targets"][target]["all"];
-                match field {
-                    "p99_us" => all["latency"]["p99_us"].as_f64(),
-                    _ => all[field].as_f64(),
-                }
-                .unwrap_or(f64::NAN)
-            })
-            .collect();
-        values.iter().sum::<f64>() / values.len() as f64
-    };
-    let mode = |runs: &[serde_json::Value]| {
+    let figure = |target: &str| {
+        let all = &load["targets"][target]["all"];
         serde_json::json!({
-            "rps": figure(runs, "authzd", "requests_per_s"),
-            "p99_us": figure(runs, "authzd", "p99_us"),
-            "noop_rps": figure(runs, "noop", "requests_per_s"),
-            "noop_p99_us": figure(runs, "noop", "p99_us"),
-            "runs": runs.len(),
+            "rps": all["requests_per_s"].as_f64(),
+            "p99_us": all["latency"]["p99_us"].as_f64(),
         })
     };
     serde_json::json!({
@@ -441,7 +418,8 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
         "frozen_ack_ms": {"max": percentile(&mut frozen, 1.0), "n": frozen.len(), "max_staleness_ms": 1000, "stale_allows": stale_allows},
         "writes_per_s": writes_per_s,
         "restart_100k_s": {"p50": percentile(&mut restarts, 0.5) / 1000.0, "max": percentile(&mut restarts, 1.0) / 1000.0, "bindings": big.bindings.len()},
-        "authorize": {"etcd": mode(&etcd_loads), "directory": mode(&dir_loads)},
+        // loadgen reports the baseline in the no-op's place.
+        "authorize": {"etcd": figure("authzd"), "directory": figure("noop"), "rounds": load["settings"]["rounds"]},
     })
 }
 

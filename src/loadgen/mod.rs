@@ -159,6 +159,13 @@ pub struct Args {
     #[arg(long)]
     pub spawn: bool,
 
+    /// Compare against this already running authzd instead of the no-op server (reported in
+    /// the no-op's place): rounds alternate it and the target under the same load, so two
+    /// deployments of authzd are measured side by side (e.g. etcd mode against directory
+    /// mode, both serving the synthetic policy of --bindings).
+    #[arg(long, value_name = "URL")]
+    pub baseline: Option<String>,
+
     /// Bindings of the synthetic policy (`synth::Shape::with_bindings`).
     #[arg(long, value_name = "N", default_value_t = 10_000)]
     pub bindings: usize,
@@ -385,10 +392,22 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         }
     };
 
-    let noop = NoopServer::start(match &args.unix {
-        Some(path) => noop::Listen::Unix(path.clone()),
-        None => noop::Listen::Tcp,
-    })?;
+    // The comparison: the no-op server, or another authzd (--baseline), which answers for real.
+    let (noop, baseline_answers) = match &args.baseline {
+        Some(_) => (None, Answers::Real),
+        None => (
+            Some(NoopServer::start(match &args.unix {
+                Some(path) => noop::Listen::Unix(path.clone()),
+                None => noop::Listen::Tcp,
+            })?),
+            Answers::Empty,
+        ),
+    };
+    let (baseline_name, baseline_endpoint) = match (&args.baseline, &noop) {
+        (Some(url), _) => ("baseline", url.clone()),
+        (None, Some(noop)) => ("no-op", noop.endpoint().to_string()),
+        (None, None) => return Err(LoadgenError::Usage("no comparison target".into())),
+    };
     let endpoint = match &authzd {
         AuthzdTarget::Spawned(spawned) => Ok(spawned.endpoint.as_str()),
         AuthzdTarget::External(target) => Ok(target.as_str()),
@@ -406,11 +425,11 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
             round: round - 1,
             ..config
         };
-        announce(round, "no-op", noop.endpoint());
+        announce(round, baseline_name, &baseline_endpoint);
         let stats = drive(
-            noop.endpoint(),
+            &baseline_endpoint,
             Arc::clone(&workload),
-            Answers::Empty,
+            baseline_answers,
             config,
         )
         .await?;
@@ -421,7 +440,9 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
             add_round(&mut authzd_stats, stats)?;
         }
     }
-    noop.stop()?;
+    if let Some(noop) = noop {
+        noop.stop()?;
+    }
     let measured = |stats: Option<TargetStats>| -> Result<Outcome, LoadgenError> {
         let stats = stats.ok_or_else(|| LoadgenError::Usage("no round was run".into()))?;
         Ok(Outcome::Measured(Box::new(TargetReport::of(&stats)?)))
@@ -455,6 +476,7 @@ pub async fn run(args: &Args) -> Result<Report, LoadgenError> {
         content_bytes: args.content_bytes,
         cache_size: args.cache_size,
         cores: std::thread::available_parallelism().map_or(1, usize::from),
+        baseline: args.baseline.clone(),
     };
     Ok(Report::new(settings, noop_outcome, authzd_outcome))
 }

@@ -187,6 +187,8 @@ pub struct Settings {
     pub content_bytes: usize,
     pub cache_size: Option<usize>,
     pub cores: usize,
+    /// `--baseline`: the authzd measured in the no-op's place (`targets.noop`), if any.
+    pub baseline: Option<String>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -198,6 +200,15 @@ pub struct Report {
 }
 
 impl Report {
+    /// What authzd was compared with: the no-op server, or `--baseline`.
+    fn baseline_name(&self) -> &'static str {
+        if self.settings.baseline.is_some() {
+            "baseline"
+        } else {
+            "no-op"
+        }
+    }
+
     pub fn new(settings: Settings, noop: Outcome, authzd: Outcome) -> Self {
         let ratios = match (authzd.measured(), noop.measured()) {
             (Some(a), Some(n)) => Some(Ratios {
@@ -264,7 +275,7 @@ impl Report {
             "errors"
         );
         for (name, outcome) in [
-            ("no-op", &self.targets.noop),
+            (self.baseline_name(), &self.targets.noop),
             ("authzd", &self.targets.authzd),
         ] {
             match outcome {
@@ -299,7 +310,9 @@ impl Report {
             let _ = writeln!(
                 out,
                 "\n{:<16} {:>10} {:>6}",
-                "authzd ÷ no-op", "throughput", "p99"
+                format!("authzd ÷ {}", self.baseline_name()),
+                "throughput",
+                "p99"
             );
             let show = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.2}"));
             for (kind, ratio) in [
@@ -317,7 +330,7 @@ impl Report {
             }
         }
         for (name, outcome) in [
-            ("no-op", &self.targets.noop),
+            (self.baseline_name(), &self.targets.noop),
             ("authzd", &self.targets.authzd),
         ] {
             if let Some(t) = outcome.measured() {
