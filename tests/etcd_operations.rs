@@ -207,6 +207,7 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
         "\nstore: etcd\n",
         "\nreplica id: ops-a\n",
         "\netcd endpoint: http://127.0.0.1:",
+        "\netcd head revision: ",
         "\nfenced: no\n",
         "\nreplicas:\n  REPLICA  APPLIED  NOTE\n  ops-a    ",
     ] {

@@ -73,6 +73,7 @@ pub fn store_figures(replication: &ReplicationCell) -> StoreFigures {
         freshness_age: freshness.age(),
         fenced: freshness.fenced(),
         replicas: replication.replicas(),
+        head_revision: replication.head_revision(),
     })
 }
 
@@ -189,6 +190,7 @@ impl AdminApi {
             StoreFigures::Etcd(etcd) => proto::StatusResponse {
                 store: "etcd".into(),
                 freshness_age_seconds: etcd.freshness_age_seconds(),
+                head_revision: etcd.head_revision,
                 replica_id: etcd.replica_id,
                 etcd_endpoint: etcd.endpoint,
                 fenced: etcd.fenced,

@@ -605,6 +605,7 @@ pub fn watch_event(event: &proto::WatchEvent, manifests: bool) -> String {
 /// store: etcd
 /// replica id: a
 /// etcd endpoint: http://10.0.0.1:2379
+/// etcd head revision: 42
 /// freshness age: 0.2s
 /// fenced: no
 /// replicas:
@@ -634,9 +635,14 @@ pub fn status(response: &proto::StatusResponse) -> String {
             .lines()
             .map(|line| format!("  {line}\n"))
             .collect();
+        let head = match response.head_revision {
+            0 => "not read yet".to_string(),
+            head if head > response.revision => format!("{head} (this replica is catching up)"),
+            head => head.to_string(),
+        };
         format!(
-            "store: etcd\nreplica id: {}\netcd endpoint: {}\nfreshness age: {age}\n\
-             fenced: {fenced}\nreplicas:\n{replicas}",
+            "store: etcd\nreplica id: {}\netcd endpoint: {}\netcd head revision: {head}\n\
+             freshness age: {age}\nfenced: {fenced}\nreplicas:\n{replicas}",
             response.replica_id, response.etcd_endpoint,
         )
     } else {
@@ -862,6 +868,7 @@ mod tests {
             etcd_endpoint: "http://10.0.0.1:2379".into(),
             freshness_age_seconds: age,
             fenced,
+            head_revision: 42,
             replicas: [("a", 42), ("b", 42), ("replica-c", 40)]
                 .into_iter()
                 .map(|(id, applied_revision)| proto::ReplicaStatus {
@@ -894,7 +901,8 @@ mod tests {
         assert_eq!(
             status(&etcd_status(false, 0.25)),
             "revision: 42\nlast error: none\nstore: etcd\nreplica id: b\n\
-             etcd endpoint: http://10.0.0.1:2379\nfreshness age: 0.2s\nfenced: no\nreplicas:\n\
+             etcd endpoint: http://10.0.0.1:2379\netcd head revision: 42\nfreshness age: 0.2s\n\
+             fenced: no\nreplicas:\n\
              \x20 REPLICA    APPLIED  NOTE\n\
              \x20 a          42\n\
              \x20 b          42       this replica\n\

@@ -255,6 +255,8 @@ pub struct EtcdFigures {
     pub fenced: bool,
     /// The replica table: every registered replica and the revision it reported applied.
     pub replicas: BTreeMap<String, u64>,
+    /// etcd's head revision as the latest freshness proof read it (0 before the first).
+    pub head_revision: u64,
 }
 
 impl EtcdFigures {
@@ -284,6 +286,7 @@ struct StoreInstruments {
     fenced: Gauge,
     freshness_age_seconds: Gauge,
     replicas: Gauge,
+    head_revision: Gauge,
 }
 
 /// The info-style series naming the store. Its labels change (the endpoint, on failover), and
@@ -495,6 +498,7 @@ impl Metrics {
                     fenced: gauge("authzd_store_fenced"),
                     freshness_age_seconds: gauge("authzd_store_freshness_age_seconds"),
                     replicas: gauge("authzd_store_replicas"),
+                    head_revision: gauge("authzd_store_head_revision"),
                 }
             });
             store.fenced.set(if etcd.fenced { 1.0 } else { 0.0 });
@@ -502,6 +506,7 @@ impl Metrics {
                 .freshness_age_seconds
                 .set(etcd.freshness_age_seconds());
             store.replicas.set(etcd.replicas.len() as f64);
+            store.head_revision.set(etcd.head_revision as f64);
         }
         let mut text = self.handle.render();
         store_info(&mut text, &figures.store);
@@ -611,6 +616,10 @@ fn describe(recorder: &PrometheusRecorder) {
         "authzd_store_replicas",
         "etcd mode: replicas registered in the replica table (this one included).",
     );
+    gauge(
+        "authzd_store_head_revision",
+        "etcd mode: the policy's head revision in etcd as the latest freshness proof read it (0 before the first); authzd_policy_revision below it means this replica is catching up.",
+    );
 }
 
 #[cfg(test)]
@@ -707,6 +716,7 @@ mod tests {
             "authzd_store_fenced",
             "authzd_store_freshness_age_seconds",
             "authzd_store_replicas",
+            "authzd_store_head_revision",
         ] {
             assert!(!text.contains(etcd_only), "{etcd_only} in\n{text}");
         }
@@ -717,6 +727,7 @@ mod tests {
             freshness_age: Some(Duration::from_millis(250)),
             fenced: false,
             replicas: [("a".to_string(), 9), ("b".to_string(), 7)].into(),
+            head_revision: 11,
         };
         let figures = |etcd: &EtcdFigures| ScrapeFigures {
             store: StoreFigures::Etcd(etcd.clone()),
@@ -729,6 +740,7 @@ mod tests {
             Some(0.25)
         );
         assert_eq!(sample(&text, "authzd_store_replicas"), Some(2.0));
+        assert_eq!(sample(&text, "authzd_store_head_revision"), Some(11.0));
         assert_eq!(
             sample(
                 &text,

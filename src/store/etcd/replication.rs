@@ -192,6 +192,8 @@ pub struct Replication {
     pub(crate) restart_watch: Notify,
     /// The endpoint (index) the watch streams from.
     pub(crate) watching: std::sync::atomic::AtomicUsize,
+    /// The head revision the latest proof read (0 before the first), for `Status`.
+    head: std::sync::atomic::AtomicU64,
     lease: AtomicI64,
     /// Every registered replica and the revision it reported.
     replicas: Mutex<BTreeMap<String, u64>>,
@@ -232,7 +234,12 @@ impl Replication {
             keys: keys.clone(),
             writer: config.id.clone(),
         });
+        let compiling = Instant::now();
         let store = Store::open_remote(listing.policy, listing.revision, sink, publisher);
+        tracing::info!(
+            compile_ms = compiling.elapsed().as_millis(),
+            "etcd: policy published"
+        );
         let freshness = Arc::new(Freshness::new(config.max_staleness, config.on_stale));
         let replication = Arc::new(Self {
             client,
@@ -243,6 +250,7 @@ impl Replication {
             config,
             restart_watch: Notify::new(),
             watching: std::sync::atomic::AtomicUsize::new(0),
+            head: std::sync::atomic::AtomicU64::new(0),
             lease: AtomicI64::new(lease),
             replicas: Mutex::new(BTreeMap::new()),
             replicas_changed: Notify::new(),
@@ -268,6 +276,11 @@ impl Replication {
 
     pub fn active_endpoint(&self) -> String {
         self.client.active_endpoint()
+    }
+
+    /// etcd's head revision as the latest freshness proof read it; 0 before the first.
+    pub fn head_revision(&self) -> u64 {
+        self.head.load(Ordering::Acquire)
     }
 
     /// The replica table: id and the revision each reported.
@@ -419,6 +432,7 @@ impl Replication {
                 return Proving::Failed;
             }
         };
+        self.head.fetch_max(newest, Ordering::AcqRel);
         if self.store.revision() >= newest {
             self.freshness.proved(t0, newest);
             return Proving::Proved;
