@@ -823,7 +823,7 @@ impl Store {
 }
 
 /// Equal apart from where they were read from.
-fn same_content(current: ObjectView<'_>, object: &PolicyObject) -> bool {
+pub(crate) fn same_content(current: ObjectView<'_>, object: &PolicyObject) -> bool {
     match (current, object) {
         (ObjectView::Role(a), PolicyObject::Role(b)) => {
             Role {
