@@ -358,22 +358,28 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
     }
     std::fs::write(&file, text).unwrap();
     let url = a.server.url();
-    let first = grpc_harness::run_bin(
-        &[
-            "apply".as_ref(),
-            "-f".as_ref(),
-            file.as_os_str(),
-            "--server".as_ref(),
-            url.as_ref(),
-        ],
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&first.stdout);
-    assert!(
-        first.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&first.stderr)
-    );
+    // `authzd apply -f FILE` against A: its output, once it succeeded.
+    let apply_file = |file: &std::path::Path| -> String {
+        let out = grpc_harness::run_bin(
+            &[
+                "apply".as_ref(),
+                "-f".as_ref(),
+                file.as_os_str(),
+                "--server".as_ref(),
+                url.as_ref(),
+            ],
+            Duration::from_secs(60),
+        );
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    };
+    let first = apply_file(&file);
+    let stdout = &first;
     assert_eq!(stdout.matches(" applied").count(), 301, "{stdout}");
     for i in [0, 150, 299] {
         let ask = resource_request(&format!("imported-{i}"), &[], "default", "get", "pods");
@@ -396,28 +402,13 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
         .collect();
     let file = dir.path().join("large.yaml");
     std::fs::write(&file, large.join("---\n")).unwrap();
-    let out = grpc_harness::run_bin(
-        &[
-            "apply".as_ref(),
-            "-f".as_ref(),
-            file.as_os_str(),
-            "--server".as_ref(),
-            url.as_ref(),
-        ],
-        Duration::from_secs(60),
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = apply_file(&file);
     assert_eq!(stdout.matches(" applied").count(), 4, "{stdout}");
     let revision = |out: &str| -> u64 {
         let line = out.lines().find(|l| l.starts_with("revision ")).unwrap();
         line["revision ".len()..].trim().parse().unwrap()
     };
-    let before = revision(&String::from_utf8_lossy(&first.stdout));
+    let before = revision(&first);
     assert!(
         revision(&stdout) >= before + 2,
         "one commit of 2 MB? {stdout}"

@@ -10,36 +10,22 @@ use std::process::{Child, Command, Stdio};
 /// etcd from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`), else `etcd` on PATH; `None` (and
 /// why, on stderr) without one, except under `CI=true`, where a missing etcd is a failure.
 pub fn etcd_binary() -> Option<PathBuf> {
-    let candidate = std::env::var_os("AUTHZD_E2E_ETCD")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("etcd"));
-    let usable = Command::new(&candidate)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        return Some(candidate);
-    }
-    let why = format!(
-        "no etcd at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCD)",
-        candidate.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
+    tool("AUTHZD_E2E_ETCD", "etcd", &["--version"])
 }
 
 /// etcdctl from `AUTHZD_E2E_ETCDCTL` (set by `scripts/test.sh`), else `etcdctl` on PATH; as
 /// [`etcd_binary`], missing is a failure under `CI=true` and a skip otherwise.
 pub fn etcdctl_binary() -> Option<PathBuf> {
-    let candidate = std::env::var_os("AUTHZD_E2E_ETCDCTL")
+    tool("AUTHZD_E2E_ETCDCTL", "etcdctl", &["version"])
+}
+
+/// The tool `env` names, else `name` on PATH, if `probe` runs it successfully.
+fn tool(env: &str, name: &str, probe: &[&str]) -> Option<PathBuf> {
+    let candidate = std::env::var_os(env)
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("etcdctl"));
+        .unwrap_or_else(|| PathBuf::from(name));
     let usable = Command::new(&candidate)
-        .arg("version")
+        .args(probe)
         .env("ETCDCTL_API", "3")
         .output()
         .map(|o| o.status.success())
@@ -48,7 +34,7 @@ pub fn etcdctl_binary() -> Option<PathBuf> {
         return Some(candidate);
     }
     let why = format!(
-        "no etcdctl at {} (run scripts/test.sh, or set AUTHZD_E2E_ETCDCTL)",
+        "no {name} at {} (run scripts/test.sh, or set {env})",
         candidate.display()
     );
     if std::env::var("CI").as_deref() == Ok("true") {
