@@ -47,6 +47,19 @@ pub struct ServingState {
     freshness: std::sync::OnceLock<Arc<Freshness>>,
 }
 
+/// How a fenced replica (etcd mode, `--on-stale unavailable`) answers an allow it may not
+/// give: refused (gRPC's `UNAVAILABLE`, Envoy's failure mode), or — on the
+/// SubjectAccessReview-shaped HTTP endpoints, as the webhook contract has an authorizer that
+/// cannot evaluate answer — no opinion, with why in its evaluation error (kube-apiserver then
+/// asks its next authorizer). The HTTP adapter marks its requests with `NoOpinion` as a request
+/// extension; the decision itself is made here, counted and audited like any other.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum FencedAllow {
+    #[default]
+    Refuse,
+    NoOpinion,
+}
+
 /// What a fenced replica does with an answer (see [`ServingState::fresh`]).
 pub enum Fenced {
     /// Refuse: `UNAVAILABLE` with this message.
@@ -75,31 +88,42 @@ impl ServingState {
     }
 
     /// `decided`, computed on the policy at `revision`, as a fenced replica may give it (etcd
-    /// mode, `--on-stale`): an allow is refused (`unavailable`) or turned into a deny
-    /// (`deny-allows`) unless a recent proof covers that revision; denies and no-opinions
-    /// pass. Directory mode: unchanged.
-    pub fn fresh(&self, decided: Decided, revision: u64) -> Result<Decided, Fenced> {
+    /// mode, `--on-stale`): unless a recent proof covers that revision, an allow is refused
+    /// (`unavailable`: as `fenced_allow` says) or turned into a deny (`deny-allows`); denies
+    /// and no-opinions pass. Directory mode: unchanged.
+    pub fn fresh(
+        &self,
+        decided: Decided,
+        revision: u64,
+        fenced_allow: FencedAllow,
+    ) -> Result<Decided, Fenced> {
         let Some(freshness) = self.freshness.get() else {
             return Ok(decided);
         };
         if decided.response.decision != Decision::Allow || !freshness.fenced_for(revision) {
             return Ok(decided);
         }
-        match freshness.on_stale {
-            OnStale::Unavailable => Err(Fenced::Refuse(freshness.refusal())),
-            OnStale::DenyAllows => Ok(Decided {
-                response: Arc::new(Response {
-                    decision: Decision::Deny,
-                    reason: freshness.refusal(),
-                    allowed_by: Vec::new(),
-                    denied_by: Vec::new(),
-                    errors: Vec::new(),
-                    encoded: Default::default(),
-                    plan: Default::default(),
-                }),
-                cached: false,
+        let answer = |decision: Decision, reason: String, errors: Vec<String>| Decided {
+            response: Arc::new(Response {
+                decision,
+                reason,
+                allowed_by: Vec::new(),
+                denied_by: Vec::new(),
+                errors,
+                encoded: Default::default(),
+                plan: Default::default(),
             }),
-            OnStale::ServeStale => Ok(decided),
+            cached: false,
+        };
+        match (freshness.on_stale, fenced_allow) {
+            (OnStale::Unavailable, FencedAllow::Refuse) => Err(Fenced::Refuse(freshness.refusal())),
+            (OnStale::Unavailable, FencedAllow::NoOpinion) => Ok(answer(
+                Decision::NoOpinion,
+                String::new(),
+                vec![freshness.refusal()],
+            )),
+            (OnStale::DenyAllows, _) => Ok(answer(Decision::Deny, freshness.refusal(), Vec::new())),
+            (OnStale::ServeStale, _) => Ok(decided),
         }
     }
 

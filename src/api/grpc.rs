@@ -31,7 +31,7 @@ use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::request;
 use crate::request::UserInfo;
-use crate::serving::{ServingState, Snapshot};
+use crate::serving::{FencedAllow, ServingState, Snapshot};
 use crate::telemetry::metrics::{DecisionApi, DecisionTally};
 use crate::telemetry::request::{record_caller, record_decision};
 
@@ -86,6 +86,9 @@ pub struct Admitted<'a> {
     api: &'a GrpcApi,
     caller: &'a UserInfo,
     snapshot: &'a Snapshot,
+    /// How an allow this replica may not give while fenced is answered (a request extension;
+    /// the HTTP review endpoints ask for no opinion).
+    fenced_allow: FencedAllow,
 }
 
 impl GrpcApi {
@@ -133,6 +136,11 @@ impl GrpcApi {
     /// this, so both refuse with the same typed errors.
     pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
         let caller = self.begin(&request)?;
+        let fenced_allow = request
+            .extensions()
+            .get::<FencedAllow>()
+            .copied()
+            .unwrap_or_default();
         let (asked, min_revision) = request.into_inner().convert(&self.content_limits)?;
         let snapshot = self
             .admitted(&caller, R::privilege(&asked), min_revision)
@@ -141,6 +149,7 @@ impl GrpcApi {
             api: self,
             caller: &caller.user,
             snapshot: &snapshot,
+            fenced_allow,
         };
         R::answer(call, asked)
     }
@@ -203,7 +212,9 @@ impl GrpcApi {
     /// content a rule needs is `INVALID_ARGUMENT` naming the field.
     fn decide_one(&self, snapshot: &Snapshot, request: &AuthorizeInput<'_, '_>) -> Result<Decided> {
         let decided = request.decide(&self.state.authorizer(snapshot))?;
-        Ok(self.state.fresh(decided, snapshot.revision)?)
+        Ok(self
+            .state
+            .fresh(decided, snapshot.revision, FencedAllow::Refuse)?)
     }
 
     /// A decided request counted, recorded in the audit log and traced as `api`.
@@ -334,7 +345,7 @@ impl Admitted<'_> {
         let decided = state
             .authorizer(snapshot)
             .decide_content(request.with_content(content))?;
-        let decided = state.fresh(decided, snapshot.revision)?;
+        let decided = state.fresh(decided, snapshot.revision, self.fenced_allow)?;
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {

@@ -352,7 +352,11 @@ impl EnvoyApi {
         // etcd mode: a fenced replica's allow is a failed call (Envoy's failure mode decides).
         let decided = self
             .state
-            .fresh(decided, snapshot.revision)
+            .fresh(
+                decided,
+                snapshot.revision,
+                crate::serving::FencedAllow::Refuse,
+            )
             .map_err(ApiError::from)?;
         let response = &decided.response;
         self.state

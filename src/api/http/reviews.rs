@@ -1,13 +1,13 @@
 //! The review endpoints: body → proto request → the gRPC handler's steps → body.
 //!
-//! Every endpoint takes the same steps ([`served`]): read the body, parse it into the gRPC
+//! Every endpoint takes the same steps ([`review`]): read the body, parse it into the gRPC
 //! request (the endpoint's own part), serve it through [`GrpcApi::serve`] (authentication,
 //! deadline, conversion, snapshot, privilege — exactly as over gRPC), and shape the answer
 //! (the endpoint's own part). A refusal from any step is one typed error, its field path
-//! renamed to the document's, mapped once by [`status::refusal`] — except a fenced replica's
-//! refusal of an allow on the `SubjectAccessReview`-shaped endpoints ([`subject_review`]),
-//! which is answered "no opinion", as the webhook contract has an authorizer that cannot
-//! evaluate answer.
+//! renamed to the document's, mapped once by [`status::refusal`]. One difference from gRPC:
+//! the requests are marked [`FencedAllow::NoOpinion`], so a fenced replica (etcd mode) answers
+//! an allow it may not give "no opinion", as the webhook contract has an authorizer that
+//! cannot evaluate answer (who-can is still refused).
 
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
@@ -20,6 +20,7 @@ use super::{status, HttpApi, Namespace};
 use crate::api::error::ApiError;
 use crate::api::grpc::Review;
 use crate::proto;
+use crate::serving::FencedAllow;
 
 /// Proto field paths and the document paths they stand for, in one endpoint's shape.
 type Renames = &'static [(&'static str, &'static str)];
@@ -53,162 +54,39 @@ fn min_revision(query: Option<&str>) -> Result<u64, BodyError> {
 }
 
 /// The gRPC request the HTTP request stands for: headers become metadata (bearer tokens
-/// travel as `authorization`), extensions carry the connection's identity.
+/// travel as `authorization`), extensions carry the connection's identity, and a fenced
+/// replica's refused allow is asked for as no opinion (see [`FencedAllow`]).
 fn grpc_request<T>(parts: http::request::Parts, message: T) -> tonic::Request<T> {
-    tonic::Request::from_parts(
+    let mut request = tonic::Request::from_parts(
         MetadataMap::from_headers(parts.headers),
         parts.extensions,
         message,
-    )
+    );
+    request.extensions_mut().insert(FencedAllow::NoOpinion);
+    request
 }
 
-/// A review refused, with the document the caller sent when it could be read, and the
-/// namespace the review was asked in.
-struct Refused {
-    error: ApiError,
-    document: Option<Value>,
-    namespace: String,
-}
-
-impl From<ApiError> for Refused {
-    fn from(error: ApiError) -> Self {
-        Refused {
-            error,
-            document: None,
-            namespace: String::new(),
-        }
-    }
-}
-
-impl From<BodyError> for Refused {
-    fn from(error: BodyError) -> Self {
-        ApiError::from(error).into()
-    }
-}
-
-/// The steps every review endpoint takes: the document and the gRPC reply, or the refusal with
-/// its field path renamed to the document's.
-async fn served<R: Review + AskedIn>(
-    api: &HttpApi,
-    request: Request,
-    parse: impl FnOnce(&Object<'_>, u64) -> Result<(R, Renames), ApiError>,
-) -> Result<(Value, R::Reply), Refused> {
-    let (parts, document, min_revision) = read(request).await?;
-    let (message, renames) = parse(&Object::root(&document)?, min_revision)?;
-    let namespace = message.namespace();
-    match api.grpc.serve(grpc_request(parts, message)).await {
-        Ok(reply) => Ok((document, reply)),
-        Err(error) => Err(Refused {
-            error: error.renamed(renames),
-            document: Some(document),
-            namespace,
-        }),
-    }
-}
-
-/// A review whose answer is a list of subjects (resource access reviews): `parse` reads the
-/// document into the gRPC request and names the renames of its shape; `respond` shapes the
-/// answer from the document sent and the gRPC reply. A refusal from any step is mapped once by
-/// [`status::refusal`] (a fenced replica's included: a list of who is allowed is an allow for
-/// each of them).
-async fn review<R: Review + AskedIn>(
+/// The steps every review endpoint takes. `parse` reads the document into the gRPC request
+/// and names the renames of its shape; `respond` shapes the answer from the document sent
+/// and the gRPC reply.
+async fn review<R: Review>(
     api: &HttpApi,
     request: Request,
     parse: impl FnOnce(&Object<'_>, u64) -> Result<(R, Renames), ApiError>,
     respond: impl FnOnce(Value, &R::Reply) -> Response,
 ) -> Response {
-    match served(api, request, parse).await {
-        Ok((document, reply)) => respond(document, &reply),
-        Err(refused) => status::refusal(&refused.error),
+    let answered = async {
+        let (parts, document, min_revision) = read(request).await?;
+        let (message, renames) = parse(&Object::root(&document)?, min_revision)?;
+        let reply = api
+            .grpc
+            .serve(grpc_request(parts, message))
+            .await
+            .map_err(|error| error.renamed(renames))?;
+        Ok::<_, ApiError>(respond(document, &reply))
     }
-}
-
-/// A review answered with a `SubjectAccessReview` status (the webhook, the Kubernetes and seed
-/// subject access reviews): as [`review`], except that an allow a fenced replica refuses
-/// (etcd mode, `--on-stale unavailable`; gRPC's `UNAVAILABLE`) is answered "no opinion", as
-/// the webhook contract and kube-apiserver's own reviews answer an authorizer that could not
-/// evaluate: `allowed: false`, no `denied`, and why in `evaluationError`. kube-apiserver then
-/// asks its next authorizer; a 503 would only be retried and then taken as no opinion anyway.
-/// Denies and no-opinions a fenced replica still answers pass through [`review`]'s path
-/// unchanged (see `ServingState::fresh`).
-async fn subject_review<R>(
-    api: &HttpApi,
-    request: Request,
-    parse: impl FnOnce(&Object<'_>, u64) -> Result<(R, Renames), ApiError>,
-    respond: impl FnOnce(Value, &proto::SubjectAccessReviewResponse) -> Response,
-) -> Response
-where
-    R: Review<Reply = proto::SubjectAccessReviewResponse> + AskedIn,
-{
-    match served(api, request, parse).await {
-        Ok((document, reply)) => respond(document, &reply),
-        Err(Refused {
-            error: ApiError::Fenced(message),
-            document: Some(document),
-            namespace,
-        }) => respond(document, &fenced_no_opinion(api, message, namespace)),
-        Err(refused) => status::refusal(&refused.error),
-    }
-}
-
-/// The answer of a fenced replica to an allow it may not give: no opinion, and why.
-fn fenced_no_opinion(
-    api: &HttpApi,
-    message: String,
-    namespace: String,
-) -> proto::SubjectAccessReviewResponse {
-    proto::SubjectAccessReviewResponse {
-        allowed: false,
-        denied: false,
-        reason: String::new(),
-        evaluation_error: message,
-        namespace,
-        decision: proto::Decision::NoOpinion as i32,
-        revision: api.state.snapshot().map_or(0, |snapshot| snapshot.revision),
-    }
-}
-
-/// The namespace a review request is asked in, as its answer names it (the resource's
-/// namespace, or a local review's).
-trait AskedIn {
-    fn namespace(&self) -> String;
-}
-
-fn action_namespace(action: Option<&proto::Action>) -> String {
-    match action.and_then(|action| action.kind.as_ref()) {
-        Some(proto::action::Kind::ResourceAttributes(resource)) => resource.namespace.clone(),
-        _ => String::new(),
-    }
-}
-
-impl AskedIn for proto::SubjectAccessReviewRequest {
-    fn namespace(&self) -> String {
-        action_namespace(self.action.as_ref())
-    }
-}
-
-impl AskedIn for proto::PersonalSubjectAccessReviewRequest {
-    fn namespace(&self) -> String {
-        action_namespace(self.action.as_ref())
-    }
-}
-
-impl AskedIn for proto::LocalSubjectAccessReviewRequest {
-    fn namespace(&self) -> String {
-        self.namespace.clone()
-    }
-}
-
-impl AskedIn for proto::ResourceAccessReviewRequest {
-    fn namespace(&self) -> String {
-        action_namespace(self.action.as_ref())
-    }
-}
-
-impl AskedIn for proto::LocalResourceAccessReviewRequest {
-    fn namespace(&self) -> String {
-        self.namespace.clone()
-    }
+    .await;
+    answered.unwrap_or_else(|error| status::refusal(&error))
 }
 
 // --- Kubernetes shapes (authorization.k8s.io) ---------------------------------------------
@@ -417,7 +295,7 @@ pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
             renames,
         ))
     };
-    subject_review(&api, request, parse, kube_answer(StatusCode::OK, None)).await
+    review(&api, request, parse, kube_answer(StatusCode::OK, None)).await
 }
 
 fn kube_review_request(
@@ -476,7 +354,7 @@ pub(super) async fn kube_subject_access_review(
             KUBE_RENAMES,
         ))
     };
-    subject_review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
+    review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
 }
 
 /// `POST .../selfsubjectaccessreviews`: the caller's own access (PersonalSubjectAccessReview).
@@ -494,7 +372,7 @@ pub(super) async fn kube_self_subject_access_review(
         };
         Ok((message, KUBE_RENAMES))
     };
-    subject_review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
+    review(&api, request, parse, kube_answer(StatusCode::CREATED, None)).await
 }
 
 /// `POST .../namespaces/{ns}/localsubjectaccessreviews`. As upstream: `metadata.namespace`,
@@ -533,7 +411,7 @@ pub(super) async fn kube_local_subject_access_review(
         Ok((local_review(namespace.clone(), request), KUBE_RENAMES))
     };
     let answer = kube_answer(StatusCode::CREATED, Some(&namespace));
-    subject_review(&api, request, parse, answer).await
+    review(&api, request, parse, answer).await
 }
 
 // --- Seed 000 shapes (authorization.kubernetes.io/v1) ---------------------------------------
@@ -747,7 +625,7 @@ pub(super) async fn seed_subject_access_review(
         Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, false));
-    subject_review(&api, request, parse, respond).await
+    review(&api, request, parse, respond).await
 }
 
 pub(super) async fn seed_personal_subject_access_review(
@@ -766,7 +644,7 @@ pub(super) async fn seed_personal_subject_access_review(
         Ok((message, renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
-    subject_review(&api, request, parse, respond).await
+    review(&api, request, parse, respond).await
 }
 
 /// The path's namespace is the review's; a `namespace` in the body, when set, must agree.
@@ -798,7 +676,7 @@ pub(super) async fn seed_local_subject_access_review(
         Ok((local_review(namespace, request), renames))
     };
     let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
-    subject_review(&api, request, parse, respond).await
+    review(&api, request, parse, respond).await
 }
 
 pub(super) async fn seed_resource_access_review(
