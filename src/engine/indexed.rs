@@ -15,6 +15,7 @@ use crate::engine::content::{
     WHO_CAN_PROBE,
 };
 use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::rules::{self, ReviewedRule, SubjectRules};
 use crate::engine::shared::{HitKey, Outcome, SharedResponses};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
@@ -29,7 +30,7 @@ use crate::policy::index::{
 };
 use crate::policy::model::{PolicyRule, PolicySet};
 use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect};
-use crate::request::{Action, Request, RequestRef};
+use crate::request::{Action, Request, RequestRef, SubjectRef};
 
 /// One compiled policy state plus the chain configuration. Immutable in what it answers (its
 /// only interior state is the table of shared responses, a memo of pure results); share it
@@ -393,6 +394,60 @@ impl Engine {
         lines
             .into_iter()
             .find(|&line| abac::rule_allows(&abac.rules[line as usize], request))
+    }
+
+    /// What `user` may do in `namespace` (`""`: cluster-scoped requests only): every rule
+    /// that applies (see [`rules`](crate::engine::rules)), found through the index's grants by
+    /// subject as Authorize finds its candidate bindings — the same bindings, in the same
+    /// canonical order, as the reference evaluator's walk.
+    pub fn rules_for(&self, user: SubjectRef<'_>, namespace: &str) -> SubjectRules {
+        let protects_paths = self.diff.protects_paths();
+        let rbac = || {
+            let local = if namespace.is_empty() {
+                None
+            } else {
+                self.index.namespace(namespace)
+            };
+            let mut cluster = Candidates::new();
+            let mut namespaced = Candidates::new();
+            ScopeGrants::collect(
+                &self.index.cluster.grants,
+                local.map(|ns| &ns.scope.grants),
+                user.name,
+                user.groups,
+                &mut cluster,
+                &mut namespaced,
+            );
+            let mut reached = Vec::new();
+            let mut errors = Vec::new();
+            let scopes = [
+                (&*self.index.cluster, None, cluster),
+                // Without a partition there are no namespace candidates either.
+                (
+                    local.map_or(&*self.index.cluster, |ns| &ns.scope),
+                    local,
+                    namespaced,
+                ),
+            ];
+            for (scope, partition, mut candidates) in scopes {
+                candidates.sort_unstable();
+                candidates.dedup_by_key(|g| g.binding);
+                for grant in &candidates {
+                    let entry = scope.binding(grant.binding);
+                    let Some(rules) = self.index.role_rules(partition, entry) else {
+                        errors.push(describe::missing_role_error_of(&entry.facts()));
+                        continue;
+                    };
+                    for (index, rule) in rules.iter().enumerate() {
+                        let by = Self::hit_ref((entry, grant.subject, index));
+                        reached.push(ReviewedRule::rbac(rule, entry.cluster, by, protects_paths));
+                    }
+                }
+            }
+            (reached, errors)
+        };
+        let abac = || rules::abac_rules(&self.index.abac.rules, user, namespace);
+        rules::assemble(&self.config, user, rbac, abac)
     }
 
     /// Who can do this: starts from the rules filed under the action's verb and resource keys,

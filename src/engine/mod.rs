@@ -11,6 +11,7 @@ pub mod escalation;
 pub mod explain;
 pub mod indexed;
 pub mod reference;
+pub mod rules;
 pub mod shared;
 
 use std::fmt;

@@ -7,6 +7,7 @@ use std::collections::{BTreeSet, HashMap};
 use crate::engine::chain::{fold_chain, run_chain, FirstMatches, Verdict};
 use crate::engine::content::{aggregate, ChangeChecker, ContentError};
 use crate::engine::explain::{self, ABAC_NO_MATCH};
+use crate::engine::rules::{self, ReviewedRule, SubjectRules};
 use crate::engine::{AllowedSubjects, Decision, EngineConfig, Mode, Response};
 use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
@@ -202,6 +203,38 @@ impl ReferenceEvaluator {
             Some(e) => Err(e),
             None => Ok(response),
         }
+    }
+
+    /// What `user` may do in `namespace` (`""`: cluster-scoped requests only): every rule
+    /// that applies, walking every binding (see [`rules`](crate::engine::rules)).
+    pub fn rules_for(&self, user: &UserInfo, namespace: &str) -> SubjectRules {
+        let protects_paths = self.diff.protects_paths();
+        let rbac = || {
+            let mut reached = Vec::new();
+            let mut errors = Vec::new();
+            for binding in &self.policy.bindings {
+                let applies = Self::in_scope(binding, namespace)
+                    && binding
+                        .subjects
+                        .iter()
+                        .any(|s| Self::applies_to(s, user, &binding.namespace));
+                if !applies {
+                    continue;
+                }
+                let Some(rules) = self.role_rules(binding) else {
+                    errors.push(describe::missing_role_error(binding));
+                    continue;
+                };
+                let cluster = binding.kind == BindingKind::ClusterRoleBinding;
+                for (index, rule) in rules.iter().enumerate() {
+                    let by = explain::rbac_rule_ref(binding, index);
+                    reached.push(ReviewedRule::rbac(rule, cluster, by, protects_paths));
+                }
+            }
+            (reached, errors)
+        };
+        let abac = || rules::abac_rules(&self.policy.abac, user.as_borrowed(), namespace);
+        rules::assemble(&self.config, user.as_borrowed(), rbac, abac)
     }
 
     /// A user name bound nowhere, for evaluating a group on its own.

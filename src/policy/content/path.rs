@@ -422,6 +422,12 @@ impl Default for DiffConfig {
 }
 
 impl DiffConfig {
+    /// Whether any FieldPolicy protects a path (so plain allows of writes may hold only in
+    /// part).
+    pub fn protects_paths(&self) -> bool {
+        !self.protected.is_empty()
+    }
+
     /// Whether a write of `action` may touch a protected path: false for every other verb
     /// and non-resource action, and when no FieldPolicy protects anything (the one check a
     /// plain request pays).
