@@ -1140,3 +1140,110 @@ async fn http_paths_and_envoy_check_enforce_the_same_privileges() {
     let status = answered.into_inner().status.expect("a status");
     assert_eq!(status.code, Code::PermissionDenied as i32);
 }
+
+// ---------------------------------------------------------------------------------------------
+// Rules reviews ("what can X do?").
+
+/// SubjectRulesReview needs what SubjectAccessReview needs; SelfSubjectRulesReview only an
+/// identity. nadia's own rules in `team-a` carry the deny that withholds `delete secrets`,
+/// first among her namespace rules, and Kubernetes' form leaves out the grant it narrows and
+/// says so; a reviewer asking about nadia sees exactly what nadia sees.
+#[tokio::test]
+async fn rules_reviews_follow_the_review_privileges_and_show_denies() {
+    use authzd::proto::{RuleEffect, SelfSubjectRulesReviewRequest, SubjectRulesReviewRequest};
+    let f = Fixture::start().await;
+    let mut reviews = f.reviews();
+    let about_nadia = || SubjectRulesReviewRequest {
+        user: "nadia".into(),
+        groups: vec!["system:authenticated".into()],
+        namespace: "team-a".into(),
+        ..Default::default()
+    };
+    assert_refused(
+        reviews
+            .subject_rules_review(as_user("alice-token", about_nadia()))
+            .await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot create subjectaccessreviews.authorization.k8s.io at cluster scope",
+    );
+    let own = reviews
+        .self_subject_rules_review(as_user(
+            "nadia-token",
+            SelfSubjectRulesReviewRequest {
+                namespace: "team-a".into(),
+                min_revision: 0,
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    let asked = reviews
+        .subject_rules_review(as_user("rita-token", about_nadia()))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(own, asked);
+    assert_eq!(own.namespace, "team-a");
+
+    let effects: Vec<(String, i32, Vec<String>)> = own
+        .rules
+        .iter()
+        .map(|r| (r.tier.clone(), r.effect, r.resources.clone()))
+        .collect();
+    let allow = RuleEffect::Allow as i32;
+    let deny = RuleEffect::Deny as i32;
+    assert_eq!(
+        effects,
+        [
+            ("cluster".to_string(), allow, vec!["configmaps".to_string()]),
+            ("namespace".to_string(), deny, vec!["secrets".to_string()]),
+            (
+                "namespace".to_string(),
+                allow,
+                vec!["pods".to_string(), "secrets".to_string()]
+            ),
+            (
+                "namespace".to_string(),
+                allow,
+                vec!["roles".to_string(), "rolebindings".to_string()]
+            ),
+            (
+                "namespace".to_string(),
+                allow,
+                vec![
+                    "localsubjectaccessreviews".to_string(),
+                    "localresourceaccessreviews".to_string()
+                ]
+            ),
+        ]
+    );
+    let denied_by = own.rules[1].rule.as_ref().unwrap();
+    assert_eq!(denied_by.binding, "RoleBinding/team-a/nadia-keep-secrets");
+
+    assert!(own.incomplete);
+    assert!(
+        own.evaluation_error.contains(
+            "RoleBinding/team-a/nadia-admin -> ClusterRole/namespace-admin rule 0"
+        ) && own
+            .evaluation_error
+            .contains("narrowed by the deny rule RBAC RoleBinding/team-a/nadia-keep-secrets"),
+        "{}",
+        own.evaluation_error
+    );
+    let listed: Vec<Vec<String>> = own
+        .resource_rules
+        .iter()
+        .map(|r| r.resources.clone())
+        .collect();
+    assert_eq!(
+        listed,
+        [
+            vec!["configmaps".to_string()],
+            vec!["roles".to_string(), "rolebindings".to_string()],
+            vec![
+                "localsubjectaccessreviews".to_string(),
+                "localresourceaccessreviews".to_string()
+            ],
+        ]
+    );
+}

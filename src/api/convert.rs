@@ -14,6 +14,7 @@ use crate::api::limits::{
     MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
 use crate::api::selector;
+use crate::engine::rules::{ReviewedRule, RulePattern, SubjectRules};
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::request;
@@ -260,6 +261,13 @@ pub fn check_action(action: request::ActionRef<'_>) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Validates a rules review's namespace (field `namespace`): bounded; empty asks about
+/// cluster-scoped requests only.
+pub fn rules_namespace(namespace: String) -> Result<String> {
+    At { scope: "" }.check_len("namespace", &namespace, MAX_STRING_BYTES)?;
+    Ok(namespace)
 }
 
 /// Validates the action of a local review against the review's namespace (upstream's
@@ -616,6 +624,86 @@ pub fn resource_review_response(
         denied_groups: subjects.denied_groups,
         revision,
     }
+}
+
+/// Both forms of a rules review: authzd's (every rule, in the order the chain consults them)
+/// and Kubernetes' (whole grants only; what is left out named in `evaluation_error`).
+pub fn rules_review_response(
+    rules: &SubjectRules,
+    namespace: &str,
+    revision: u64,
+) -> proto::SubjectRulesReviewResponse {
+    let kubernetes = rules.kubernetes();
+    proto::SubjectRulesReviewResponse {
+        namespace: namespace.to_string(),
+        rules: rules.rules.iter().map(reviewed_rule).collect(),
+        resource_rules: kubernetes
+            .resource_rules
+            .into_iter()
+            .map(|r| proto::ResourceRule {
+                verbs: r.verbs,
+                api_groups: r.api_groups,
+                resources: r.resources,
+                resource_names: r.resource_names,
+            })
+            .collect(),
+        non_resource_rules: kubernetes
+            .non_resource_rules
+            .into_iter()
+            .map(|r| proto::NonResourceRule {
+                verbs: r.verbs,
+                non_resource_urls: r.non_resource_urls,
+            })
+            .collect(),
+        incomplete: kubernetes.incomplete,
+        evaluation_error: crate::engine::join_errors(&kubernetes.errors),
+        revision,
+    }
+}
+
+fn reviewed_rule(rule: &ReviewedRule) -> proto::ReviewedRule {
+    let everything = || vec!["*".to_string()];
+    let mut out = proto::ReviewedRule {
+        effect: if rule.deny {
+            proto::RuleEffect::Deny
+        } else {
+            proto::RuleEffect::Allow
+        } as i32,
+        tier: rule.tier.as_str().to_string(),
+        rule: rule_refs(std::slice::from_ref(&rule.by)).pop(),
+        conditional: rule.conditional,
+        ..proto::ReviewedRule::default()
+    };
+    match &rule.pattern {
+        RulePattern::Rbac(policy) => {
+            out.verbs = policy.verbs.clone();
+            out.api_groups = policy.api_groups.clone();
+            out.resources = policy.resources.clone();
+            out.resource_names = policy.resource_names.clone();
+            out.non_resource_urls = policy.non_resource_urls.clone();
+        }
+        RulePattern::Abac { line, resources } => {
+            out.verbs = if line.readonly {
+                vec!["get".into(), "list".into(), "watch".into()]
+            } else {
+                everything()
+            };
+            if *resources {
+                out.api_groups = vec![line.api_group.clone()];
+                out.resources = vec![line.resource.clone()];
+            }
+            if !line.non_resource_path.is_empty() {
+                out.non_resource_urls = vec![line.non_resource_path.clone()];
+            }
+        }
+        RulePattern::Everything => {
+            out.verbs = everything();
+            out.api_groups = everything();
+            out.resources = everything();
+            out.non_resource_urls = everything();
+        }
+    }
+    out
 }
 
 #[cfg(test)]

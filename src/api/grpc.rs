@@ -506,6 +506,59 @@ impl Review for proto::LocalResourceAccessReviewRequest {
     }
 }
 
+/// What a subject may do in a namespace. The rules list allows, so a fenced replica refuses it
+/// as it refuses who-can.
+fn rules_review(
+    call: Admitted<'_>,
+    user: &UserInfo,
+    namespace: &str,
+) -> Result<proto::SubjectRulesReviewResponse> {
+    call.api.state.fresh_for_who_can(call.snapshot.revision)?;
+    let rules = call.snapshot.engine.rules_for(user.as_borrowed(), namespace);
+    Ok(convert::rules_review_response(
+        &rules,
+        namespace,
+        call.snapshot.revision,
+    ))
+}
+
+impl Review for proto::SubjectRulesReviewRequest {
+    type Asked = (UserInfo, String);
+    type Reply = proto::SubjectRulesReviewResponse;
+
+    fn convert(self, _: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
+        let namespace = convert::rules_namespace(self.namespace)?;
+        Ok(((user, namespace), self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::SUBJECT_ACCESS_REVIEW
+    }
+
+    fn answer(call: Admitted<'_>, (user, namespace): Self::Asked) -> Result<Self::Reply> {
+        rules_review(call, &user, &namespace)
+    }
+}
+
+/// The caller's own rules: the subject is the caller.
+impl Review for proto::SelfSubjectRulesReviewRequest {
+    type Asked = String;
+    type Reply = proto::SubjectRulesReviewResponse;
+
+    fn convert(self, _: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        Ok((convert::rules_namespace(self.namespace)?, self.min_revision))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::Authenticated
+    }
+
+    fn answer(call: Admitted<'_>, namespace: Self::Asked) -> Result<Self::Reply> {
+        rules_review(call, call.caller, &namespace)
+    }
+}
+
 // --- The services ------------------------------------------------------------------------------
 
 #[tonic::async_trait]
@@ -623,6 +676,20 @@ impl AccessReview for GrpcApi {
         &self,
         request: Request<proto::LocalResourceAccessReviewRequest>,
     ) -> Result<Response<proto::ResourceAccessReviewResponse>, Status> {
+        Ok(Response::new(self.serve(request).await?))
+    }
+
+    async fn subject_rules_review(
+        &self,
+        request: Request<proto::SubjectRulesReviewRequest>,
+    ) -> Result<Response<proto::SubjectRulesReviewResponse>, Status> {
+        Ok(Response::new(self.serve(request).await?))
+    }
+
+    async fn self_subject_rules_review(
+        &self,
+        request: Request<proto::SelfSubjectRulesReviewRequest>,
+    ) -> Result<Response<proto::SubjectRulesReviewResponse>, Status> {
         Ok(Response::new(self.serve(request).await?))
     }
 }
