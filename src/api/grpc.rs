@@ -15,6 +15,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey};
 use tonic::{Request, Response, Status};
 
+use crate::api::authn::impersonation::Impersonation;
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
 use crate::api::error::{ApiError, Result};
@@ -51,9 +52,13 @@ pub struct GrpcApi {
 
 /// The first step of every call: who asks, and how long they give the server.
 struct Caller {
+    /// Who the request is served as: the authenticated caller, or, once admitted, whom it
+    /// impersonates.
     user: Arc<UserInfo>,
     /// The time left before the caller's deadline, if it sent one.
     deadline: Option<Duration>,
+    /// Whom the caller asks to be served as (`impersonate-*` metadata), until admitted.
+    impersonation: Option<Impersonation>,
 }
 
 /// One review RPC, stated by what differs between them: what its message converts into, what
@@ -135,7 +140,7 @@ impl GrpcApi {
     /// conversion, privilege and answer. The gRPC services and the HTTP endpoints both call
     /// this, so both refuse with the same typed errors.
     pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
-        let caller = self.begin(&request)?;
+        let mut caller = self.begin(&request)?;
         let fenced_allow = request
             .extensions()
             .get::<FencedAllow>()
@@ -143,7 +148,7 @@ impl GrpcApi {
             .unwrap_or_default();
         let (asked, min_revision) = request.into_inner().convert(&self.content_limits)?;
         let snapshot = self
-            .admitted(&caller, R::privilege(&asked), min_revision)
+            .admitted(&mut caller, R::privilege(&asked), min_revision)
             .await?;
         let call = Admitted {
             api: self,
@@ -154,31 +159,46 @@ impl GrpcApi {
         R::answer(call, asked)
     }
 
-    /// Who asks (authenticated), and by when.
+    /// Who asks (authenticated), whom it asks to be served as, and by when.
     fn begin<T>(&self, request: &Request<T>) -> Result<Caller> {
         let user = self.authenticator.authenticate(&Peer::of(request))?;
         record_caller(&user.name);
         Ok(Caller {
             user,
             deadline: request_deadline(request),
+            impersonation: Impersonation::requested(request.metadata())?,
         })
     }
 
     /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
     /// that same snapshot's policy: a privilege revoked at revision N is refused to every
-    /// request answered at N or later.
+    /// request answered at N or later. An impersonating caller must first be allowed each
+    /// `impersonate` it needs; from then on it is served as the impersonated user, who must
+    /// hold the call's privilege itself (as kube-apiserver serves an impersonated request).
     async fn admitted(
         &self,
-        caller: &Caller,
+        caller: &mut Caller,
         privilege: Privilege<'_>,
         min_revision: u64,
     ) -> Result<Arc<Snapshot>> {
         let snapshot = self.snapshot(min_revision, caller.deadline).await?;
-        Gate {
+        let gate = Gate {
             state: &self.state,
             snapshot: &snapshot,
+        };
+        if let Some(impersonation) = caller.impersonation.take() {
+            for needed in impersonation.needed() {
+                gate.admit_action(&caller.user, needed.action, || {
+                    format!(
+                        "user {:?} cannot impersonate {}",
+                        caller.user.name, needed.what
+                    )
+                })?;
+            }
+            caller.user = Arc::new(impersonation.into_user());
+            record_caller(&caller.user.name);
         }
-        .admit(&caller.user, privilege)?;
+        gate.admit(&caller.user, privilege)?;
         Ok(snapshot)
     }
 
@@ -285,7 +305,7 @@ impl GrpcApi {
     /// whole, so nothing of a refused batch is counted or audited.
     async fn answer_batch<'r, 'a: 'r>(
         &self,
-        caller: &Caller,
+        caller: &mut Caller,
         requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>> + Clone,
         min_revision: u64,
     ) -> Result<BatchAuthorizeReply> {
@@ -514,7 +534,10 @@ fn rules_review(
     namespace: &str,
 ) -> Result<proto::SubjectRulesReviewResponse> {
     call.api.state.fresh_for_who_can(call.snapshot.revision)?;
-    let rules = call.snapshot.engine.rules_for(user.as_borrowed(), namespace);
+    let rules = call
+        .snapshot
+        .engine
+        .rules_for(user.as_borrowed(), namespace);
     Ok(convert::rules_review_response(
         &rules,
         namespace,
@@ -567,7 +590,7 @@ impl Authorizer for GrpcApi {
         &self,
         request: Request<AuthorizeCall>,
     ) -> Result<Response<AuthorizeReply>, Status> {
-        let caller = self.begin(&request)?;
+        let mut caller = self.begin(&request)?;
         let call = request.into_inner();
         let (view, owned);
         let (request, min_revision) = match call.decode()? {
@@ -585,7 +608,7 @@ impl Authorizer for GrpcApi {
             }
         };
         let snapshot = self
-            .admitted(&caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
+            .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
         let answer = Answer::new(self.decide_one(&snapshot, &request)?, snapshot.revision);
         let api = DecisionApi::Authorize;
@@ -599,7 +622,7 @@ impl Authorizer for GrpcApi {
         &self,
         request: Request<BatchAuthorizeCall>,
     ) -> Result<Response<BatchAuthorizeReply>, Status> {
-        let caller = self.begin(&request)?;
+        let mut caller = self.begin(&request)?;
         let call = request.into_inner();
         // `decode` refuses a batch over the limit, whatever its shape.
         let decoded = call.decode()?;
@@ -613,7 +636,8 @@ impl Authorizer for GrpcApi {
                     view.validate().map_err(within(i))?;
                 }
                 let requests = views.iter().map(AuthorizeInput::Borrowed);
-                self.answer_batch(&caller, requests, min_revision).await?
+                self.answer_batch(&mut caller, requests, min_revision)
+                    .await?
             }
             BatchDecoded::Owned(wire) => {
                 let mut requests = Vec::with_capacity(wire.requests.len());
@@ -628,7 +652,8 @@ impl Authorizer for GrpcApi {
                         request,
                         content: content.as_ref(),
                     });
-                self.answer_batch(&caller, requests, min_revision).await?
+                self.answer_batch(&mut caller, requests, min_revision)
+                    .await?
             }
         };
         Ok(Response::new(reply))

@@ -252,6 +252,32 @@ impl Gate<'_> {
     }
 }
 
+impl Gate<'_> {
+    /// Whether `caller` may do `action`, a permission with parts only the request names (such
+    /// as impersonating a given user); `PERMISSION_DENIED` with `refusal` otherwise. Decided
+    /// and cached like every privilege check.
+    pub fn admit_action(
+        &self,
+        caller: &Arc<UserInfo>,
+        action: Action,
+        refusal: impl FnOnce() -> String,
+    ) -> Result<()> {
+        let request = Request {
+            user: UserInfo::clone(caller),
+            action,
+        };
+        let decided = self
+            .state
+            .privilege_authorizer(self.snapshot)
+            .decide(request.as_borrowed());
+        if decided.response.allowed() {
+            Ok(())
+        } else {
+            Err(ApiError::PermissionDenied(refusal()))
+        }
+    }
+}
+
 /// A privilege granted to a caller by one snapshot's policy.
 ///
 /// Every Authorize is also a privilege check for its caller, almost always the same caller

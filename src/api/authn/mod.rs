@@ -12,6 +12,7 @@
 //! What the caller is then allowed to call is [`crate::api::privilege`].
 
 mod bearer;
+pub mod impersonation;
 pub mod listener;
 pub mod token_file;
 
