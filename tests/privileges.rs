@@ -1364,6 +1364,44 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: imperson
         Code::PermissionDenied,
         "user \"nadia\" cannot create subjectaccessreviews",
     );
+    // Who am I: alice as authenticated, and as whom she is served while impersonating.
+    let whoami = |request| {
+        let mut reviews = f.reviews();
+        async move {
+            reviews
+                .self_subject_review(request)
+                .await
+                .unwrap()
+                .into_inner()
+                .user_info
+                .unwrap()
+        }
+    };
+    let me = whoami(as_user(
+        "alice-token",
+        authzd::proto::SelfSubjectReviewRequest {},
+    ))
+    .await;
+    assert_eq!(
+        (me.name.as_str(), me.uid.as_str(), me.groups.clone()),
+        (
+            "alice",
+            "uid-1",
+            vec![
+                "readers".to_string(),
+                "staff".to_string(),
+                "system:authenticated".to_string()
+            ]
+        )
+    );
+    let as_nadia = whoami(impersonating(
+        as_user("alice-token", authzd::proto::SelfSubjectReviewRequest {}),
+        "nadia",
+        &[],
+    ))
+    .await;
+    assert_eq!(as_nadia.name, "nadia");
+    assert_eq!(as_nadia.groups, ["system:authenticated"]);
     // A group without a user is refused outright.
     let mut only_group = as_user("alice-token", delete_secrets());
     only_group

@@ -626,6 +626,25 @@ pub fn resource_review_response(
     }
 }
 
+/// A user as the API writes one.
+pub fn user_info(user: &request::UserInfo) -> proto::UserInfo {
+    proto::UserInfo {
+        name: user.name.clone(),
+        uid: user.uid.clone(),
+        groups: user.groups.clone(),
+        extra: user
+            .extra
+            .iter()
+            .map(|(key, values)| {
+                let values = proto::ExtraValues {
+                    values: values.clone(),
+                };
+                (key.clone(), values)
+            })
+            .collect(),
+    }
+}
+
 /// Both forms of a rules review: authzd's (every rule, in the order the chain consults them)
 /// and Kubernetes' (whole grants only; what is left out named in `evaluation_error`).
 pub fn rules_review_response(

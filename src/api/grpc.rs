@@ -582,6 +582,26 @@ impl Review for proto::SelfSubjectRulesReviewRequest {
     }
 }
 
+/// Who the caller is, as authenticated (or impersonated).
+impl Review for proto::SelfSubjectReviewRequest {
+    type Asked = ();
+    type Reply = proto::SelfSubjectReviewResponse;
+
+    fn convert(self, _: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        Ok(((), 0))
+    }
+
+    fn privilege(_: &Self::Asked) -> Privilege<'_> {
+        Privilege::Authenticated
+    }
+
+    fn answer(call: Admitted<'_>, (): Self::Asked) -> Result<Self::Reply> {
+        Ok(proto::SelfSubjectReviewResponse {
+            user_info: Some(convert::user_info(call.caller)),
+        })
+    }
+}
+
 // --- The services ------------------------------------------------------------------------------
 
 #[tonic::async_trait]
@@ -708,6 +728,13 @@ impl AccessReview for GrpcApi {
         &self,
         request: Request<proto::SubjectRulesReviewRequest>,
     ) -> Result<Response<proto::SubjectRulesReviewResponse>, Status> {
+        Ok(Response::new(self.serve(request).await?))
+    }
+
+    async fn self_subject_review(
+        &self,
+        request: Request<proto::SelfSubjectReviewRequest>,
+    ) -> Result<Response<proto::SelfSubjectReviewResponse>, Status> {
         Ok(Response::new(self.serve(request).await?))
     }
 
