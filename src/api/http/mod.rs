@@ -9,6 +9,7 @@
 //! * seed 000's paths (`/apis/authorization.kubernetes.io/v1/...`);
 //! * `/healthz` and `/readyz`.
 
+mod discovery;
 mod document;
 mod reviews;
 mod status;
@@ -95,6 +96,7 @@ pub fn router(grpc: axum::Router, api: HttpApi) -> axum::Router {
         )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
+        .merge(discovery::routes())
         .with_state(api.clone());
     // Our fallback replaces tonic's (which answered UNIMPLEMENTED to anything, HTTP included).
     http.merge(grpc)
