@@ -145,19 +145,31 @@ async fn answer(api: HttpApi, policy: PolicyCache, asked: Asked, request: Reques
         DiscoveryCall,
     );
     if let Err(error) = api.grpc.serve(call).await {
-        return status::refusal(&error);
+        return refused(&error);
     }
     // The snapshot the call was admitted on, or a newer one: never none once one was.
     let Some(snapshot) = api.state.snapshot() else {
-        return status::refusal(&ApiError::NotReady);
+        return refused(&ApiError::NotReady);
     };
     let policy = policy.for_snapshot(&snapshot);
     match document(&asked, &policy, &server_address) {
-        Ok(document) => status::json_response(StatusCode::OK, &document),
+        Ok(document) => json(StatusCode::OK, &document),
         Err(missing) => {
             status::failure(StatusCode::NOT_FOUND, "NotFound", &bounded_message(missing))
         }
     }
+}
+
+// Every discovery answer is plain `application/json`, whatever the Accept header prefers:
+// that is what declines aggregated discovery, and kubectl asks for nothing else here. These
+// two are the only places that say how.
+
+fn json(code: StatusCode, document: &Value) -> Response {
+    status::json_response(code, document)
+}
+
+fn refused(error: &ApiError) -> Response {
+    status::refusal(error)
 }
 
 /// Where the client reached this server (`host:port`), as `APIVersions` reports it: the
