@@ -17,9 +17,9 @@
 //!   names of resources the policy mentions and the verbs its rules name on them: policy
 //!   content, which no other endpoint gives a caller it has not identified (`/metrics` and
 //!   the probes show none). A discovery request takes the same steps as every review
-//!   (`GrpcApi::serve`: the authenticator chain, the listener rule, the snapshot in force)
-//!   with the privilege "any authenticated caller"; before the first policy it is refused
-//!   with 503, as the reviews are.
+//!   (`GrpcApi::serve`: the authenticator chain, the listener rule, impersonation headers as
+//!   `kubectl --as` sends them, the snapshot in force) with the privilege "any authenticated
+//!   caller"; before the first policy it is refused with 503, as the reviews are.
 //!
 //! Nothing here is on the decision path: the policy's resources are computed from the
 //! snapshot's compiled index when a discovery request first meets that snapshot, and kept
