@@ -7,6 +7,8 @@
 //! request never mixes two policies. [`ServingState::publish`] keeps the order the cache's
 //! no-stale-answer guarantee rests on.
 
+pub mod delegation;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +23,7 @@ use crate::policy::model::PolicySet;
 use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
 use crate::telemetry::metrics::{Metrics, ScrapeFigures};
+use delegation::Delegation;
 
 /// One compiled policy state and the revision it is published as.
 pub struct Snapshot {
@@ -45,6 +48,8 @@ pub struct ServingState {
     /// etcd mode: this replica's freshness, checked on every allow (empty in directory mode,
     /// where the check is one atomic load).
     freshness: std::sync::OnceLock<Arc<Freshness>>,
+    /// The chain's webhooks, when it has any (`--authorization-mode …,Webhook`).
+    delegation: std::sync::OnceLock<Arc<Delegation>>,
 }
 
 /// How a fenced replica (etcd mode, `--on-stale unavailable`) answers an allow it may not
@@ -79,6 +84,26 @@ impl ServingState {
             revisions: watch::channel(0).0,
             metrics: Arc::new(Metrics::new()),
             freshness: std::sync::OnceLock::new(),
+            delegation: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// The chain delegates to these webhooks from now on.
+    pub fn set_delegation(&self, delegation: Arc<Delegation>) {
+        let _ = self.delegation.set(delegation);
+    }
+
+    /// The chain's webhooks, if it has any.
+    pub fn delegation(&self) -> Option<&Arc<Delegation>> {
+        self.delegation.get()
+    }
+
+    /// The chain's answer to `request` from the engine's `decided`: unchanged without
+    /// webhooks, else finished by those the chain reaches undecided ([`Delegation::finish`]).
+    pub async fn delegate(&self, request: &crate::request::Request, decided: Decided) -> Decided {
+        match self.delegation.get() {
+            None => decided,
+            Some(delegation) => delegation.finish(request, decided).await,
         }
     }
 

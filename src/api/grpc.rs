@@ -77,8 +77,11 @@ pub trait Review: Send + Sized + 'static {
     fn privilege(asked: &Self::Asked) -> Privilege<'_>;
 
     /// The answer, from the admitted snapshot; refused only when a rule needs content the
-    /// request carries unreadably.
-    fn answer(call: Admitted<'_>, asked: Self::Asked) -> Result<Self::Reply>;
+    /// request carries unreadably. Asynchronous because a chain with webhooks asks them.
+    fn answer(
+        call: Admitted<'_>,
+        asked: Self::Asked,
+    ) -> impl std::future::Future<Output = Result<Self::Reply>> + Send + '_;
 }
 
 /// What a request asks (an action, or a subject's request) with the content it carries, as
@@ -156,7 +159,7 @@ impl GrpcApi {
             snapshot: &snapshot,
             fenced_allow,
         };
-        R::answer(call, asked)
+        R::answer(call, asked).await
     }
 
     /// Who asks (authenticated), whom it asks to be served as, and by when.
@@ -230,11 +233,19 @@ impl GrpcApi {
 
     /// One request decided from `snapshot` through the cache, with its content; an unreadable
     /// content a rule needs is `INVALID_ARGUMENT` naming the field.
-    fn decide_one(&self, snapshot: &Snapshot, request: &AuthorizeInput<'_, '_>) -> Result<Decided> {
+    async fn decide_one(
+        &self,
+        snapshot: &Snapshot,
+        request: &AuthorizeInput<'_, '_>,
+    ) -> Result<Decided> {
         let decided = request.decide(&self.state.authorizer(snapshot))?;
-        Ok(self
+        let decided = self
             .state
-            .fresh(decided, snapshot.revision, FencedAllow::Refuse)?)
+            .fresh(decided, snapshot.revision, FencedAllow::Refuse)?;
+        match self.state.delegation() {
+            None => Ok(decided),
+            Some(delegation) => Ok(delegation.finish(&request.to_request(), decided).await),
+        }
     }
 
     /// A decided request counted, recorded in the audit log and traced as `api`.
@@ -316,7 +327,10 @@ impl GrpcApi {
         let mut tally = DecisionTally::default();
         let mut answers = Vec::with_capacity(requests.len());
         for (i, request) in requests.clone().enumerate() {
-            let decided = self.decide_one(&snapshot, &request).map_err(within(i))?;
+            let decided = self
+                .decide_one(&snapshot, &request)
+                .await
+                .map_err(within(i))?;
             let answer = Answer::new(decided, snapshot.revision);
             self.count_one(&snapshot, &request, &answer, api, &mut tally);
             answers.push(answer);
@@ -346,7 +360,10 @@ impl Admitted<'_> {
         content: Option<&request::Content>,
     ) -> Result<AllowedSubjects> {
         self.api.state.fresh_for_who_can(self.snapshot.revision)?;
-        let subjects = self.snapshot.engine.who_can_content(action, content)?;
+        let mut subjects = self.snapshot.engine.who_can_content(action, content)?;
+        if let Some(delegation) = self.api.state.delegation() {
+            subjects.errors.extend(delegation.listing_errors());
+        }
         if let Some(audit) = &self.api.audit {
             audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
         }
@@ -355,7 +372,7 @@ impl Admitted<'_> {
 
     /// `request` decided through the cache with its content, counted, recorded and answered
     /// as `api`.
-    fn review(
+    async fn review(
         &self,
         request: request::Request,
         content: Option<&request::Content>,
@@ -366,6 +383,7 @@ impl Admitted<'_> {
             .authorizer(snapshot)
             .decide_content(request.with_content(content))?;
         let decided = state.fresh(decided, snapshot.revision, self.fenced_allow)?;
+        let decided = state.delegate(&request, decided).await;
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {
@@ -401,7 +419,7 @@ impl Review for proto::GetAllowedSubjectsRequest {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let subjects = call.who_can("GetAllowedSubjects", &action, content.as_ref())?;
         Ok(convert::allowed_subjects_response(
             subjects,
@@ -427,8 +445,9 @@ impl Review for proto::SubjectAccessReviewRequest {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
         call.review(request, content.as_ref(), DecisionApi::SubjectAccessReview)
+            .await
     }
 }
 
@@ -446,11 +465,11 @@ impl Review for proto::PersonalSubjectAccessReviewRequest {
         Privilege::Authenticated
     }
 
-    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let user = call.caller.clone();
         let request = request::Request { user, action };
         let api = DecisionApi::PersonalSubjectAccessReview;
-        call.review(request, content.as_ref(), api)
+        call.review(request, content.as_ref(), api).await
     }
 }
 
@@ -474,9 +493,9 @@ impl Review for proto::LocalSubjectAccessReviewRequest {
         Privilege::local_subject_access_review(request.action.namespace())
     }
 
-    fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
         let api = DecisionApi::LocalSubjectAccessReview;
-        call.review(request, content.as_ref(), api)
+        call.review(request, content.as_ref(), api).await
     }
 }
 
@@ -493,7 +512,7 @@ impl Review for proto::ResourceAccessReviewRequest {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let subjects = call.who_can("ResourceAccessReview", &action, content.as_ref())?;
         Ok(convert::resource_review_response(
             subjects,
@@ -516,7 +535,7 @@ impl Review for proto::LocalResourceAccessReviewRequest {
         Privilege::local_resource_access_review(action.namespace())
     }
 
-    fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let subjects = call.who_can("LocalResourceAccessReview", &action, content.as_ref())?;
         Ok(convert::resource_review_response(
             subjects,
@@ -559,7 +578,7 @@ impl Review for proto::SubjectRulesReviewRequest {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    fn answer(call: Admitted<'_>, (user, namespace): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (user, namespace): Self::Asked) -> Result<Self::Reply> {
         rules_review(call, &user, &namespace)
     }
 }
@@ -577,7 +596,7 @@ impl Review for proto::SelfSubjectRulesReviewRequest {
         Privilege::Authenticated
     }
 
-    fn answer(call: Admitted<'_>, namespace: Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, namespace: Self::Asked) -> Result<Self::Reply> {
         rules_review(call, call.caller, &namespace)
     }
 }
@@ -595,7 +614,7 @@ impl Review for proto::SelfSubjectReviewRequest {
         Privilege::Authenticated
     }
 
-    fn answer(call: Admitted<'_>, (): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: Admitted<'_>, (): Self::Asked) -> Result<Self::Reply> {
         Ok(proto::SelfSubjectReviewResponse {
             user_info: Some(convert::user_info(call.caller)),
         })
@@ -630,7 +649,8 @@ impl Authorizer for GrpcApi {
         let snapshot = self
             .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
-        let answer = Answer::new(self.decide_one(&snapshot, &request)?, snapshot.revision);
+        let decided = self.decide_one(&snapshot, &request).await?;
+        let answer = Answer::new(decided, snapshot.revision);
         let api = DecisionApi::Authorize;
         let mut tally = DecisionTally::default();
         self.record_one(&caller.user, &snapshot, &request, &answer, api, &mut tally);

@@ -179,7 +179,8 @@ impl Cli {
                     .clone()
                     .settings(!args.policy.policy.is_empty())
                     .map_err(|message| usage_error("serve", message))?,
-                engine: engine_settings(args.policy, args.chain),
+                engine: engine_settings(args.policy, args.chain)
+                    .map_err(|message| usage_error("serve", message))?,
                 listen: tcp_first(args.listen),
                 webhook_path: args.webhook_path,
                 local_identity: UserInfo {
@@ -214,7 +215,8 @@ impl Cli {
                     .action
                     .content()
                     .map_err(|message| usage_error("check", message))?,
-                engine: engine_settings(args.policy, args.chain),
+                engine: engine_settings(args.policy, args.chain)
+                    .map_err(|message| usage_error("check", message))?,
                 request: Request {
                     user: UserInfo {
                         name: args.user.unwrap_or_default(),
@@ -229,7 +231,8 @@ impl Cli {
                     .action
                     .content()
                     .map_err(|message| usage_error("who-can", message))?,
-                engine: engine_settings(args.policy, args.chain),
+                engine: engine_settings(args.policy, args.chain)
+                    .map_err(|message| usage_error("who-can", message))?,
                 action: args.action.action(),
             },
             Command::Lint(args) => Settings::Lint(args.policy.settings()),

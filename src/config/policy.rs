@@ -99,15 +99,31 @@ impl PolicyArgs {
     }
 }
 
-pub(super) fn engine_settings(policy: PolicyArgs, chain: ChainArgs) -> EngineSettings {
-    EngineSettings {
+/// The engine's settings. `Webhook` is refused here: a webhook is asked by a running server
+/// (`serve` with its webhook flags), never by an offline command answering from local policy.
+pub(super) fn engine_settings(
+    policy: PolicyArgs,
+    chain: ChainArgs,
+) -> Result<EngineSettings, String> {
+    if chain
+        .authorization_mode
+        .0
+        .iter()
+        .any(|mode| matches!(mode, Mode::Webhook(_)))
+    {
+        return Err(
+            "--authorization-mode Webhook needs `serve` with --authorization-webhook-config-file"
+                .to_string(),
+        );
+    }
+    Ok(EngineSettings {
         policy: policy.settings(),
         engine: EngineConfig {
             modes: chain.authorization_mode.0,
             super_users: non_empty(chain.super_users),
             super_groups: non_empty(chain.super_groups),
         },
-    }
+    })
 }
 
 #[cfg(test)]

@@ -226,7 +226,8 @@ pub fn fixed_verdict(mode: Mode) -> Option<Verdict> {
             String::new(),
             explain::simple_rule_ref(explain::ALWAYS_ALLOW, ""),
         )),
-        Mode::AlwaysDeny => Some(Verdict::no_opinion("", Vec::new())),
+        // The serving layer asks a webhook the chain reaches undecided; locally it has none.
+        Mode::AlwaysDeny | Mode::Webhook(_) => Some(Verdict::no_opinion("", Vec::new())),
         Mode::Abac | Mode::Rbac => None,
     }
 }
@@ -275,7 +276,9 @@ pub fn subject_chain_decision(modes: &[Mode], rbac: Decision, abac_allows: bool)
     for mode in modes {
         match mode {
             Mode::AlwaysAllow => return Decision::NoOpinion,
-            Mode::AlwaysDeny => {}
+            // Who-can covers local policy only; a webhook cannot list subjects (the serving
+            // layer says so in the answer's evaluation error).
+            Mode::AlwaysDeny | Mode::Webhook(_) => {}
             Mode::Rbac if rbac != Decision::NoOpinion => return rbac,
             Mode::Rbac => {}
             Mode::Abac if abac_allows => return Decision::Allow,

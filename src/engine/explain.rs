@@ -11,6 +11,7 @@ pub const RBAC: &str = "RBAC";
 pub const ABAC: &str = "ABAC";
 pub const ALWAYS_ALLOW: &str = "AlwaysAllow";
 pub const SUPER_USER: &str = "SuperUser";
+pub const WEBHOOK: &str = "Webhook";
 
 /// Upstream ABAC's NoOpinion reason.
 pub const ABAC_NO_MATCH: &str = "No policy matched.";

@@ -42,7 +42,8 @@ pub struct Engine {
     diff: Arc<DiffConfig>,
     /// Responses shared by requests decided the same way (see [`shared`](super::shared)).
     shared: SharedResponses,
-    /// Whether the chain is made of RBAC and ABAC only, the chains whose responses are shared.
+    /// Whether the chain is made of RBAC, ABAC and webhooks only (which the engine answers as no
+    /// opinion), the chains whose responses are shared.
     shares_responses: bool,
 }
 
@@ -76,7 +77,7 @@ impl Engine {
         let shares_responses = config
             .modes
             .iter()
-            .all(|mode| matches!(mode, Mode::Rbac | Mode::Abac));
+            .all(|mode| matches!(mode, Mode::Rbac | Mode::Abac | Mode::Webhook(_)));
         Self {
             index,
             config,
@@ -201,6 +202,8 @@ impl Engine {
                         return Some(Outcome::Abac { line });
                     }
                 }
+                // Locally no opinion: the serving layer asks the webhook.
+                Mode::Webhook(_) => {}
                 Mode::AlwaysAllow | Mode::AlwaysDeny => return None,
             }
         }

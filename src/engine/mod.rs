@@ -55,6 +55,10 @@ pub enum Mode {
     Abac,
     /// RBAC plus seed 003's deny rules and negation.
     Rbac,
+    /// A remote SubjectAccessReview endpoint, the `n`th configured (kube-apiserver's `Webhook`
+    /// mode). The engine never does I/O: it treats the webhook as no opinion, and the serving
+    /// layer asks it whenever the chain reaches it undecided (`serving::Delegation`).
+    Webhook(u16),
 }
 
 impl Mode {
@@ -64,6 +68,7 @@ impl Mode {
             Mode::AlwaysDeny => "AlwaysDeny",
             Mode::Abac => "ABAC",
             Mode::Rbac => "RBAC",
+            Mode::Webhook(_) => "Webhook",
         }
     }
 
@@ -92,8 +97,10 @@ impl FromStr for Mode {
             "AlwaysDeny" => Ok(Mode::AlwaysDeny),
             "ABAC" => Ok(Mode::Abac),
             "RBAC" => Ok(Mode::Rbac),
+            // The flag form configures one webhook (`--authorization-webhook-config-file`).
+            "Webhook" => Ok(Mode::Webhook(0)),
             other => Err(format!(
-                "unknown authorization mode `{other}` (expected AlwaysAllow, AlwaysDeny, ABAC or RBAC)"
+                "unknown authorization mode `{other}` (expected AlwaysAllow, AlwaysDeny, ABAC, RBAC or Webhook)"
             )),
         }
     }

@@ -206,7 +206,8 @@ pub fn assemble(
                 // Nothing after it is ever consulted.
                 break;
             }
-            Mode::AlwaysDeny => {}
+            // A webhook's rules cannot be listed (the serving layer says so).
+            Mode::AlwaysDeny | Mode::Webhook(_) => {}
         }
     }
     review

@@ -325,7 +325,7 @@ impl EnvoyApi {
         Ok((Some(content), field))
     }
 
-    fn check_one(&self, mut check: CheckRequest) -> Result<CheckResponse> {
+    async fn check_one(&self, mut check: CheckRequest) -> Result<CheckResponse> {
         // What Envoy sent is the client's request: a refusal of it goes back to the client
         // (below), not to Envoy as a failed call.
         let (content, body_field) = match self.body_content(&mut check) {
@@ -358,6 +358,7 @@ impl EnvoyApi {
                 crate::serving::FencedAllow::Refuse,
             )
             .map_err(ApiError::from)?;
+        let decided = self.state.delegate(&request, decided).await;
         let response = &decided.response;
         self.state
             .metrics()
@@ -587,7 +588,7 @@ impl Authorization for EnvoyApi {
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
         self.admit_caller(&request)?;
-        Ok(Response::new(self.check_one(request.into_inner())?))
+        Ok(Response::new(self.check_one(request.into_inner()).await?))
     }
 }
 

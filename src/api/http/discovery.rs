@@ -131,7 +131,7 @@ impl Review for DiscoveryCall {
         Privilege::Authenticated
     }
 
-    fn answer(_call: Admitted<'_>, _asked: ()) -> Result<()> {
+    async fn answer(_call: Admitted<'_>, _asked: ()) -> Result<()> {
         Ok(())
     }
 }
