@@ -11,6 +11,7 @@
 
 mod discovery;
 mod document;
+mod kube_protobuf;
 mod reviews;
 mod status;
 
