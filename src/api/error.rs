@@ -38,6 +38,11 @@ pub enum ApiError {
     #[error("{0}")]
     Malformed(String),
 
+    /// An HTTP body declared in a media type the endpoint does not read; the message names
+    /// the ones it does.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+
     /// An HTTP body over [`MAX_REQUEST_BYTES`] (gRPC messages over it are refused by tonic's
     /// codec before any handler runs).
     #[error("request body is larger than the limit of {MAX_REQUEST_BYTES} bytes")]
@@ -118,7 +123,9 @@ impl ApiError {
     pub fn code(&self) -> tonic::Code {
         use tonic::Code;
         match self {
-            ApiError::InvalidArgument { .. } | ApiError::Malformed(_) => Code::InvalidArgument,
+            ApiError::InvalidArgument { .. }
+            | ApiError::Malformed(_)
+            | ApiError::UnsupportedMediaType(_) => Code::InvalidArgument,
             ApiError::TooLarge | ApiError::TooManyWatches => Code::ResourceExhausted,
             ApiError::RevisionNotReached { .. } => Code::FailedPrecondition,
             ApiError::NotReady | ApiError::Fenced(_) => Code::Unavailable,

@@ -1,5 +1,8 @@
-//! Request bodies: read bounded, parsed as JSON or YAML whatever the Content-Type says
-//! (kubectl sends none), then read field by field with the JSON path of every bad field.
+//! Request bodies: read bounded; parsed as Kubernetes protobuf when the Content-Type says so,
+//! else as JSON or YAML, told apart by the body whatever JSON, YAML or text type is declared (or
+//! none: `kubectl create --raw` sends none); then read field by field with the JSON path of every
+//! bad field. A protobuf body becomes the JSON document the same object sent as JSON is, so the
+//! field-by-field reading is one for both.
 
 use std::collections::HashMap;
 
@@ -9,6 +12,7 @@ use serde_json::{Map, Value};
 
 use thiserror::Error;
 
+use super::kube_protobuf::{self, ProtobufError};
 use crate::api::error::{ApiError, Invalid};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::proto;
@@ -18,7 +22,7 @@ use crate::proto;
 pub const MAX_DOCUMENT_DEPTH: usize = 32;
 
 /// Why a body could not be used. Becomes the adapters' [`ApiError`] (and so a Kubernetes
-/// `Status` response) through the one HTTP mapping, `status::refusal`.
+/// `Status` response) through the one HTTP mapping, `status::refusal_answer`.
 #[derive(Debug, Error)]
 pub enum BodyError {
     /// Over [`MAX_REQUEST_BYTES`] (413).
@@ -30,6 +34,9 @@ pub enum BodyError {
     /// A field of the wrong shape (400), by its JSON path.
     #[error("{field}: {problem}")]
     Field { field: String, problem: String },
+    /// A Content-Type that is not read (415); the message names the ones that are.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
 }
 
 impl BodyError {
@@ -49,7 +56,92 @@ impl From<BodyError> for ApiError {
             BodyError::Field { field, problem } => {
                 ApiError::invalid(field, Invalid::Other(problem))
             }
+            BodyError::UnsupportedMediaType(message) => ApiError::UnsupportedMediaType(message),
         }
+    }
+}
+
+impl From<ProtobufError> for BodyError {
+    fn from(error: ProtobufError) -> Self {
+        match error {
+            ProtobufError::TooLarge => BodyError::TooLarge,
+            other => BodyError::Malformed(other.to_string()),
+        }
+    }
+}
+
+/// How a request body is read, as its Content-Type declares.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BodyMedia {
+    /// JSON or YAML, told apart by the body ([`parse_document`]).
+    JsonOrYaml,
+    /// Kubernetes protobuf ([`kube_protobuf::MEDIA_TYPE`]), as kubectl's auth commands send.
+    KubeProtobuf,
+}
+
+/// Content-Types read as JSON or YAML, besides any `+json` or `+yaml` type: the JSON and YAML
+/// types, `text/plain`, and a form, which is what `curl -d` declares (seed 000's examples post
+/// with it).
+const JSON_OR_YAML_TYPES: [&str; 7] = [
+    "application/json",
+    "application/yaml",
+    "application/x-yaml",
+    "text/yaml",
+    "text/x-yaml",
+    "text/plain",
+    "application/x-www-form-urlencoded",
+];
+
+/// What the 415 answer says is read.
+const READ_MEDIA_TYPES: &str = "JSON or YAML (application/json, application/yaml, text/plain, \
+     or no Content-Type) or Kubernetes protobuf (application/vnd.kubernetes.protobuf)";
+
+impl BodyMedia {
+    /// The body's media from its Content-Type: none (kubectl create --raw sends none) is JSON
+    /// or YAML; a type that is neither read as JSON or YAML nor protobuf is refused (415),
+    /// before the body is read.
+    pub fn of(headers: &http::HeaderMap) -> Result<Self, BodyError> {
+        let Some(value) = headers.get(http::header::CONTENT_TYPE) else {
+            return Ok(BodyMedia::JsonOrYaml);
+        };
+        let Ok(value) = value.to_str() else {
+            return Err(BodyError::UnsupportedMediaType(format!(
+                "the Content-Type is not readable text; send {READ_MEDIA_TYPES}"
+            )));
+        };
+        let declared = media_type(value);
+        if declared.is_empty()
+            || JSON_OR_YAML_TYPES.contains(&declared.as_str())
+            || declared.ends_with("+json")
+            || declared.ends_with("+yaml")
+        {
+            Ok(BodyMedia::JsonOrYaml)
+        } else if declared == kube_protobuf::MEDIA_TYPE {
+            Ok(BodyMedia::KubeProtobuf)
+        } else {
+            Err(BodyError::UnsupportedMediaType(format!(
+                "the Content-Type `{declared}` is not read here; send {READ_MEDIA_TYPES}"
+            )))
+        }
+    }
+}
+
+/// The media type of a Content-Type or an Accept entry: what precedes its parameters, trimmed,
+/// lower-case (media types are case-insensitive).
+pub fn media_type(value: &str) -> String {
+    value
+        .split(';')
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_ascii_lowercase()
+}
+
+/// The body as a JSON document, read as `media` says.
+pub fn parse_body(media: BodyMedia, bytes: &[u8]) -> Result<Value, BodyError> {
+    match media {
+        BodyMedia::JsonOrYaml => parse_document(bytes),
+        BodyMedia::KubeProtobuf => Ok(kube_protobuf::decode(bytes)?),
     }
 }
 
@@ -288,6 +380,83 @@ mod tests {
             panic!("not invalid")
         };
         assert!(message.contains("deeper than"), "{message}");
+    }
+
+    fn media_of(content_type: Option<&str>) -> Result<BodyMedia, BodyError> {
+        let mut headers = http::HeaderMap::new();
+        if let Some(content_type) = content_type {
+            headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_str(content_type).unwrap(),
+            );
+        }
+        BodyMedia::of(&headers)
+    }
+
+    #[test]
+    fn content_types_pick_the_reader_or_are_refused() {
+        for read_as_json_or_yaml in [
+            None,
+            Some(""),
+            Some("application/json"),
+            Some("Application/JSON; charset=utf-8"),
+            Some("application/yaml"),
+            Some("text/plain"),
+            Some("application/x-www-form-urlencoded"),
+            Some("application/merge-patch+json"),
+            Some("application/apply-patch+yaml"),
+        ] {
+            assert_eq!(
+                media_of(read_as_json_or_yaml).unwrap(),
+                BodyMedia::JsonOrYaml,
+                "{read_as_json_or_yaml:?}"
+            );
+        }
+        assert_eq!(
+            media_of(Some("application/vnd.kubernetes.protobuf")).unwrap(),
+            BodyMedia::KubeProtobuf
+        );
+        for refused in [
+            "application/xml",
+            "application/octet-stream",
+            "multipart/form-data; boundary=x",
+        ] {
+            let error = media_of(Some(refused)).unwrap_err();
+            let BodyError::UnsupportedMediaType(message) = &error else {
+                panic!("{refused}: {error}")
+            };
+            assert!(message.contains(&media_type(refused)), "{message}");
+            assert!(
+                message.contains("application/vnd.kubernetes.protobuf"),
+                "{message}"
+            );
+        }
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            http::HeaderValue::from_bytes(b"application/\xffjson").unwrap(),
+        );
+        assert!(matches!(
+            BodyMedia::of(&headers),
+            Err(BodyError::UnsupportedMediaType(_))
+        ));
+    }
+
+    #[test]
+    fn protobuf_bodies_become_the_json_document() {
+        let json = parse_body(
+            BodyMedia::JsonOrYaml,
+            br#"{"apiVersion": "v1", "kind": "Status", "code": 7}"#,
+        )
+        .unwrap();
+        let protobuf = kube_protobuf::encode(&json).unwrap();
+        let mut decoded = parse_body(BodyMedia::KubeProtobuf, &protobuf).unwrap();
+        // JSON always writes Status's metadata.
+        decoded.as_object_mut().unwrap().remove("metadata");
+        assert_eq!(decoded, json);
+        // A JSON body declared as protobuf is refused, saying why.
+        let error = parse_body(BodyMedia::KubeProtobuf, br#"{"kind": "Status"}"#).unwrap_err();
+        assert!(error.to_string().contains("magic bytes"), "{error}");
     }
 
     #[test]

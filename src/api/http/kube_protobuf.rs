@@ -691,8 +691,14 @@ mod tests {
     /// `kubectl auth whoami` (kubectl 1.32), as captured: a SelfSubjectReview whose metadata
     /// and userInfo carry every string explicitly empty (gogo's non-nullable fields), metadata's
     /// `generation` (7) and `creationTimestamp` (8) included, as do the envelope's
-    /// `contentEncoding` and `contentType`.
-    const KUBECTL_WHOAMI: &[u8] = b"k8s\x00\x0a\x2d\x0a\x18authentication.k8s.io/v1\x12\x11SelfSubjectReview\x12\x1a\x0a\x10\x0a\x00\x12\x00\x1a\x00\x22\x00\x2a\x00\x32\x00\x38\x00\x42\x00\x12\x06\x0a\x04\x0a\x00\x12\x00\x1a\x00\x22\x00";
+    /// `contentEncoding` and `contentType`. By line: the magic; typeMeta; raw, holding metadata
+    /// and status; contentEncoding and contentType.
+    const KUBECTL_WHOAMI: &[u8] = b"k8s\x00\
+        \x0a\x2d\x0a\x18authentication.k8s.io/v1\x12\x11SelfSubjectReview\
+        \x12\x1a\
+            \x0a\x10\x0a\x00\x12\x00\x1a\x00\x22\x00\x2a\x00\x32\x00\x38\x00\x42\x00\
+            \x12\x06\x0a\x04\x0a\x00\x12\x00\
+        \x1a\x00\x22\x00";
 
     #[test]
     fn kubectl_whoami_decodes_to_upstreams_json() {

@@ -4,10 +4,19 @@
 //! request (the endpoint's own part), serve it through [`GrpcApi::serve`] (authentication,
 //! deadline, conversion, snapshot, privilege — exactly as over gRPC), and shape the answer
 //! (the endpoint's own part). A refusal from any step is one typed error, its field path
-//! renamed to the document's, mapped once by [`status::refusal`]. One difference from gRPC:
+//! renamed to the document's, mapped once by [`status::refusal_answer`]. One difference from gRPC:
 //! the requests are marked [`FencedAllow::NoOpinion`], so a fenced replica (etcd mode) answers
 //! an allow it may not give "no opinion", as the webhook contract has an authorizer that
 //! cannot evaluate answer (who-can is still refused).
+//!
+//! Media: a body is JSON or YAML, or Kubernetes protobuf when its Content-Type says so (any
+//! other declared type is refused with 415), read as one JSON document either way
+//! ([`BodyMedia`]); an answer is an HTTP status and a JSON document, written once, by
+//! [`status::render`], as Kubernetes protobuf when the caller's Accept prefers it and the
+//! document's kind has a protobuf form (`kube_protobuf`'s kinds, refusals' `Status` included),
+//! else as JSON. A new endpoint gets both by calling [`review`]; one that does not fit it reads
+//! with [`read`] and answers with `status::render(AnswerMedia::negotiate(headers), code,
+//! &value)`.
 
 use axum::extract::{Path, Request, State};
 use axum::response::Response;
@@ -15,7 +24,8 @@ use http::StatusCode;
 use serde_json::{json, Map, Value};
 use tonic::metadata::MetadataMap;
 
-use super::document::{parse_document, read_body, BodyError, Object};
+use super::document::{parse_body, read_body, BodyError, BodyMedia, Object};
+use super::status::AnswerMedia;
 use super::{status, HttpApi, Namespace};
 use crate::api::error::ApiError;
 use crate::api::grpc::Review;
@@ -25,13 +35,17 @@ use crate::serving::FencedAllow;
 /// Proto field paths and the document paths they stand for, in one endpoint's shape.
 type Renames = &'static [(&'static str, &'static str)];
 
-/// The body, parsed, the request parts it came with (headers, extensions), and the
-/// `minRevision` query parameter (gRPC's `min_revision`; 0 when absent).
-async fn read(request: Request) -> Result<(http::request::Parts, Value, u64), BodyError> {
+/// The body, parsed into one JSON document whatever its media ([`BodyMedia`]: a Content-Type
+/// that is not read is refused before the body is), the request parts it came with (headers,
+/// extensions), and the `minRevision` query parameter (gRPC's `min_revision`; 0 when absent).
+pub(super) async fn read(
+    request: Request,
+) -> Result<(http::request::Parts, Value, u64), BodyError> {
     let (parts, body) = request.into_parts();
     let min_revision = min_revision(parts.uri.query())?;
+    let media = BodyMedia::of(&parts.headers)?;
     let bytes = read_body(&parts.headers, body).await?;
-    let value = parse_document(&bytes)?;
+    let value = parse_body(media, &bytes)?;
     Ok((parts, value, min_revision))
 }
 
@@ -66,15 +80,18 @@ fn grpc_request<T>(parts: http::request::Parts, message: T) -> tonic::Request<T>
     request
 }
 
-/// The steps every review endpoint takes. `parse` reads the document into the gRPC request
-/// and names the renames of its shape; `respond` shapes the answer from the document sent
-/// and the gRPC reply.
-async fn review<R: Review>(
+/// The steps every review endpoint takes. `parse` reads the document (JSON, YAML or Kubernetes
+/// protobuf, as one JSON document) into the gRPC request and names the renames of its shape;
+/// `respond` shapes the answer, an HTTP status and a JSON document, from the document sent and
+/// the gRPC reply. The answer, or the refusal of any step, is written in the media the
+/// request's Accept header negotiates ([`status::render`]): an endpoint states no media.
+pub(super) async fn review<R: Review>(
     api: &HttpApi,
     request: Request,
     parse: impl FnOnce(&Object<'_>, u64) -> Result<(R, Renames), ApiError>,
-    respond: impl FnOnce(Value, &R::Reply) -> Response,
+    respond: impl FnOnce(Value, &R::Reply) -> (StatusCode, Value),
 ) -> Response {
+    let media = AnswerMedia::negotiate(request.headers());
     let answered = async {
         let (parts, document, min_revision) = read(request).await?;
         let (message, renames) = parse(&Object::root(&document)?, min_revision)?;
@@ -86,7 +103,8 @@ async fn review<R: Review>(
         Ok::<_, ApiError>(respond(document, &reply))
     }
     .await;
-    answered.unwrap_or_else(|error| status::refusal(&error))
+    let (code, answer) = answered.unwrap_or_else(|error| status::refusal_answer(&error));
+    status::render(media, code, &answer)
 }
 
 // --- Kubernetes shapes (authorization.k8s.io) ---------------------------------------------
@@ -269,10 +287,8 @@ fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
 fn kube_answer(
     code: StatusCode,
     namespace: Option<&str>,
-) -> impl FnOnce(Value, &proto::SubjectAccessReviewResponse) -> Response + '_ {
-    move |document, review| {
-        status::json_response(code, &echo(document, kube_status(review), namespace))
-    }
+) -> impl FnOnce(Value, &proto::SubjectAccessReviewResponse) -> (StatusCode, Value) + '_ {
+    move |document, review| (code, echo(document, kube_status(review), namespace))
 }
 
 /// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
@@ -606,10 +622,6 @@ fn seed_review_request(
     })
 }
 
-fn created(value: &Value) -> Response {
-    status::json_response(StatusCode::CREATED, value)
-}
-
 pub(super) async fn seed_subject_access_review(
     State(api): State<HttpApi>,
     request: Request,
@@ -624,7 +636,12 @@ pub(super) async fn seed_subject_access_review(
         };
         Ok((message, renames))
     };
-    let respond = |_, review: &_| created(&seed_review_response(KIND, review, false));
+    let respond = |_, review: &_| {
+        (
+            StatusCode::CREATED,
+            seed_review_response(KIND, review, false),
+        )
+    };
     review(&api, request, parse, respond).await
 }
 
@@ -643,7 +660,12 @@ pub(super) async fn seed_personal_subject_access_review(
         };
         Ok((message, renames))
     };
-    let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
+    let respond = |_, review: &_| {
+        (
+            StatusCode::CREATED,
+            seed_review_response(KIND, review, true),
+        )
+    };
     review(&api, request, parse, respond).await
 }
 
@@ -675,7 +697,12 @@ pub(super) async fn seed_local_subject_access_review(
         };
         Ok((local_review(namespace, request), renames))
     };
-    let respond = |_, review: &_| created(&seed_review_response(KIND, review, true));
+    let respond = |_, review: &_| {
+        (
+            StatusCode::CREATED,
+            seed_review_response(KIND, review, true),
+        )
+    };
     review(&api, request, parse, respond).await
 }
 
@@ -694,7 +721,7 @@ pub(super) async fn seed_resource_access_review(
         };
         Ok((message, renames))
     };
-    let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
+    let respond = |_, review: &_| (StatusCode::CREATED, seed_resource_response(KIND, review));
     review(&api, request, parse, respond).await
 }
 
@@ -716,6 +743,6 @@ pub(super) async fn seed_local_resource_access_review(
         };
         Ok((message, renames))
     };
-    let respond = |_, review: &_| created(&seed_resource_response(KIND, review));
+    let respond = |_, review: &_| (StatusCode::CREATED, seed_resource_response(KIND, review));
     review(&api, request, parse, respond).await
 }
