@@ -620,3 +620,42 @@ async fn json_and_untyped_bodies_are_answered_as_before() {
     assert_eq!(seed.code, 201);
     assert_eq!(seed.json()["kind"], "PersonalSubjectAccessReviewResponse");
 }
+
+/// Every truncation and many single-byte changes of kubectl's review get an answer — the
+/// review (201) or a protobuf `Status` (400) — and the server keeps serving.
+#[tokio::test]
+async fn mutated_protobuf_bodies_get_answers_not_dropped_connections() {
+    let fixture = fixture().await;
+    let addr = fixture.server.addr;
+    let authorization = bearer("alice-token");
+    let headers = [
+        ("content-type", PROTOBUF),
+        ("accept", KUBECTL_ACCEPT),
+        ("authorization", authorization.as_str()),
+    ];
+    let good = kubectl_ssar("default", "get", "pods");
+    let mut bodies: Vec<Vec<u8>> = (0..good.len()).map(|end| good[..end].to_vec()).collect();
+    for at in (0..good.len()).step_by(3) {
+        for byte in [0x00, 0x7f, 0xff] {
+            let mut mutated = good.clone();
+            mutated[at] = byte;
+            bodies.push(mutated);
+        }
+    }
+    let mut reviewed = 0;
+    for body in bodies {
+        let answer = post(addr, SSAR_PATH, &headers, body.clone()).await;
+        assert_eq!(answer.content_type, PROTOBUF, "{body:?}");
+        match answer.code {
+            201 => reviewed += 1,
+            400 => {
+                let status = protobuf_status(&answer.body);
+                assert_eq!(status.reason, "BadRequest", "{body:?}: {status:?}");
+            }
+            other => panic!("{other} for {body:?}"),
+        }
+    }
+    assert!(reviewed > 0, "no mutation left a readable review");
+    let answer = post(addr, SSAR_PATH, &headers, good).await;
+    assert_eq!(answer.code, 201);
+}
