@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use prost::Message;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
-use serde_json::{Map, Value};
+use serde_json::Value;
 use thiserror::Error;
 
 use crate::api::limits::MAX_REQUEST_BYTES;
@@ -473,12 +473,12 @@ where
     }
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+/// `skip_serializing_if` for a bool field: serde passes a reference.
 fn is_false(value: &bool) -> bool {
     !*value
 }
 
-#[allow(clippy::trivially_copy_pass_by_ref)] // serde's skip_serializing_if passes a reference
+/// `skip_serializing_if` for a number field: serde passes a reference.
 fn is_zero(value: &i32) -> bool {
     *value == 0
 }
@@ -638,7 +638,11 @@ pub fn decode(body: &[u8]) -> Result<Value, ProtobufError> {
     let known = Kind::of(&api_version, &kind)?;
     let mut object = match known.to_json(&unknown.raw) {
         Ok(Value::Object(object)) => object,
-        Ok(_) => Map::new(),
+        Ok(other) => {
+            return Err(ProtobufError::Json(format!(
+                "{kind} ({api_version}) converted to `{other}`, not an object"
+            )))
+        }
         Err(Failure::Decode(error)) => {
             return Err(ProtobufError::Object {
                 api_version,
