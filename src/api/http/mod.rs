@@ -13,6 +13,7 @@ mod discovery;
 mod document;
 mod kube_protobuf;
 mod reviews;
+mod self_reviews;
 mod status;
 
 use std::sync::Arc;
@@ -70,6 +71,14 @@ pub fn router(grpc: axum::Router, api: HttpApi) -> axum::Router {
         .route(
             &format!("{K8S_V1}/selfsubjectaccessreviews"),
             post(reviews::kube_self_subject_access_review),
+        )
+        .route(
+            &format!("{K8S_V1}/selfsubjectrulesreviews"),
+            post(self_reviews::kube_self_subject_rules_review),
+        )
+        .route(
+            "/apis/authentication.k8s.io/v1/selfsubjectreviews",
+            post(self_reviews::kube_self_subject_review),
         )
         .route(
             &format!("{K8S_V1}/namespaces/{{namespace}}/localsubjectaccessreviews"),

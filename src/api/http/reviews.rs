@@ -33,7 +33,7 @@ use crate::proto;
 use crate::serving::FencedAllow;
 
 /// Proto field paths and the document paths they stand for, in one endpoint's shape.
-type Renames = &'static [(&'static str, &'static str)];
+pub(super) type Renames = &'static [(&'static str, &'static str)];
 
 /// The body, parsed into one JSON document whatever its media ([`BodyMedia`]: a Content-Type
 /// that is not read is refused before the body is), the request parts it came with (headers,
@@ -109,7 +109,7 @@ pub(super) async fn review<R: Review>(
 
 // --- Kubernetes shapes (authorization.k8s.io) ---------------------------------------------
 
-const K8S_GROUP_V1: &str = "authorization.k8s.io/v1";
+pub(super) const K8S_GROUP_V1: &str = "authorization.k8s.io/v1";
 const K8S_GROUP_V1BETA1: &str = "authorization.k8s.io/v1beta1";
 
 /// Proto field paths → `SubjectAccessReview` JSON paths; `groups_field` is `spec.groups`
@@ -150,7 +150,7 @@ const KUBE_RENAMES: Renames = &kube_renames("spec.groups");
 const KUBE_V1BETA1_RENAMES: Renames = &kube_renames("spec.group");
 
 /// `apiVersion` and `kind` as a typed decode checks them: present and what the endpoint takes.
-fn check_type_meta<'v>(
+pub(super) fn check_type_meta<'v>(
     root: &Object<'_>,
     kind: &str,
     versions: &[&'v str],
@@ -270,7 +270,7 @@ fn kube_status(review: &proto::SubjectAccessReviewResponse) -> Value {
 }
 
 /// The object the caller sent, with `status` filled (as kube-apiserver echoes a review).
-fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
+pub(super) fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
     if let Value::Object(map) = &mut document {
         if let Some(namespace) = namespace {
             let metadata = map.entry("metadata").or_insert_with(|| json!({}));
