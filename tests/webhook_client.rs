@@ -927,6 +927,20 @@ async fn a_kind_of_answer_not_cached_is_asked_every_time() {
     }
 }
 
+/// The chain holds webhooks behind `Arc` and awaits them in boxed `Send` futures.
+#[tokio::test]
+async fn the_authorizer_and_its_answers_cross_tasks() {
+    fn send<T: Send>(value: T) -> T {
+        value
+    }
+    let webhook = Webhook::plain().await;
+    let authorizer = Kubeconfig::plain(&webhook).authorizer(|_| {});
+    assert_eq!(authorizer.name(), "test-webhook");
+    let request = list_pods("alice");
+    let answer = send(authorizer.authorize(&request)).await;
+    assert_answer(&answer, Decision::Allow, false);
+}
+
 #[tokio::test]
 async fn connections_are_reused_and_the_authorizer_is_shared() {
     let webhook = Webhook::plain().await;

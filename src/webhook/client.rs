@@ -294,12 +294,14 @@ impl Transport {
             .map_err(|error| transport_error(&error))?;
         let (parts, answer) = response.into_parts();
         let bytes = match Limited::new(answer, MAX_ANSWER_BYTES).collect().await {
-            Ok(collected) => collected.to_bytes(),
+            Ok(collected) => Ok(collected.to_bytes()),
             Err(error) if error.is::<http_body_util::LengthLimitError>() => {
-                return Err(CallError::TooLarge)
+                Err(CallError::TooLarge)
             }
-            Err(error) => return Err(transport_error(&*error)),
+            Err(error) => Err(transport_error(&*error)),
         };
+        // The status decides first: an error answer is retried or not by its code, whatever
+        // its body.
         if !(200..=206).contains(&parts.status.as_u16()) {
             return Err(CallError::Status {
                 code: parts.status,
@@ -308,10 +310,10 @@ impl Transport {
                     .get(RETRY_AFTER)
                     .and_then(|v| v.to_str().ok())
                     .and_then(|v| v.trim().parse().ok()),
-                body: snippet(&bytes),
+                body: bytes.map(|b| snippet(&b)).unwrap_or_default(),
             });
         }
-        review::decode_status(&bytes).map_err(CallError::Undecodable)
+        review::decode_status(&bytes?).map_err(CallError::Undecodable)
     }
 
     /// The `Authorization` header; a token file is read again once its period has passed,

@@ -179,6 +179,11 @@ impl WebhookAuthorizer {
         self
     }
 
+    /// The webhook's name, for messages and logs.
+    pub fn name(&self) -> &str {
+        &self.settings.name
+    }
+
     pub fn settings(&self) -> &WebhookSettings {
         &self.settings
     }
@@ -189,7 +194,8 @@ impl WebhookAuthorizer {
         let started = Instant::now();
         let version = self.settings.version;
         let spec = review::spec_json(request, version);
-        if let Some(status) = self.cache().get(&spec, Instant::now()) {
+        let hit = self.cache().get(&spec, Instant::now());
+        if let Some(status) = hit {
             let answer = answer(status, true);
             self.log(&answer, 0, started);
             return answer;
@@ -242,7 +248,7 @@ impl WebhookAuthorizer {
     }
 
     fn cache(&self) -> std::sync::MutexGuard<'_, AnswerCache> {
-        // The cache holds no invariant a panicking holder could break halfway.
+        // The cache's methods do not panic, so a poisoned lock cannot hide a half-made change.
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
