@@ -8,7 +8,8 @@
 //! * [`engine`]: the answer, and the authorizer chain over the index (pure, synchronous), with
 //!   the reference evaluator it is tested against;
 //! * [`cache`] and [`store`]: the decision cache in front of the engine, and the single writer
-//!   of policy;
+//!   of policy; [`webhook`]: the Webhook authorizer's client (a decision asked of a remote
+//!   SubjectAccessReview endpoint);
 //! * [`serving`]: the snapshot in force and the publish order the revocation guarantee rests on;
 //! * [`api`]: protocol adapters (gRPC, HTTP, Envoy) that convert and validate, never decide;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
@@ -34,6 +35,7 @@ pub mod store;
 pub mod synth;
 pub mod telemetry;
 pub mod transport;
+pub mod webhook;
 
 /// Generated protobuf types and tonic services of `proto/authz/v1/authz.proto`.
 pub mod proto {
