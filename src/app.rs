@@ -29,6 +29,7 @@ use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
+use crate::serving::delegation::{Delegation, RemoteAnswer, RemoteAuthorizer};
 use crate::serving::ServingState;
 use crate::store::dir::DirectoryBackend;
 use crate::store::{watch, Publisher, Store};
@@ -36,6 +37,7 @@ use crate::telemetry::request::RequestTelemetryLayer;
 use crate::telemetry::{self, LogFormat};
 use crate::transport::tls::{TlsError, TlsFiles, TlsServer};
 use crate::transport::{self, ListenAddr, Listener};
+use crate::webhook::WebhookAuthorizer;
 
 /// How often histogram samples are folded into buckets, so memory stays bounded however long
 /// nobody scrapes `/metrics`.
@@ -96,6 +98,11 @@ pub enum AppError {
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A webhook of the chain that cannot be set up (its kubeconfig, its TLS files).
+    #[error("{0}")]
+    Webhook(#[from] crate::webhook::WebhookError),
+    #[error("{0}")]
+    Chain(String),
     /// `--object` / `--old-object` / `--changed-path` that a rule needed and could not read.
     #[error("bad content: {0}")]
     Content(crate::engine::content::ContentError),
@@ -323,6 +330,39 @@ fn tls_server(settings: &ServeSettings) -> Result<Option<Arc<TlsServer>>> {
 
 /// Binds, starts serving (health `NOT_SERVING`), compiles the policy, publishes it as
 /// revision 1 and turns health `SERVING`. A policy that does not load stops the server.
+/// The chain's webhooks, each set up now so a bad kubeconfig stops startup.
+fn delegation(settings: &ServeSettings) -> Result<Delegation> {
+    let mut remotes: Vec<Arc<dyn RemoteAuthorizer>> = Vec::new();
+    for webhook in &settings.webhooks {
+        remotes.push(Arc::new(WebhookAuthorizer::new(webhook.clone())?));
+    }
+    // Config builds one webhook per `Webhook(n)` of the chain, so this always holds.
+    Delegation::new(settings.engine.engine.modes.clone(), remotes)
+        .ok_or_else(|| AppError::Chain("the chain names a webhook that is not configured".into()))
+}
+
+/// The webhook client as a remote authorizer of the chain.
+impl RemoteAuthorizer for WebhookAuthorizer {
+    fn name(&self) -> &str {
+        WebhookAuthorizer::name(self)
+    }
+
+    fn authorize<'a>(
+        &'a self,
+        request: &'a crate::request::Request,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = RemoteAnswer> + Send + 'a>> {
+        Box::pin(async move {
+            let answer = WebhookAuthorizer::authorize(self, request).await;
+            RemoteAnswer {
+                decision: answer.decision,
+                reason: answer.reason,
+                error: answer.error,
+                cached: answer.cached,
+            }
+        })
+    }
+}
+
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Before binding: a listener that may not serve as configured never opens.
     let identity: Arc<dyn Authenticator> = Arc::new(authenticator(&settings)?);
@@ -343,6 +383,9 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         settings.engine.engine.clone(),
         settings.cache.clone(),
     ));
+    if !settings.webhooks.is_empty() {
+        state.set_delegation(Arc::new(delegation(&settings)?));
+    }
     let _metrics_upkeep = state.metrics().spawn_upkeep(METRICS_UPKEEP_EVERY);
     let request_telemetry = RequestTelemetryLayer::new(
         Arc::clone(state.metrics()),

@@ -12,7 +12,9 @@
 //!   `status` and `replicas` ([`ClientArgs`] to [`ClientSettings`], [`ClientCommand`]);
 //! * `offline.rs`: the offline policy commands `check`, `who-can` and `lint` ([`ActionArgs`]);
 //! * `policy.rs`: the policy and authorizer-chain flags that `serve` and the offline commands
-//!   share ([`PolicyArgs`], [`ChainArgs`] to [`EngineSettings`]).
+//!   share ([`PolicyArgs`], [`ChainArgs`] to [`EngineSettings`]);
+//! * `authorization.rs`: `serve`'s Webhook authorizers, from the webhook flags or an
+//!   `--authorization-config` AuthorizationConfiguration ([`authorization::Chain`]).
 
 use std::time::Duration;
 
@@ -23,6 +25,7 @@ use crate::cache::CacheConfig;
 use crate::request::{Action, Content, Request, UserInfo};
 use crate::telemetry::LogFormat;
 
+pub mod authorization;
 mod client;
 mod offline;
 mod policy;
@@ -42,7 +45,7 @@ pub use serve::{
 };
 
 use client::{object_ref, scope};
-use policy::engine_settings;
+use policy::{engine_settings, engine_settings_with};
 use serve::tcp_first;
 
 /// authzd: Kubernetes-style authorization (RBAC, ABAC, deny rules) as a gRPC service.
@@ -173,43 +176,50 @@ impl Cli {
             command,
         };
         Ok(match self.command {
-            Command::Serve(args) => Settings::Serve(ServeSettings {
-                etcd: args
-                    .etcd
-                    .clone()
-                    .settings(!args.policy.policy.is_empty())
-                    .map_err(|message| usage_error("serve", message))?,
-                engine: engine_settings(args.policy, args.chain)
-                    .map_err(|message| usage_error("serve", message))?,
-                listen: tcp_first(args.listen),
-                webhook_path: args.webhook_path,
-                local_identity: UserInfo {
-                    name: args.local_user,
-                    groups: non_empty(args.local_groups),
-                    ..UserInfo::default()
-                },
-                cache: CacheConfig {
-                    capacity: args.cache_size,
-                    allow_ttl: args.cache_allow_ttl,
-                    deny_ttl: args.cache_deny_ttl,
-                },
-                watch: !args.no_watch,
-                max_revision_wait: args.max_revision_wait,
-                auth: args.auth,
-                otlp_endpoint: args.otlp_endpoint,
-                envoy: crate::api::envoy::EnvoyConfig::new(
-                    &args.envoy.envoy_subject_from,
-                    &args.envoy.envoy_user_header,
-                    &args.envoy.envoy_group_header,
-                    args.envoy.envoy_extra_header_prefix.as_deref(),
-                    args.envoy.envoy_path_templates,
-                    args.envoy.envoy_allowed_by_header,
-                    args.envoy.envoy_body_as_object,
+            Command::Serve(mut args) => {
+                let chain = authorization::chain(
+                    args.chain.authorization_mode.take().map(|modes| modes.0),
+                    args.webhook.clone(),
                 )
-                .map_err(|message| usage_error("serve", message))?,
-                limits: args.limits.settings()?,
-                audit: args.audit.settings()?,
-            }),
+                .map_err(|message| usage_error("serve", message))?;
+                Settings::Serve(ServeSettings {
+                    etcd: args
+                        .etcd
+                        .clone()
+                        .settings(!args.policy.policy.is_empty())
+                        .map_err(|message| usage_error("serve", message))?,
+                    engine: engine_settings_with(args.policy, args.chain, chain.modes),
+                    webhooks: chain.webhooks,
+                    listen: tcp_first(args.listen),
+                    webhook_path: args.webhook_path,
+                    local_identity: UserInfo {
+                        name: args.local_user,
+                        groups: non_empty(args.local_groups),
+                        ..UserInfo::default()
+                    },
+                    cache: CacheConfig {
+                        capacity: args.cache_size,
+                        allow_ttl: args.cache_allow_ttl,
+                        deny_ttl: args.cache_deny_ttl,
+                    },
+                    watch: !args.no_watch,
+                    max_revision_wait: args.max_revision_wait,
+                    auth: args.auth,
+                    otlp_endpoint: args.otlp_endpoint,
+                    envoy: crate::api::envoy::EnvoyConfig::new(
+                        &args.envoy.envoy_subject_from,
+                        &args.envoy.envoy_user_header,
+                        &args.envoy.envoy_group_header,
+                        args.envoy.envoy_extra_header_prefix.as_deref(),
+                        args.envoy.envoy_path_templates,
+                        args.envoy.envoy_allowed_by_header,
+                        args.envoy.envoy_body_as_object,
+                    )
+                    .map_err(|message| usage_error("serve", message))?,
+                    limits: args.limits.settings()?,
+                    audit: args.audit.settings()?,
+                })
+            }
             Command::Check(args) => Settings::Check {
                 content: args
                     .action

@@ -31,9 +31,10 @@ pub struct PolicyArgs {
 
 #[derive(Debug, Args)]
 pub struct ChainArgs {
-    /// Authorizer chain, in order: AlwaysAllow, AlwaysDeny, ABAC, RBAC.
-    #[arg(long, value_name = "MODES", default_value = "RBAC,ABAC", value_parser = parse_chain)]
-    pub authorization_mode: ModeChain,
+    /// Authorizer chain, in order: AlwaysAllow, AlwaysDeny, ABAC, RBAC, and (serve only)
+    /// Webhook. Default: RBAC,ABAC.
+    #[arg(long, value_name = "MODES", value_parser = parse_chain)]
+    pub authorization_mode: Option<ModeChain>,
 
     /// A user allowed everything and listed in every who-can answer (repeatable).
     #[arg(long = "super-user", value_name = "NAME")]
@@ -99,31 +100,46 @@ impl PolicyArgs {
     }
 }
 
-/// The engine's settings. `Webhook` is refused here: a webhook is asked by a running server
-/// (`serve` with its webhook flags), never by an offline command answering from local policy.
+/// The chain `RBAC,ABAC`, used when --authorization-mode is not given.
+pub fn default_modes() -> Vec<Mode> {
+    vec![Mode::Rbac, Mode::Abac]
+}
+
+/// The engine's settings for an offline command. `Webhook` is refused here: a webhook is asked
+/// by a running server (`serve` with its webhook flags), never by an offline command answering
+/// from local policy.
 pub(super) fn engine_settings(
     policy: PolicyArgs,
-    chain: ChainArgs,
+    mut chain: ChainArgs,
 ) -> Result<EngineSettings, String> {
-    if chain
+    let modes = chain
         .authorization_mode
-        .0
-        .iter()
-        .any(|mode| matches!(mode, Mode::Webhook(_)))
-    {
+        .take()
+        .map_or_else(default_modes, |chain| chain.0);
+    if modes.iter().any(|mode| matches!(mode, Mode::Webhook(_))) {
         return Err(
             "--authorization-mode Webhook needs `serve` with --authorization-webhook-config-file"
                 .to_string(),
         );
     }
-    Ok(EngineSettings {
+    Ok(engine_settings_with(policy, chain, modes))
+}
+
+/// The engine's settings with the chain's `modes` decided by the caller (`serve` reads them
+/// from --authorization-mode and the webhook flags, or --authorization-config).
+pub(super) fn engine_settings_with(
+    policy: PolicyArgs,
+    chain: ChainArgs,
+    modes: Vec<Mode>,
+) -> EngineSettings {
+    EngineSettings {
         policy: policy.settings(),
         engine: EngineConfig {
-            modes: chain.authorization_mode.0,
+            modes,
             super_users: non_empty(chain.super_users),
             super_groups: non_empty(chain.super_groups),
         },
-    })
+    }
 }
 
 #[cfg(test)]

@@ -19,6 +19,8 @@ pub struct ServeArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub chain: ChainArgs,
+    #[command(flatten)]
+    pub webhook: super::authorization::WebhookArgs,
 
     /// Address to listen on: `HOST:PORT` (port 0 picks a free port; the bound address is
     /// printed) or `unix:///ABSOLUTE/PATH`. Repeatable: gRPC and HTTP on every listener.
@@ -461,6 +463,8 @@ pub struct ServeSettings {
     pub audit: Option<AuditSettings>,
     /// etcd mode (`--etcd-servers`), instead of the policy directory.
     pub etcd: Option<EtcdSettings>,
+    /// The webhooks the chain's `Webhook(n)` entries name, in order.
+    pub webhooks: Vec<crate::webhook::WebhookSettings>,
 }
 
 #[cfg(test)]

@@ -107,9 +107,11 @@ impl Delegation {
             };
             let answer = remote.authorize(request).await;
             if answer.decision != Decision::NoOpinion {
+                // `cached`: served from the webhook's own TTL cache, without a call.
+                let cached = answer.cached;
                 return Decided {
                     response: Arc::new(remote_response(remote.name(), answer)),
-                    cached: decided.cached,
+                    cached,
                 };
             }
             undecided.push(answer);
