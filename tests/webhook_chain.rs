@@ -171,6 +171,22 @@ async fn rbac_then_webhook_delegates_what_rbac_leaves_and_caches_for_the_ttl() {
         .unwrap()
         .into_inner();
     assert!(who.users.contains(&"alice".to_string()), "{who:?}");
+    let rules = authzd::proto::access_review_client::AccessReviewClient::new(local.channel().await)
+        .subject_rules_review(authzd::proto::SubjectRulesReviewRequest {
+            user: "alice".into(),
+            namespace: "default".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(rules.incomplete, "{rules:?}");
+    assert!(
+        rules
+            .evaluation_error
+            .contains("webhook authorizer \"webhook\" cannot list"),
+        "{rules:?}"
+    );
     assert!(
         who.evaluation_error
             .contains("webhook authorizer \"webhook\" cannot list"),

@@ -553,10 +553,14 @@ fn rules_review(
     namespace: &str,
 ) -> Result<proto::SubjectRulesReviewResponse> {
     call.api.state.fresh_for_who_can(call.snapshot.revision)?;
-    let rules = call
+    let mut rules = call
         .snapshot
         .engine
         .rules_for(user.as_borrowed(), namespace);
+    // A webhook's rules cannot be listed: the answer covers the local authorizers only.
+    if let Some(delegation) = call.api.state.delegation() {
+        rules.errors.extend(delegation.listing_errors());
+    }
     Ok(convert::rules_review_response(
         &rules,
         namespace,
