@@ -16,26 +16,6 @@ use std::time::Duration;
 use grpc_harness::{run_with_timeout, sample_policy, Server};
 use serde_json::Value;
 
-fn kubectl() -> Result<PathBuf, String> {
-    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
-    let usable = Command::new(&candidate)
-        .args(["version", "--client"])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
-            candidate.display()
-        ))
-    }
-}
-
 struct Kubectl {
     binary: PathBuf,
     kubeconfig: tempfile::NamedTempFile,
@@ -103,13 +83,10 @@ fn local_review(namespace: &str, group: &str, resource: &str) -> String {
 
 #[tokio::test]
 async fn kubectl_create_raw_reviews_answer_as_the_policy_says() {
-    let binary = match kubectl() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED kubectl_create_raw_reviews_answer_as_the_policy_says: {why}");
-            return;
-        }
+    let Some(binary) =
+        grpc_harness::kubectl_or_skip("kubectl_create_raw_reviews_answer_as_the_policy_says")
+    else {
+        return;
     };
     let policy = sample_policy();
     // The caller is alice (no super-group), so the self review has something to refuse. The

@@ -24,25 +24,6 @@ use authzd::proto::{
 };
 use grpc_harness::{run_with_timeout, Server};
 
-fn kubectl() -> Result<PathBuf, String> {
-    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
-    let usable = Command::new(&candidate)
-        .args(["version", "--client"])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
-            candidate.display()
-        ))
-    }
-}
-
 /// * group `devs` reads pods (and their logs) everywhere and may `get /healthz`;
 /// * alice edits everything in `dev` except secrets (negation), but may read the secret
 ///   `public-cert`, and may update deployments;
@@ -271,17 +252,6 @@ async fn authorized(server: &Server, user: &str, groups: &[&str], action: &Actio
         .allowed
 }
 
-fn binary_or_skip(test: &str) -> Option<PathBuf> {
-    match kubectl() {
-        Ok(binary) => Some(binary),
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED {test}: {why}");
-            None
-        }
-    }
-}
-
 fn policy_and_tokens() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("policy")).unwrap();
@@ -305,9 +275,9 @@ const AS_ALICE: [&str; 6] = [
 /// the server's own SubjectAccessReview; --list and whoami answer for alice.
 #[tokio::test]
 async fn kubectl_auth_can_i_list_and_whoami_answer_as_authorize_does() {
-    let Some(binary) =
-        binary_or_skip("kubectl_auth_can_i_list_and_whoami_answer_as_authorize_does")
-    else {
+    let Some(binary) = grpc_harness::kubectl_or_skip(
+        "kubectl_auth_can_i_list_and_whoami_answer_as_authorize_does",
+    ) else {
         return;
     };
     let dir = policy_and_tokens();
@@ -409,7 +379,7 @@ fn whoami(kubectl: &Kubectl, args: &[&str]) -> serde_json::Value {
 /// kubeconfig and sends its bearer token.
 #[tokio::test]
 async fn kubectl_over_tls_with_a_bearer_token() {
-    let Some(binary) = binary_or_skip("kubectl_over_tls_with_a_bearer_token") else {
+    let Some(binary) = grpc_harness::kubectl_or_skip("kubectl_over_tls_with_a_bearer_token") else {
         return;
     };
     let dir = policy_and_tokens();

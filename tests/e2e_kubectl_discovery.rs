@@ -22,26 +22,6 @@ use std::time::Duration;
 
 use grpc_harness::{run_with_timeout, sample_policy, Server};
 
-fn kubectl() -> Result<PathBuf, String> {
-    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
-    let usable = Command::new(&candidate)
-        .args(["version", "--client"])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
-            candidate.display()
-        ))
-    }
-}
-
 /// Resources only the policy names: kubectl can resolve them through discovery alone.
 const WIDGETS: &str = "\
 apiVersion: rbac.authorization.k8s.io/v1
@@ -190,13 +170,10 @@ fn api_resources(stdout: &str) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn kubectl_maps_resources_to_groups_through_discovery() {
-    let binary = match kubectl() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED kubectl_maps_resources_to_groups_through_discovery: {why}");
-            return;
-        }
+    let Some(binary) =
+        grpc_harness::kubectl_or_skip("kubectl_maps_resources_to_groups_through_discovery")
+    else {
+        return;
     };
     let policy = sample_policy();
     std::fs::write(policy.path().join("widgets.yaml"), WIDGETS).unwrap();

@@ -19,25 +19,6 @@ use std::time::Duration;
 
 use grpc_harness::{run_with_timeout, sample_policy, Server};
 
-fn kubectl() -> Result<PathBuf, String> {
-    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from("kubectl"));
-    let usable = Command::new(&candidate)
-        .args(["version", "--client"])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
-            candidate.display()
-        ))
-    }
-}
-
 /// What `kubectl auth can-i ARGS -v=8` printed: its exit code, stdout, and its log.
 fn can_i(binary: &PathBuf, server: &str, args: &[&str]) -> (Option<i32>, String, String) {
     let kubeconfig = tempfile::NamedTempFile::new().unwrap();
@@ -59,13 +40,9 @@ fn can_i(binary: &PathBuf, server: &str, args: &[&str]) -> (Option<i32>, String,
 
 #[tokio::test]
 async fn kubectl_auth_can_i_reads_protobuf_answers() {
-    let binary = match kubectl() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED kubectl_auth_can_i_reads_protobuf_answers: {why}");
-            return;
-        }
+    let Some(binary) = grpc_harness::kubectl_or_skip("kubectl_auth_can_i_reads_protobuf_answers")
+    else {
+        return;
     };
     let policy = sample_policy();
     let server = Server::start_serving(policy.path(), &[]).await;

@@ -453,3 +453,30 @@ pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, fiel
         status.message()
     );
 }
+
+/// The kubectl the end-to-end tests drive: `AUTHZD_E2E_KUBECTL` (set by `scripts/test.sh`),
+/// else `kubectl` on PATH. `None` when there is none — the test then skips, saying why —
+/// except under `CI=true`, where a missing kubectl fails the test.
+#[allow(dead_code)] // each test binary compiles the harness; not all of them drive kubectl
+pub fn kubectl_or_skip(test: &str) -> Option<std::path::PathBuf> {
+    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::PathBuf::from("kubectl"));
+    let usable = Command::new(&candidate)
+        .args(["version", "--client"])
+        .env("KUBECONFIG", "/dev/null")
+        .output()
+        .is_ok_and(|output| output.status.success());
+    if usable {
+        return Some(candidate);
+    }
+    let why = format!(
+        "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
+        candidate.display()
+    );
+    if std::env::var("CI").as_deref() == Ok("true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    None
+}
