@@ -62,8 +62,13 @@ struct RbacWalk<'a> {
     /// Whether the answer needs a plan: a rule with content clauses matched, or the request
     /// is a write that may touch protected paths (which plain allows do not cover).
     planning: bool,
+    /// The request is a write that may touch protected paths: every plain allow it meets may
+    /// be skipped per unit of change (with an error naming it), not only the first of its
+    /// class, so each goes in the plan.
+    protects: bool,
     /// Empty unless planning; from then on, every rule that can decide in evaluation order
-    /// (the first plain rule of each class, every rule with clauses): the plan's rules.
+    /// (the first plain rule of each class, every plain allow of a protected write, every
+    /// rule with clauses): the plan's rules.
     trail: Vec<(Hit<'a>, bool, Option<&'a Arc<Clauses>>)>,
 }
 
@@ -218,6 +223,7 @@ impl Engine {
             errors,
             planning,
             trail,
+            ..
         } = self.rbac_matches(request);
         if !planning {
             let verdict = matches.into_verdict(errors, Self::hit_reason, Self::hit_ref);
@@ -274,10 +280,12 @@ impl Engine {
         // Built on the first role big enough to have a rule index, so requests meeting only
         // small roles never pay for it.
         let probe = OnceCell::new();
+        let protects = self.diff.protects(request.action);
         let mut walk = RbacWalk {
             matches: FirstMatches::default(),
             errors: Vec::new(),
-            planning: self.diff.protects(request.action),
+            planning: protects,
+            protects,
             trail: Vec::new(),
         };
         // Canonical binding order: cluster bindings first, then the namespace's, each by
@@ -343,7 +351,10 @@ impl Engine {
                 let hit = (entry, grant.subject, index);
                 match &rule.clauses {
                     None => {
-                        if walk.planning && walk.matches.is_vacant(effect, entry.cluster) {
+                        let skippable = walk.protects && effect == RuleEffect::Allow;
+                        if walk.planning
+                            && (skippable || walk.matches.is_vacant(effect, entry.cluster))
+                        {
                             walk.trail.push((hit, rule.deny, None));
                         }
                         walk.matches.record(effect, entry.cluster, hit);
