@@ -127,6 +127,9 @@ pub enum Route {
     LocalSubjectAccessReview,
     ResourceAccessReview,
     LocalResourceAccessReview,
+    SubjectRulesReview,
+    SelfSubjectRulesReview,
+    SelfSubjectReview,
     GetAllowedSubjects,
     PolicyAdmin,
     EnvoyCheck,
@@ -134,13 +137,15 @@ pub enum Route {
     Reflection,
     Webhook,
     HttpReview,
+    /// Kubernetes API discovery (`/api`, `/apis`, …), for kubectl.
+    Discovery,
     HttpProbe,
     Metrics,
     Other,
 }
 
 impl Route {
-    const ALL: [Route; 17] = [
+    const ALL: [Route; 21] = [
         Route::Authorize,
         Route::BatchAuthorize,
         Route::SubjectAccessReview,
@@ -148,6 +153,9 @@ impl Route {
         Route::LocalSubjectAccessReview,
         Route::ResourceAccessReview,
         Route::LocalResourceAccessReview,
+        Route::SubjectRulesReview,
+        Route::SelfSubjectRulesReview,
+        Route::SelfSubjectReview,
         Route::GetAllowedSubjects,
         Route::PolicyAdmin,
         Route::EnvoyCheck,
@@ -155,6 +163,7 @@ impl Route {
         Route::Reflection,
         Route::Webhook,
         Route::HttpReview,
+        Route::Discovery,
         Route::HttpProbe,
         Route::Metrics,
         Route::Other,
@@ -169,6 +178,9 @@ impl Route {
             Route::LocalSubjectAccessReview => "local_subject_access_review",
             Route::ResourceAccessReview => "resource_access_review",
             Route::LocalResourceAccessReview => "local_resource_access_review",
+            Route::SubjectRulesReview => "subject_rules_review",
+            Route::SelfSubjectRulesReview => "self_subject_rules_review",
+            Route::SelfSubjectReview => "self_subject_review",
             Route::GetAllowedSubjects => "get_allowed_subjects",
             Route::PolicyAdmin => "policy_admin",
             Route::EnvoyCheck => "envoy_check",
@@ -176,6 +188,7 @@ impl Route {
             Route::Reflection => "reflection",
             Route::Webhook => "webhook",
             Route::HttpReview => "http_review",
+            Route::Discovery => "discovery",
             Route::HttpProbe => "http_probe",
             Route::Metrics => "metrics",
             Route::Other => "other",
@@ -199,6 +212,9 @@ impl Route {
                 "LocalSubjectAccessReview" => Route::LocalSubjectAccessReview,
                 "ResourceAccessReview" => Route::ResourceAccessReview,
                 "LocalResourceAccessReview" => Route::LocalResourceAccessReview,
+                "SubjectRulesReview" => Route::SubjectRulesReview,
+                "SelfSubjectRulesReview" => Route::SelfSubjectRulesReview,
+                "SelfSubjectReview" => Route::SelfSubjectReview,
                 _ => Route::Other,
             };
         }
@@ -217,8 +233,22 @@ impl Route {
         if path == webhook_path {
             return Route::Webhook;
         }
-        if path.starts_with("/apis/authorization.") {
-            return Route::HttpReview;
+        // Reviews are POSTed to a collection named `…reviews` (`…Reviews` on seed 000's
+        // paths); everything else under `/api` and `/apis` is discovery.
+        let last = path.rsplit('/').next().unwrap_or("");
+        let kubernetes_api = path == "/api"
+            || path == "/apis"
+            || path.starts_with("/api/")
+            || path.starts_with("/apis/");
+        if kubernetes_api {
+            let review = (path.starts_with("/apis/authorization.")
+                || path.starts_with("/apis/authentication."))
+                && (last.ends_with("reviews") || last.ends_with("Reviews"));
+            return if review {
+                Route::HttpReview
+            } else {
+                Route::Discovery
+            };
         }
         match path {
             "/healthz" | "/readyz" | "/livez" => Route::HttpProbe,
@@ -848,6 +878,34 @@ mod tests {
                 webhook
             ),
             Route::HttpReview
+        );
+        assert_eq!(
+            Route::of_path("/apis/authentication.k8s.io/v1/selfsubjectreviews", webhook),
+            Route::HttpReview
+        );
+        assert_eq!(
+            Route::of_path(
+                "/apis/authorization.kubernetes.io/v1/ns/a/localResourceAccessReviews",
+                webhook
+            ),
+            Route::HttpReview
+        );
+        for discovery in [
+            "/api",
+            "/api/v1",
+            "/apis",
+            "/apis/apps/v1",
+            "/apis/authorization.k8s.io/v1",
+        ] {
+            assert_eq!(
+                Route::of_path(discovery, webhook),
+                Route::Discovery,
+                "{discovery}"
+            );
+        }
+        assert_eq!(
+            Route::of_path("/authz.v1.AccessReview/SelfSubjectRulesReview", webhook),
+            Route::SelfSubjectRulesReview
         );
         assert_eq!(Route::of_path("/readyz", webhook), Route::HttpProbe);
         assert_eq!(
