@@ -14,7 +14,7 @@ use crate::api::limits::{
     MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
 use crate::api::selector;
-use crate::engine::rules::{ReviewedRule, RulePattern, SubjectRules};
+use crate::engine::rules::{ReviewedRule, SubjectRules};
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::request;
@@ -681,48 +681,22 @@ pub fn rules_review_response(
 }
 
 fn reviewed_rule(rule: &ReviewedRule) -> proto::ReviewedRule {
-    let everything = || vec!["*".to_string()];
-    let mut out = proto::ReviewedRule {
+    let written = rule.written();
+    proto::ReviewedRule {
         effect: if rule.deny {
             proto::RuleEffect::Deny
         } else {
             proto::RuleEffect::Allow
         } as i32,
         tier: rule.tier.as_str().to_string(),
+        verbs: written.verbs,
+        api_groups: written.api_groups,
+        resources: written.resources,
+        resource_names: written.resource_names,
+        non_resource_urls: written.non_resource_urls,
         rule: rule_refs(std::slice::from_ref(&rule.by)).pop(),
         conditional: rule.conditional,
-        ..proto::ReviewedRule::default()
-    };
-    match &rule.pattern {
-        RulePattern::Rbac(policy) => {
-            out.verbs = policy.verbs.clone();
-            out.api_groups = policy.api_groups.clone();
-            out.resources = policy.resources.clone();
-            out.resource_names = policy.resource_names.clone();
-            out.non_resource_urls = policy.non_resource_urls.clone();
-        }
-        RulePattern::Abac { line, resources } => {
-            out.verbs = if line.readonly {
-                vec!["get".into(), "list".into(), "watch".into()]
-            } else {
-                everything()
-            };
-            if *resources {
-                out.api_groups = vec![line.api_group.clone()];
-                out.resources = vec![line.resource.clone()];
-            }
-            if !line.non_resource_path.is_empty() {
-                out.non_resource_urls = vec![line.non_resource_path.clone()];
-            }
-        }
-        RulePattern::Everything => {
-            out.verbs = everything();
-            out.api_groups = everything();
-            out.resources = everything();
-            out.non_resource_urls = everything();
-        }
     }
-    out
 }
 
 #[cfg(test)]

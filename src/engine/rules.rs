@@ -119,6 +119,48 @@ impl ReviewedRule {
         }
     }
 
+    /// What the rule names, as the API writes it: an RBAC rule as written; an ABAC line in
+    /// Kubernetes' terms (`readonly` as get, list and watch; its resource fields only where
+    /// its namespace covers the reviewed one); everything as `*`.
+    pub fn written(&self) -> WrittenRule {
+        let everything = || vec!["*".to_string()];
+        match &self.pattern {
+            RulePattern::Rbac(rule) => WrittenRule {
+                verbs: rule.verbs.clone(),
+                api_groups: rule.api_groups.clone(),
+                resources: rule.resources.clone(),
+                resource_names: rule.resource_names.clone(),
+                non_resource_urls: rule.non_resource_urls.clone(),
+            },
+            RulePattern::Abac { line, resources } => WrittenRule {
+                verbs: abac_verbs(line),
+                api_groups: if *resources {
+                    vec![line.api_group.clone()]
+                } else {
+                    Vec::new()
+                },
+                resources: if *resources {
+                    vec![line.resource.clone()]
+                } else {
+                    Vec::new()
+                },
+                resource_names: Vec::new(),
+                non_resource_urls: if line.non_resource_path.is_empty() {
+                    Vec::new()
+                } else {
+                    vec![line.non_resource_path.clone()]
+                },
+            },
+            RulePattern::Everything => WrittenRule {
+                verbs: everything(),
+                api_groups: everything(),
+                resources: everything(),
+                resource_names: Vec::new(),
+                non_resource_urls: everything(),
+            },
+        }
+    }
+
     /// Whether the rule's pattern matches `action` (its condition aside).
     pub fn matches(&self, action: ActionRef<'_>) -> bool {
         // A non-resource request has no namespace, so RoleBindings never decide one.
@@ -134,6 +176,16 @@ impl ReviewedRule {
             RulePattern::Everything => true,
         }
     }
+}
+
+/// What a reviewed rule names (see [`ReviewedRule::written`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct WrittenRule {
+    pub verbs: Vec<String>,
+    pub api_groups: Vec<String>,
+    pub resources: Vec<String>,
+    pub resource_names: Vec<String>,
+    pub non_resource_urls: Vec<String>,
 }
 
 /// The rules that apply to one subject in one namespace, in the order the chain consults
@@ -410,11 +462,7 @@ fn abac_halves(
     line: &AbacRule,
     resources: bool,
 ) -> (Option<ResourceRule>, Option<NonResourceRule>) {
-    let verbs: Vec<String> = if line.readonly {
-        vec!["get".into(), "list".into(), "watch".into()]
-    } else {
-        vec!["*".into()]
-    };
+    let verbs = abac_verbs(line);
     let resource = (resources && !line.resource.is_empty()).then(|| ResourceRule {
         verbs: verbs.clone(),
         api_groups: vec![line.api_group.clone()],
@@ -426,6 +474,15 @@ fn abac_halves(
         non_resource_urls: vec![line.non_resource_path.clone()],
     });
     (resource, non_resource)
+}
+
+/// An ABAC line's verbs in Kubernetes' terms, as upstream's ABAC `RulesFor` writes them.
+fn abac_verbs(line: &AbacRule) -> Vec<String> {
+    if line.readonly {
+        vec!["get".into(), "list".into(), "watch".into()]
+    } else {
+        vec!["*".into()]
+    }
 }
 
 /// Positive entries of a list (negated entries only narrow what a deny matches, so ignoring
