@@ -262,16 +262,21 @@ def etcd_section(w):
     r = e["restart_100k_s"]
     w(f"| restart to ready at 100k bindings ≤ 3 s | p50 {r['p50']:.2f} s, max {r['max']:.2f} s "
       f"({r['bindings']:,} bindings, 3 restarts) | {ok(r['p50'] <= 3)} |")
-    et, di = e["authorize"]["etcd"], e["authorize"]["directory"]
     # One load generator alternates the two modes round by round (`--baseline`): the machine's
     # drift weighs on both alike, which two separate runs (each against its own no-op) did not
-    # ensure: their ratio swung from 0.86 to 1.04 between runs of the same build.
-    rt = et["rps"] / di["rps"]
-    rp = et["p99_us"] / di["p99_us"]
+    # ensure. A single run's ratio still moves by about ±6% here, so the bench makes three runs
+    # and the target is judged on their median ratios.
+    runs = e["authorize"]["runs"]
+    ratios_t = sorted(r["etcd"]["rps"] / r["directory"]["rps"] for r in runs)
+    ratios_p = sorted(r["etcd"]["p99_us"] / r["directory"]["p99_us"] for r in runs)
+    rt, rp = ratios_t[len(runs) // 2], ratios_p[len(runs) // 2]
+    each = "; ".join(
+        f"{r['etcd']['rps']:,.0f} vs {r['directory']['rps']:,.0f} req/s, p99 "
+        f"{r['etcd']['p99_us']:,.0f} vs {r['directory']['p99_us']:,.0f} µs" for r in runs)
     w(f"| Authorize under load in etcd mode within 5% of directory mode (`authzd-loadgen "
-      f"--baseline`: 10k bindings, half cache hits, {e['authorize']['rounds']} alternating rounds) | "
-      f"throughput {et['rps']:,.0f} vs {di['rps']:,.0f} req/s: {rt:.3f}×; p99 {et['p99_us']:,.0f} µs vs "
-      f"{di['p99_us']:,.0f} µs: {rp:.3f}× | {ok(rt >= 0.95 and rp <= 1.05)} |")
+      f"--baseline`: 10k bindings, half cache hits, {e['authorize']['rounds']} alternating rounds, "
+      f"{len(runs)} runs) | median ratios: throughput {rt:.3f}×, p99 {rp:.3f}× (runs: {each}) | "
+      f"{ok(rt >= 0.95 and rp <= 1.05)} |")
     w("")
 
 
