@@ -24,8 +24,8 @@ use crate::engine::chain::{fold_chain, FirstMatches, Verdict};
 use crate::engine::{Decided, Response, RuleRef};
 use crate::policy::content::path::{DiffConfig, FieldPath, PathPattern};
 use crate::policy::content::{changes, unprotected, Change, Clauses, Coverage, Evidence};
-use crate::policy::rbac::{restriction_error, RuleEffect};
-use crate::request::RequestRef;
+use crate::policy::rbac::{restriction_error, RuleEffect, Unmet};
+use crate::request::{RequestRef, SubjectRef};
 
 pub use crate::policy::content::ContentError;
 
@@ -64,6 +64,7 @@ pub struct RbacPlan {
 /// who-can, and the reference evaluator's walk, which differ only in how they find the rules.
 pub struct ChangeChecker<'a> {
     verb: &'a str,
+    action: crate::request::ActionRef<'a>,
     content: Option<&'a crate::request::Content>,
     /// The protected paths this write must not touch under an allow without a field clause.
     protected: SmallVec<[&'a PathPattern; 2]>,
@@ -89,20 +90,22 @@ impl<'a> ChangeChecker<'a> {
         };
         Ok(Self {
             verb,
+            action,
             content,
             protected,
             changes,
         })
     }
 
-    /// Whether a rule covers `change` for `user`, by its effect once the fold is applied:
-    /// `None` when it does not apply; an error is added when content it needs is missing.
+    /// Whether a rule covers `change` for `subject`, by its effect once the fold is applied:
+    /// `None` when it does not apply; an error is added when content it needs is missing or
+    /// its condition fails.
     pub fn check(
         &self,
-        user: &str,
+        subject: SubjectRef<'_>,
         (deny, clauses): (bool, Option<&Clauses>),
         change: &Change,
-        error: impl FnOnce(&str) -> String,
+        error: impl FnOnce(Unmet<'_>) -> String,
         errors: &mut BTreeSet<String>,
     ) -> Result<Option<RuleEffect>, ContentError> {
         let effect = if deny {
@@ -121,8 +124,11 @@ impl<'a> ChangeChecker<'a> {
             Some(clauses) => {
                 let evidence = Evidence {
                     verb: self.verb,
-                    user,
+                    user: subject.name,
+                    groups: subject.groups,
+                    action: self.action,
                     content: self.content,
+                    changes: &self.changes,
                 };
                 let own = clauses.check(deny, &evidence, change)?;
                 // A rule's own verdict first: its missing content is the one to name.
@@ -133,7 +139,11 @@ impl<'a> ChangeChecker<'a> {
             Coverage::Covers => Some(effect),
             Coverage::Not => None,
             Coverage::Missing(what) => {
-                errors.insert(error(&what));
+                errors.insert(error(Unmet::Missing(&what)));
+                deny.then_some(RuleEffect::Deny)
+            }
+            Coverage::Failed(how) => {
+                errors.insert(error(Unmet::Failed(&how)));
                 deny.then_some(RuleEffect::Deny)
             }
         })
@@ -228,25 +238,24 @@ impl RbacPlan {
             .rules
             .iter()
             .any(|r| r.clauses.as_ref().is_some_and(|c| c.reads_changes()));
-        let mut checker = ChangeChecker::new(request.action, request.content, reads, config)?;
+        let checker = ChangeChecker::new(request.action, request.content, reads, config)?;
         let mut errors: BTreeSet<String> = self.errors.iter().cloned().collect();
         let mut per_change = PerChange::new();
-        let changes = std::mem::take(&mut checker.changes);
-        for change in changes {
+        for change in &checker.changes {
             let mut matches = FirstMatches::default();
             for (i, rule) in self.rules.iter().enumerate() {
-                let error = |what: &str| {
+                let error = |unmet: Unmet<'_>| {
                     restriction_error(
                         &rule.rule_ref.role,
                         rule.rule_ref.rule_index as usize,
                         rule.deny,
-                        what,
+                        unmet,
                     )
                 };
                 if let Some(effect) = checker.check(
-                    request.user.name,
+                    request.user,
                     (rule.deny, rule.clauses.as_deref()),
-                    &change,
+                    change,
                     error,
                     &mut errors,
                 )? {
@@ -254,7 +263,7 @@ impl RbacPlan {
                     matches.record(effect, rule.cluster, i);
                 }
             }
-            per_change.push((change, matches));
+            per_change.push((change.clone(), matches));
         }
         Ok(RbacOutcome {
             plan: self,
@@ -432,6 +441,9 @@ pub fn finish(
     request: RequestRef<'_>,
     config: &DiffConfig,
 ) -> Result<Decided, ContentError> {
+    // Without content the content-free answer is already the finished one: a condition that
+    // reads only `request` reads what the answer is keyed on (the subject and the action),
+    // and was evaluated when the answer was made.
     let (Some(plan), Some(_)) = (&decided.response.plan.0, request.content) else {
         return Ok(decided);
     };

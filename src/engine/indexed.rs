@@ -29,7 +29,7 @@ use crate::policy::index::{
     ScopeGrants, SubjectName,
 };
 use crate::policy::model::{PolicyRule, PolicySet};
-use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect};
+use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect, Unmet};
 use crate::request::{Action, Request, RequestRef, SubjectRef};
 
 /// One compiled policy state plus the chain configuration. Immutable in what it answers (its
@@ -746,6 +746,11 @@ fn content_decisions<'a>(
             groups.get(name)
         };
         let as_user = if is_user { name } else { WHO_CAN_PROBE };
+        let group = [name];
+        let as_subject = crate::request::SubjectRef {
+            name: as_user,
+            groups: crate::request::Groups::Borrowed(if is_user { &[] } else { &group }),
+        };
         let mut per_change = Vec::with_capacity(checker.changes.len());
         for change in &checker.changes {
             let mut matches = plain.copied().unwrap_or_default();
@@ -758,9 +763,10 @@ fn content_decisions<'a>(
                 if !reaches {
                     continue;
                 }
-                let error = |what: &str| restriction_error(&entry.role_id, index, deny, what);
+                let error =
+                    |unmet: Unmet<'_>| restriction_error(&entry.role_id, index, deny, unmet);
                 if let Some(effect) = checker.check(
-                    as_user,
+                    as_subject,
                     (deny, clauses.map(|c| &**c)),
                     change,
                     error,

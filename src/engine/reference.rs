@@ -13,7 +13,7 @@ use crate::policy::abac;
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::describe;
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, RoleKind, Subject};
-use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect};
+use crate::policy::rbac::{restriction_error, rule_match_on, MatchTarget, RuleEffect, Unmet};
 use crate::request::{Action, Content, Request, UserInfo};
 
 pub struct ReferenceEvaluator {
@@ -136,12 +136,12 @@ impl ReferenceEvaluator {
             let mut matches = FirstMatches::default();
             for &(hit, _, rule) in &reached {
                 let (binding, _, index) = hit;
-                let error = |what: &str| {
-                    restriction_error(&describe::role_id(binding), index, rule.deny, what)
+                let error = |unmet: Unmet<'_>| {
+                    restriction_error(&describe::role_id(binding), index, rule.deny, unmet)
                 };
                 let clauses = rule.clauses.as_deref();
                 if let Some(effect) = checker.check(
-                    &request.user.name,
+                    request.user.as_borrowed(),
                     (rule.deny, clauses),
                     change,
                     error,
@@ -395,17 +395,26 @@ impl ReferenceEvaluator {
         let checker = ChangeChecker::new(action.as_borrowed(), content, reads, &self.diff)?;
         for (binding, index, rule) in conditional {
             for subject in &binding.subjects {
-                let user = match (subject.user_name(&binding.namespace), subject.group_name()) {
-                    (Some(user), _) => user,
-                    (None, Some(_)) => probe.to_string(),
-                    (None, None) => continue,
+                let (user, group) =
+                    match (subject.user_name(&binding.namespace), subject.group_name()) {
+                        (Some(user), _) => (user, None),
+                        (None, Some(group)) => (probe.to_string(), Some(group)),
+                        (None, None) => continue,
+                    };
+                let groups: &[&str] = match &group {
+                    Some(group) => std::slice::from_ref(group),
+                    None => &[],
+                };
+                let as_subject = crate::request::SubjectRef {
+                    name: &user,
+                    groups: crate::request::Groups::Borrowed(groups),
                 };
                 for change in &checker.changes {
-                    let error = |what: &str| {
-                        restriction_error(&describe::role_id(binding), index, rule.deny, what)
+                    let error = |unmet: Unmet<'_>| {
+                        restriction_error(&describe::role_id(binding), index, rule.deny, unmet)
                     };
                     checker.check(
-                        &user,
+                        as_subject,
                         (rule.deny, rule.clauses.as_deref()),
                         change,
                         error,

@@ -186,13 +186,25 @@ pub fn rule_match_on(rule: &PolicyRule, target: &MatchTarget<'_>) -> RuleEffect 
 }
 
 /// The evaluation error reported for a rule with content clauses whose content is missing.
-pub fn restriction_error(role: &str, rule_index: usize, deny: bool, missing: &str) -> String {
+pub fn restriction_error(role: &str, rule_index: usize, deny: bool, unmet: Unmet<'_>) -> String {
     let consequence = if deny {
         "applied as an unrestricted deny"
     } else {
         "skipped"
     };
-    format!("{role} rule {rule_index} needs {missing}, which the request does not carry; the rule was {consequence}")
+    match unmet {
+        Unmet::Missing(missing) => format!("{role} rule {rule_index} needs {missing}, which the request does not carry; the rule was {consequence}"),
+        Unmet::Failed(failure) => format!("{role} rule {rule_index}: {failure}; the rule was {consequence}"),
+    }
+}
+
+/// Why a rule's content clauses could not be decided for a request.
+#[derive(Clone, Copy, Debug)]
+pub enum Unmet<'a> {
+    /// Content the request does not carry (what it names).
+    Missing(&'a str),
+    /// A condition that failed to evaluate (how).
+    Failed(&'a str),
 }
 
 #[cfg(test)]

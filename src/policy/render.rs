@@ -54,6 +54,9 @@ fn rule(rule: &PolicyRule) -> Value {
         if let Some(object) = &clauses.object_selector {
             out.insert("objectSelector".into(), selector(object));
         }
+        if let Some(condition) = &clauses.condition {
+            out.insert("condition".into(), json!(condition.text()));
+        }
         for (key, requirements) in [
             ("fieldSelector", &clauses.field_selector),
             ("labelSelector", &clauses.label_selector),

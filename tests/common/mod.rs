@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use authzd::engine::{EngineConfig, Mode};
+use authzd::policy::content::condition::Condition;
 use authzd::policy::content::path::PathPattern;
 use authzd::policy::content::Clauses;
 use authzd::policy::model::{
@@ -370,6 +371,24 @@ const FIELD_PATTERNS: &[&str] = &[
 ];
 const OBJECT_LABELS: &[&str] = &["protected", "app", "team.example.com/owner"];
 
+/// CEL conditions rules may carry (issue 19), over what [`object`], [`user`] and [`action`]
+/// vary: the request alone (decided without content), either object, the changed paths, a
+/// macro, a pattern, and conditions that fail on some objects (a label that may be absent).
+const CONDITIONS: &[&str] = &[
+    "object.metadata.labels == oldObject.metadata.labels || 'ops' in request.userInfo.groups",
+    "request.userInfo.username.startsWith('a') && request.name != 'b'",
+    "'dev' in request.userInfo.groups",
+    "request.verb == 'update' ? object.spec.nodeName == 'n1' : request.namespace == 'ns1'",
+    "object.spec.replicas > 1",
+    "oldObject.metadata.labels['app'] == 'x'",
+    "has(object.metadata.labels.protected)",
+    "object.metadata.finalizers.exists(f, f == 'f1')",
+    "oldObject == null || oldObject.data.k == 'v1'",
+    "size(changedPaths) <= 1",
+    "object.metadata.name.matches('^a$')",
+    "request.fieldSelector.all(r, r.key != 'spec.nodeName')",
+];
+
 fn requirement(
     keys: &'static [&'static str],
     values: &'static [&'static str],
@@ -406,9 +425,18 @@ pub fn clauses() -> impl Strategy<Value = Option<Arc<Clauses>>> {
         ),
         prop::bool::weighted(0.1),
         prop::bool::weighted(0.05),
+        prop::option::weighted(0.3, select(CONDITIONS)),
     )
         .prop_map(
-            |(fields, object_selector, label_selector, field_selector, same_node, unevaluable)| {
+            |(
+                fields,
+                object_selector,
+                label_selector,
+                field_selector,
+                same_node,
+                unevaluable,
+                condition,
+            )| {
                 Arc::new(Clauses {
                     fields: fields
                         .into_iter()
@@ -419,6 +447,8 @@ pub fn clauses() -> impl Strategy<Value = Option<Arc<Clauses>>> {
                     label_selector,
                     same_node,
                     unevaluable: unevaluable.then(|| "attributeRestrictions {\"x\":1}".to_string()),
+                    condition: condition
+                        .map(|c| Condition::compile(c).expect("vocabulary conditions compile")),
                 })
             },
         );

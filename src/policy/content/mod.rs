@@ -7,6 +7,7 @@
 //! carry is [`Coverage::Missing`], which the caller folds: an allow grants nothing, a deny
 //! applies (KEP-5681's fold; docs/spec/SPEC.md §3).
 
+pub mod condition;
 pub mod path;
 pub mod selector;
 
@@ -54,6 +55,8 @@ pub struct Clauses {
     pub same_node: bool,
     /// A restriction authzd cannot evaluate (its description): never satisfied, never widens.
     pub unevaluable: Option<String>,
+    /// `condition:`, a CEL expression over the request and its objects (issue 19).
+    pub condition: Option<condition::Condition>,
 }
 
 /// Whether a rule's clauses hold for a request and cover one change.
@@ -63,17 +66,20 @@ pub enum Coverage {
     Not,
     /// Undecidable without what this names (`the object (content.object)`).
     Missing(String),
+    /// Undecidable: the rule's condition failed to evaluate (this says how). Folded as
+    /// `Missing` is: an allow grants nothing, a deny applies.
+    Failed(String),
 }
 
 impl Coverage {
-    /// Both: `Not` if either does not hold, else `Missing` if either cannot be known.
+    /// Both: `Not` if either does not hold, else the first that cannot be known.
     pub fn and(self, other: impl FnOnce() -> Coverage) -> Coverage {
         match self {
             Coverage::Not => Coverage::Not,
             Coverage::Covers => other(),
-            Coverage::Missing(what) => match other() {
+            unknown => match other() {
                 Coverage::Not => Coverage::Not,
-                _ => Coverage::Missing(what),
+                _ => unknown,
             },
         }
     }
@@ -220,13 +226,23 @@ type Requirements<'s> = SmallVec<[Requirement<'s>; 4]>;
 pub struct Evidence<'a> {
     pub verb: &'a str,
     pub user: &'a str,
+    /// The subject's groups (a condition's `request.userInfo.groups`).
+    pub groups: crate::request::Groups<'a>,
+    pub action: crate::request::ActionRef<'a>,
     pub content: Option<&'a Content>,
+    /// Every unit of change of the request (a condition's `changedPaths`).
+    pub changes: &'a [Change],
 }
 
 impl Clauses {
-    /// Whether the clauses need the change set (a field clause).
+    /// Whether the clauses need the change set (a field clause, or a condition that reads
+    /// `changedPaths`).
     pub fn reads_changes(&self) -> bool {
         !self.fields.is_empty()
+            || self
+                .condition
+                .as_ref()
+                .is_some_and(|c| c.reads().changed_paths)
     }
 
     /// Whether the rule, of effect `deny`, holds for the request and covers `change`.
@@ -240,7 +256,91 @@ impl Clauses {
             return Ok(Coverage::Missing(what.clone()));
         }
         let fields = || self.fields_cover(change);
-        Ok(self.predicates(deny, evidence)?.and(fields))
+        let held = match self.predicates(deny, evidence)? {
+            Coverage::Not => Coverage::Not,
+            held => {
+                let condition = self.condition_holds(evidence)?;
+                held.and(|| condition)
+            }
+        };
+        Ok(held.and(fields))
+    }
+
+    /// The rule's CEL condition for this request: `Missing` when it reads content the
+    /// request does not carry, `Failed` with CEL's message when it cannot be evaluated.
+    fn condition_holds(&self, evidence: &Evidence<'_>) -> Result<Coverage, ContentError> {
+        let Some(condition) = &self.condition else {
+            return Ok(Coverage::Covers);
+        };
+        let reads = condition.reads();
+        let carried = evidence
+            .content
+            .is_some_and(|c| c.has_objects() || !c.changed_paths.is_empty());
+        if reads.content() && !carried {
+            return Ok(Coverage::Missing(format!(
+                "the object (content.object, content.old_object or content.changed_paths) for its condition `{}`",
+                condition.text()
+            )));
+        }
+        let object = |which: Which, read: bool| -> Result<Option<&Value>, ContentError> {
+            match (read, evidence.content) {
+                (true, Some(content)) => decoded(content, which),
+                _ => Ok(None),
+            }
+        };
+        let changed_paths: Vec<String> = if reads.changed_paths {
+            let mut paths = Vec::new();
+            for change in evidence.changes {
+                match change {
+                    Change::Path(path) if path.0.is_empty() => {}
+                    Change::Path(path) => paths.push(path.to_string()),
+                    Change::Nothing => {}
+                    Change::Unknown => {
+                        return Ok(Coverage::Missing(format!(
+                            "the changed fields (content.object and content.old_object, or content.changed_paths) for its condition `{}`",
+                            condition.text()
+                        )))
+                    }
+                }
+            }
+            paths
+        } else {
+            Vec::new()
+        };
+        let groups: SmallVec<[&str; 8]> = evidence.groups.iter().collect();
+        let (field_selector, label_selector) = evidence.content.map_or((&[][..], &[][..]), |c| {
+            (&c.field_selector[..], &c.label_selector[..])
+        });
+        let mut request = condition::RequestInput {
+            verb: evidence.verb,
+            username: evidence.user,
+            groups: &groups,
+            field_selector,
+            label_selector,
+            ..Default::default()
+        };
+        if let crate::request::ActionRef::Resource(r) = evidence.action {
+            request.api_group = r.group;
+            request.api_version = r.version;
+            request.resource = r.resource;
+            request.subresource = r.subresource;
+            request.name = r.name;
+            request.namespace = r.namespace;
+        }
+        let input = condition::Input {
+            object: object(Which::Object, reads.object)?,
+            old_object: object(Which::OldObject, reads.old_object)?,
+            request,
+            changed_paths: &changed_paths,
+        };
+        Ok(match condition.evaluate(&input) {
+            Ok(true) => Coverage::Covers,
+            Ok(false) => Coverage::Not,
+            Err(message) => Coverage::Failed(format!(
+                "its condition `{}` failed: {message}",
+                condition.text()
+            )),
+        })
     }
 
     fn fields_cover(&self, change: &Change) -> Coverage {
@@ -531,6 +631,9 @@ impl Clauses {
         }
         if self.same_node {
             parts.push("same node".into());
+        }
+        if let Some(condition) = &self.condition {
+            parts.push(format!("condition `{}`", condition.text()));
         }
         parts.join(", ")
     }

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::policy::content::condition::Condition;
 use crate::policy::content::path::PathPattern;
 use crate::policy::content::Clauses;
 use crate::policy::model::{LabelSelector, PolicyRule};
@@ -100,9 +101,10 @@ pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> (String
     (json, clauses)
 }
 
-/// authzd's content clauses on a rule (`fields`, `objectSelector`, `fieldSelector`,
-/// `labelSelector`), read from the rule's fields; `None` when the rule has none. Unparsable
-/// patterns and selectors are load errors at the rule's line.
+/// authzd's content clauses on a rule (`fields`, `objectSelector`, `condition`,
+/// `fieldSelector`, `labelSelector`), read from the rule's fields; `None` when the rule has
+/// none. Unparsable patterns and selectors, and conditions that do not compile or leave the
+/// accepted CEL subset, are load errors at the clause's line.
 pub(super) fn content_clauses(f: &mut Fields<'_>, path: &str, p: &mut Problems) -> Option<Clauses> {
     let mut clauses = Clauses::default();
     let mut any = false;
@@ -125,6 +127,15 @@ pub(super) fn content_clauses(f: &mut Fields<'_>, path: &str, p: &mut Problems) 
     if let Some(selector) = f.take("objectSelector", p) {
         any = true;
         clauses.object_selector = parse_selector(selector, &format!("{path}.objectSelector"), p);
+    }
+    if let Some(condition) = f.take("condition", p) {
+        any = true;
+        let at = format!("{path}.condition");
+        let text = node::string(condition, &at, p);
+        match Condition::compile(&text) {
+            Ok(compiled) => clauses.condition = Some(compiled),
+            Err(problem) => p.push(condition.line, format!("`{at}` {problem}")),
+        }
     }
     for (key, slot) in [
         ("fieldSelector", &mut clauses.field_selector),
