@@ -46,12 +46,20 @@ pub struct Reads {
     pub old_object: bool,
     pub changed_paths: bool,
     pub request: bool,
+    /// `request.fieldSelector` or `request.labelSelector`: carried with the content.
+    pub selectors: bool,
 }
 
 impl Reads {
     /// Whether the condition reads the request's content (either object, or the changes).
     pub fn content(&self) -> bool {
         self.object || self.old_object || self.changed_paths
+    }
+
+    /// Whether its value can change with what a request carries beside its attributes
+    /// (objects, changes, selectors).
+    pub fn depends_on_content(&self) -> bool {
+        self.content() || self.selectors
     }
 }
 

@@ -7,7 +7,7 @@
 //! nothing beside them. What an expression reads is found once, at compile time.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::{Arc, LazyLock, RwLock};
+use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
 use cel::common::types::{
@@ -161,6 +161,7 @@ pub struct CelProgram {
     expr: IdedExpr,
     object: Need,
     old_object: Need,
+    request: Need,
     reads: Reads,
 }
 
@@ -201,16 +202,25 @@ impl CelProgram {
         let mut check = Check::default();
         check.expr(&expr, false)?;
         compiled_matches(&mut expr);
+        let selectors = match &check.request {
+            Need::Nothing => false,
+            Need::Whole => true,
+            Need::Fields(fields) => {
+                fields.contains_key("fieldSelector") || fields.contains_key("labelSelector")
+            }
+        };
         let reads = Reads {
             object: check.object.any(),
             old_object: check.old_object.any(),
             changed_paths: check.changed_paths,
-            request: check.request,
+            request: check.request.any(),
+            selectors,
         };
         Ok(CelProgram {
             expr,
             object: check.object,
             old_object: check.old_object,
+            request: check.request,
             reads,
         })
     }
@@ -218,25 +228,13 @@ impl CelProgram {
 
 impl Program for CelProgram {
     fn evaluate(&self, input: &Input<'_>) -> Result<bool, String> {
-        fn object<'a>(need: &Need, value: Option<&'a Json>) -> Option<Box<dyn Val + 'a>> {
-            need.any().then(|| match value {
-                None => Box::new(CelNull) as Box<dyn Val>,
-                Some(value) => reach(value, need),
-            })
-        }
         let variables = Variables {
-            object: object(&self.object, input.object),
-            old_object: object(&self.old_object, input.old_object),
-            request: self.reads.request.then(|| request(&input.request)),
-            changed_paths: self.reads.changed_paths.then(|| {
-                Box::new(CelList::from(
-                    input
-                        .changed_paths
-                        .iter()
-                        .map(|p| Box::new(CelString::from(p.as_str())) as Box<dyn Val>)
-                        .collect::<Vec<_>>(),
-                )) as Box<dyn Val>
-            }),
+            program: self,
+            input,
+            object: OnceLock::new(),
+            old_object: OnceLock::new(),
+            request: OnceLock::new(),
+            changed_paths: OnceLock::new(),
         };
         let mut context = Context::with_env(Arc::clone(&ENV));
         context.set_variable_resolver(&variables);
@@ -255,24 +253,50 @@ impl Program for CelProgram {
     }
 }
 
-/// The variables of one evaluation.
-struct Variables<'a> {
-    object: Option<Box<dyn Val + 'a>>,
-    old_object: Option<Box<dyn Val + 'a>>,
-    request: Option<Box<dyn Val + 'a>>,
-    changed_paths: Option<Box<dyn Val + 'a>>,
+/// The variables of one evaluation, each built on its first use (`a || b` may never read
+/// `b`'s), and only as far as the expression reaches into it.
+struct Variables<'p, 'a> {
+    program: &'p CelProgram,
+    input: &'p Input<'a>,
+    object: OnceLock<Box<dyn Val + 'a>>,
+    old_object: OnceLock<Box<dyn Val + 'a>>,
+    request: OnceLock<Box<dyn Val + 'a>>,
+    changed_paths: OnceLock<Box<dyn Val + 'a>>,
 }
 
-impl VariableResolver for Variables<'_> {
+impl VariableResolver for Variables<'_, '_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let (program, input) = (self.program, self.input);
         let value = match variable {
-            OBJECT => &self.object,
-            OLD_OBJECT => &self.old_object,
-            REQUEST => &self.request,
-            CHANGED_PATHS => &self.changed_paths,
+            OBJECT => self
+                .object
+                .get_or_init(|| object(&program.object, input.object)),
+            OLD_OBJECT => self
+                .old_object
+                .get_or_init(|| object(&program.old_object, input.old_object)),
+            REQUEST => self
+                .request
+                .get_or_init(|| request(&input.request, &program.request)),
+            CHANGED_PATHS => self.changed_paths.get_or_init(|| {
+                Box::new(CelList::from(
+                    input
+                        .changed_paths
+                        .iter()
+                        .map(|p| string(p))
+                        .collect::<Vec<_>>(),
+                ))
+            }),
             _ => return None,
         };
-        value.as_deref().map(CowVal::Borrowed)
+        Some(CowVal::Borrowed(&**value))
+    }
+}
+
+/// An object variable: null when the request does not carry it.
+fn object<'a>(need: &Need, value: Option<&'a Json>) -> Box<dyn Val + 'a> {
+    match value {
+        None => Box::new(CelNull),
+        Some(value) => reach(value, need),
     }
 }
 
@@ -347,27 +371,43 @@ fn selectors(list: &[crate::request::SelectorRequirement]) -> Box<dyn Val + '_> 
     ))
 }
 
-/// `request`, as ValidatingAdmissionPolicy names its fields.
-fn request<'a>(r: &RequestInput<'a>) -> Box<dyn Val + 'a> {
-    let groups: Vec<Box<dyn Val + 'a>> = r.groups.iter().map(|g| string(g)).collect();
-    map([
-        ("verb", string(r.verb)),
-        ("apiGroup", string(r.api_group)),
-        ("apiVersion", string(r.api_version)),
-        ("resource", string(r.resource)),
-        ("subresource", string(r.subresource)),
-        ("name", string(r.name)),
-        ("namespace", string(r.namespace)),
-        (
+/// `request`, as ValidatingAdmissionPolicy names its fields: only the fields `need` reaches.
+fn request<'a>(r: &RequestInput<'a>, need: &Need) -> Box<dyn Val + 'a> {
+    let wanted = |field: &str| match need {
+        Need::Fields(fields) => fields.contains_key(field),
+        _ => true,
+    };
+    let mut entries: Vec<(&'static str, Box<dyn Val + 'a>)> = Vec::new();
+    for (field, value) in [
+        ("verb", r.verb),
+        ("apiGroup", r.api_group),
+        ("apiVersion", r.api_version),
+        ("resource", r.resource),
+        ("subresource", r.subresource),
+        ("name", r.name),
+        ("namespace", r.namespace),
+    ] {
+        if wanted(field) {
+            entries.push((field, string(value)));
+        }
+    }
+    if wanted("userInfo") {
+        let groups: Vec<Box<dyn Val + 'a>> = r.groups.iter().map(|g| string(g)).collect();
+        entries.push((
             "userInfo",
             map([
                 ("username", string(r.username)),
                 ("groups", Box::new(CelList::from(groups)) as Box<dyn Val>),
             ]),
-        ),
-        ("fieldSelector", selectors(r.field_selector)),
-        ("labelSelector", selectors(r.label_selector)),
-    ])
+        ));
+    }
+    if wanted("fieldSelector") {
+        entries.push(("fieldSelector", selectors(r.field_selector)));
+    }
+    if wanted("labelSelector") {
+        entries.push(("labelSelector", selectors(r.label_selector)));
+    }
+    map(entries)
 }
 
 /// The subset check, and what the expression reads.
@@ -375,7 +415,7 @@ fn request<'a>(r: &RequestInput<'a>) -> Box<dyn Val + 'a> {
 struct Check {
     object: Need,
     old_object: Need,
-    request: bool,
+    request: Need,
     changed_paths: bool,
     /// The macro variable in scope (one level of comprehension at most).
     variable: Option<String>,
@@ -417,26 +457,12 @@ impl Check {
             Expr::Literal(_) => Ok(()),
             Expr::Ident(name) => self.variable_path(name, &[], in_body),
             Expr::Select(select) => {
-                // A chain of selections from a variable: the path it reads.
-                let mut fields = vec![select.field.clone()];
-                let mut operand = &select.operand.expr;
-                loop {
-                    match operand {
-                        Expr::Select(inner) if !inner.test => {
-                            fields.push(inner.field.clone());
-                            operand = &inner.operand.expr;
-                        }
-                        Expr::Ident(name) => {
-                            // Evaluation recurses per selection, as per any operation.
-                            if self.depth + fields.len() > MAX_TREE_DEPTH {
-                                return Err(self.too_deep());
-                            }
-                            fields.reverse();
-                            return self.variable_path(name, &fields, in_body);
-                        }
-                        _ => return self.expr(&select.operand, in_body),
-                    }
+                // A chain of selections from a variable reads one path; `has(a.b)` reads `b`
+                // of `a` (its presence).
+                if let Some((name, path)) = chain(e) {
+                    return self.chained(name, &path, in_body);
                 }
+                self.expr(&select.operand, in_body)
             }
             Expr::List(list) => {
                 if !list.optional_indices.is_empty() {
@@ -483,6 +509,10 @@ impl Check {
                         spelled(name)
                     }));
                 }
+                // `a.b['k']`, a literal key: one more step of a path.
+                if let Some((name, path)) = chain(e) {
+                    return self.chained(name, &path, in_body);
+                }
                 if let Some(target) = &call.target {
                     self.expr(target, in_body)?;
                 }
@@ -515,6 +545,15 @@ impl Check {
         }
     }
 
+    /// A variable read at `path`, as [`chain`] found it.
+    fn chained(&mut self, name: &str, path: &[String], in_body: bool) -> Result<(), String> {
+        // Evaluation recurses per step, as per any operation.
+        if self.depth + path.len() > MAX_TREE_DEPTH {
+            return Err(self.too_deep());
+        }
+        self.variable_path(name, path, in_body)
+    }
+
     fn too_deep(&self) -> String {
         format!("is more than {MAX_TREE_DEPTH} operations deep (each selection, index and operator nests one)")
     }
@@ -532,7 +571,7 @@ impl Check {
         match name {
             OBJECT => self.object.add(path),
             OLD_OBJECT => self.old_object.add(path),
-            REQUEST => self.request = true,
+            REQUEST => self.request.add(path),
             CHANGED_PATHS => self.changed_paths = true,
             _ => {
                 return Err(format!(
@@ -552,6 +591,38 @@ impl Check {
             ));
         };
         pattern_regex(pattern.as_ref()).map(|_| ())
+    }
+}
+
+/// The variable and path `e` reads when it is a chain of field selections and literal string
+/// indexes from a variable (`object.metadata.labels['app']`: `object`, [metadata, labels,
+/// app]); the outermost step may be a presence test (`has()`). `None` for anything else.
+fn chain(e: &IdedExpr) -> Option<(&str, Vec<String>)> {
+    let mut path = Vec::new();
+    let mut at = e;
+    loop {
+        match &at.expr {
+            Expr::Select(select) if !select.test || std::ptr::eq(at, e) => {
+                path.push(select.field.clone());
+                at = &select.operand;
+            }
+            Expr::Call(call) if call.func_name == "_[_]" && call.target.is_none() => {
+                let [operand, key] = call.args.as_slice() else {
+                    return None;
+                };
+                let Expr::Literal(LiteralValue::String(key)) = &key.expr else {
+                    return None;
+                };
+                let key: &str = key.as_ref();
+                path.push(key.to_string());
+                at = operand;
+            }
+            Expr::Ident(name) => {
+                path.reverse();
+                return Some((name.as_str(), path));
+            }
+            _ => return None,
+        }
     }
 }
 
