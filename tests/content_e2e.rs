@@ -109,6 +109,7 @@ async fn ask(
             action: action(attributes),
             min_revision: 0,
             content,
+            conditions_mode: 0,
         })
         .await
         .unwrap()
@@ -216,6 +217,7 @@ async fn seed_003_restrictions_over_grpc() {
             action: action(update()),
             min_revision: 0,
             content: bad,
+            conditions_mode: 0,
         })
         .await
         .unwrap_err();

@@ -51,8 +51,7 @@ fn request(name: &str, groups: &[&str], action: Option<Action>) -> AuthorizeRequ
     AuthorizeRequest {
         user: user(name, groups),
         action,
-        min_revision: 0,
-        content: None,
+        ..Default::default()
     }
 }
 
@@ -562,8 +561,7 @@ async fn bad_input_is_invalid_argument_naming_the_field() {
             .authorize(AuthorizeRequest {
                 user: None,
                 action: resource("", "get", "pods"),
-                min_revision: 0,
-                content: None,
+                ..Default::default()
             })
             .await,
         "user",

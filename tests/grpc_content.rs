@@ -179,6 +179,7 @@ async fn content_and_selectors_leave_every_answer_as_it_is_without_them() {
                 action: action.clone(),
                 min_revision: 0,
                 content: content.clone(),
+                conditions_mode: 0,
             };
             batch.push(request.clone());
             let answer = authorizer.authorize(request).await.unwrap().into_inner();
@@ -377,6 +378,7 @@ async fn bad_content_is_refused_naming_the_field_on_every_rpc() {
             action: action(attributes.clone()),
             min_revision: 0,
             content: content.clone(),
+            conditions_mode: 0,
         };
         assert_invalid(authorizer.authorize(authorize.clone()).await, field);
         let plain = AuthorizeRequest {
@@ -471,6 +473,7 @@ async fn the_default_bound_takes_a_three_mib_object() {
         action: action(resource("default", "update", "pods")),
         min_revision: 0,
         content: objects(&"x".repeat(size), ""),
+        conditions_mode: 0,
     };
     const DEFAULT: usize = 3 * 1024 * 1024;
     let answer = authorizer.authorize(request(DEFAULT)).await.unwrap();

@@ -48,8 +48,7 @@ fn authorize(user: &str, verb: &str) -> AuthorizeRequest {
                 ..Default::default()
             })),
         }),
-        min_revision: 0,
-        content: None,
+        ..Default::default()
     }
 }
 

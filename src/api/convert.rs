@@ -14,8 +14,10 @@ use crate::api::limits::{
     MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
 use crate::api::selector;
+use crate::engine::conditional::ReturnedRule;
 use crate::engine::rules::{ReviewedRule, SubjectRules};
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
+use crate::policy::content::condition::Condition;
 use crate::proto;
 use crate::request;
 
@@ -315,6 +317,8 @@ pub fn authorize_request(
         action: wire_action,
         min_revision: _,
         content,
+        // Read by the handler, which decides how the answer is given.
+        conditions_mode: _,
     } = wire;
     let Some(user) = user else {
         return Err(ApiError::invalid("user", Invalid::NoSubject));
@@ -576,7 +580,156 @@ pub fn authorize_response(decided: &Decided, revision: u64) -> proto::AuthorizeR
         denied_by: rule_refs(&response.denied_by),
         revision,
         cached: decided.cached,
+        conditions: Vec::new(),
     }
+}
+
+/// A DECISION_CONDITIONAL answer: the rules it depends on, in precedence order.
+pub fn conditional_response(
+    conditions: &[ReturnedRule],
+    revision: u64,
+    cached: bool,
+) -> proto::AuthorizeResponse {
+    proto::AuthorizeResponse {
+        decision: proto::Decision::Conditional as i32,
+        allowed: false,
+        denied: false,
+        reason: format!(
+            "conditional: decided by {} rule(s) over content the request did not carry",
+            conditions.len()
+        ),
+        evaluation_error: String::new(),
+        allowed_by: Vec::new(),
+        denied_by: Vec::new(),
+        revision,
+        cached,
+        conditions: conditions.iter().map(condition).collect(),
+    }
+}
+
+/// CEL's language name, as KEP-5681 and Kubernetes' AuthorizationConfiguration use it.
+pub const CEL: &str = "k8s.io/cel";
+/// authzd's JSON form of a rule's clauses.
+pub const CLAUSES_JSON: &str = "authzd.io/clauses";
+
+fn condition(rule: &ReturnedRule) -> proto::Condition {
+    let (language, expression) = match rule.clauses.as_deref() {
+        None if !rule.protected => (CEL, "true".to_string()),
+        Some(clauses)
+            if !rule.protected
+                && clauses.fields.is_empty()
+                && clauses.object_selector.is_none()
+                && clauses.field_selector.is_empty()
+                && clauses.label_selector.is_empty()
+                && !clauses.same_node
+                && clauses.unevaluable.is_none()
+                && clauses.condition.is_some() =>
+        {
+            let text = clauses.condition.as_ref().map_or("true", |c| c.text());
+            (CEL, text.to_string())
+        }
+        clauses => {
+            let mut value = clauses.map_or_else(
+                || serde_json::Value::Object(Default::default()),
+                crate::policy::render::clauses_to_value,
+            );
+            if rule.protected {
+                // Informative: the evaluating server's FieldPolicies decide it.
+                value["protectedPaths"] = serde_json::Value::Bool(true);
+            }
+            (CLAUSES_JSON, value.to_string())
+        }
+    };
+    let effect = if rule.deny {
+        proto::RuleEffect::Deny
+    } else {
+        proto::RuleEffect::Allow
+    };
+    proto::Condition {
+        effect: effect as i32,
+        rule: rule_refs(std::slice::from_ref(&rule.rule_ref)).pop(),
+        language: language.to_string(),
+        expression,
+        cluster: rule.cluster,
+        reason: rule.reason.clone(),
+        otherwise: rule.otherwise,
+    }
+}
+
+/// A condition as a caller sends it back to EvaluateConditions; `Err` names the field.
+pub fn returned_rule(wire: proto::Condition, at: &str) -> Result<ReturnedRule> {
+    let invalid = |field: &str, problem: String| {
+        ApiError::invalid(format!("{at}.{field}"), Invalid::Other(problem))
+    };
+    let deny = match proto::RuleEffect::try_from(wire.effect) {
+        Ok(proto::RuleEffect::Allow) => false,
+        Ok(proto::RuleEffect::Deny) => true,
+        _ => return Err(invalid("effect", "must be ALLOW or DENY".into())),
+    };
+    let rule = wire.rule.unwrap_or_default();
+    let authorizer = [
+        crate::engine::explain::RBAC,
+        crate::engine::explain::ABAC,
+        crate::engine::explain::ALWAYS_ALLOW,
+        crate::engine::explain::SUPER_USER,
+        crate::engine::explain::WEBHOOK,
+        "AlwaysDeny",
+    ]
+    .into_iter()
+    .find(|a| *a == rule.authorizer)
+    .ok_or_else(|| {
+        invalid(
+            "rule.authorizer",
+            format!("`{}` is not an authorizer", rule.authorizer),
+        )
+    })?;
+    let rule_ref = RuleRef {
+        authorizer,
+        binding: rule.binding.into(),
+        role: rule.role.into(),
+        rule_index: rule.rule_index,
+        source: rule.source.into(),
+    };
+    let (clauses, protected) = match wire.language.as_str() {
+        CEL if wire.expression.trim() == "true" => (None, false),
+        CEL => {
+            let condition = Condition::compile(&wire.expression)
+                .map_err(|problem| invalid("expression", problem))?;
+            let clauses = crate::policy::content::Clauses {
+                condition: Some(condition),
+                ..Default::default()
+            };
+            (Some(std::sync::Arc::new(clauses)), false)
+        }
+        CLAUSES_JSON => {
+            // `protectedPaths` is informative; the rest are the rule's clauses.
+            let mut value: serde_json::Value = serde_json::from_str(&wire.expression)
+                .map_err(|e| invalid("expression", format!("is not JSON: {e}")))?;
+            let protected = value
+                .as_object_mut()
+                .and_then(|o| o.remove("protectedPaths"))
+                .is_some();
+            let clauses = crate::policy::load::clauses_from_json(&value.to_string())
+                .map_err(|problem| invalid("expression", problem))?;
+            let empty = clauses == crate::policy::content::Clauses::default();
+            ((!empty).then(|| std::sync::Arc::new(clauses)), protected)
+        }
+        other => {
+            return Err(invalid(
+                "language",
+                format!("`{other}` is not `{CEL}` or `{CLAUSES_JSON}`"),
+            ))
+        }
+    };
+    Ok(ReturnedRule {
+        deny,
+        cluster: wire.cluster,
+        rule_ref,
+        reason: wire.reason,
+        clauses,
+        otherwise: wire.otherwise,
+        protected,
+    })
 }
 
 /// `namespace` is the namespace the review was evaluated in (the action's).
@@ -865,6 +1018,7 @@ mod tests {
                 action: resource("", "get"),
                 min_revision: 0,
                 content: None,
+                conditions_mode: 0,
             },
             &ContentLimits::default(),
         )
@@ -1215,6 +1369,7 @@ mod tests {
                 action: label_selector("app=web", vec![]),
                 min_revision: 3,
                 content: objects(b"{}", b""),
+                conditions_mode: 0,
             },
             &limits,
         )

@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status};
 use crate::api::authn::impersonation::Impersonation;
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
-use crate::api::error::{ApiError, Result};
-use crate::api::limits::ContentLimits;
+use crate::api::error::{ApiError, Invalid, Result};
+use crate::api::limits::{ContentLimits, MAX_CONDITIONS};
 use crate::api::privilege::{Gate, Privilege};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
@@ -245,6 +245,33 @@ impl GrpcApi {
         match self.state.delegation() {
             None => Ok(decided),
             Some(delegation) => Ok(delegation.finish(&request.to_request(), decided).await),
+        }
+    }
+
+    /// RETURN mode: the conditions `decided` (the answer to `request`, which carries no
+    /// content) depends on; `None` when it depends on none, or when a webhook may still
+    /// decide what the engine leaves open (conditions cover the engine's chain only). A
+    /// fenced replica refuses them, as it refuses allows.
+    fn conditions(
+        &self,
+        snapshot: &Snapshot,
+        request: &crate::request::Request,
+        decided: &Decided,
+    ) -> Result<Option<Vec<crate::engine::conditional::ReturnedRule>>> {
+        if self.state.delegation().is_some() {
+            return Ok(None);
+        }
+        let authorizer = self.state.authorizer(snapshot);
+        match crate::engine::conditional::returned(
+            &decided.response,
+            request.as_borrowed(),
+            authorizer.diff_config(),
+        ) {
+            crate::engine::conditional::Returned::Decided(_) => Ok(None),
+            crate::engine::conditional::Returned::Conditional(conditions) => {
+                self.state.fresh_for_who_can(snapshot.revision)?;
+                Ok(Some(conditions))
+            }
         }
     }
 
@@ -636,6 +663,7 @@ impl Authorizer for GrpcApi {
         let mut caller = self.begin(&request)?;
         let call = request.into_inner();
         let (view, owned);
+        let mut return_conditions = false;
         let (request, min_revision) = match call.decode()? {
             Decoded::View(decoded) => {
                 view = decoded;
@@ -644,6 +672,8 @@ impl Authorizer for GrpcApi {
             }
             Decoded::Owned(wire) => {
                 let min_revision = wire.min_revision;
+                return_conditions = wire.conditions_mode == proto::ConditionsMode::Return as i32
+                    && wire.content.is_none();
                 owned = convert::authorize_request(wire, &self.content_limits)?;
                 let (request, content) = &owned;
                 let content = content.as_ref();
@@ -654,12 +684,83 @@ impl Authorizer for GrpcApi {
             .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
         let decided = self.decide_one(&snapshot, &request).await?;
+        let conditional = match (&request, return_conditions) {
+            (AuthorizeInput::Owned { request, .. }, true) => {
+                self.conditions(&snapshot, request, &decided)?
+            }
+            _ => None,
+        };
+        let cached = decided.cached;
         let answer = Answer::new(decided, snapshot.revision);
         let api = DecisionApi::Authorize;
         let mut tally = DecisionTally::default();
         self.record_one(&caller.user, &snapshot, &request, &answer, api, &mut tally);
         self.state.metrics().tally(api, &tally);
-        Ok(Response::new(AuthorizeReply::new(answer)))
+        Ok(Response::new(match conditional {
+            Some(conditions) => AuthorizeReply::message(convert::conditional_response(
+                &conditions,
+                snapshot.revision,
+                cached,
+            )),
+            None => AuthorizeReply::new(answer),
+        }))
+    }
+
+    async fn evaluate_conditions(
+        &self,
+        request: Request<proto::EvaluateConditionsRequest>,
+    ) -> Result<Response<proto::AuthorizeResponse>, Status> {
+        let mut caller = self.begin(&request)?;
+        let call = request.into_inner();
+        let Some(wire) = call.request else {
+            return Err(ApiError::invalid("request", Invalid::Empty).into());
+        };
+        if call.conditions.is_empty() {
+            return Err(ApiError::invalid("conditions", Invalid::Empty).into());
+        }
+        if call.conditions.len() > MAX_CONDITIONS {
+            return Err(ApiError::invalid(
+                "conditions",
+                Invalid::TooMany {
+                    count: call.conditions.len(),
+                    max: MAX_CONDITIONS,
+                },
+            )
+            .into());
+        }
+        let min_revision = wire.min_revision;
+        let (request, content) = convert::authorize_request(wire, &self.content_limits)
+            .map_err(|e| e.within("request."))?;
+        let mut conditions = Vec::with_capacity(call.conditions.len());
+        for (i, wire) in call.conditions.into_iter().enumerate() {
+            conditions.push(convert::returned_rule(wire, &format!("conditions[{i}]"))?);
+        }
+        let snapshot = self
+            .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
+            .await?;
+        let authorizer = self.state.authorizer(&snapshot);
+        let response = crate::engine::conditional::evaluate(
+            &conditions,
+            request.with_content(content.as_ref()),
+            authorizer.diff_config(),
+        )
+        .map_err(ApiError::from)
+        .map_err(|e| e.within("request."))?;
+        let decided = self
+            .state
+            .fresh(
+                Decided {
+                    response,
+                    cached: false,
+                },
+                snapshot.revision,
+                FencedAllow::Refuse,
+            )
+            .map_err(ApiError::from)?;
+        Ok(Response::new(convert::authorize_response(
+            &decided,
+            snapshot.revision,
+        )))
     }
 
     async fn batch_authorize(

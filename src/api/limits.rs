@@ -21,6 +21,10 @@ pub const MAX_EXTRA_VALUES: usize = 64;
 /// Requests in one `BatchAuthorize`.
 pub const MAX_BATCH: usize = 1000;
 
+/// Most conditions one EvaluateConditions call may carry (a conditional answer holds one per
+/// rule its request meets with content clauses).
+pub const MAX_CONDITIONS: usize = 1024;
+
 /// Largest gRPC request message the server decodes (4 MiB, gRPC's usual default, stated
 /// explicitly so it is a decision rather than an accident). Responses are not capped: their
 /// size is bounded by the policy (who-can lists), not by the caller.

@@ -89,6 +89,7 @@ pub mod fields {
         batch_authorize_response::MESSAGE,
         authorize_response::MESSAGE,
         rule_ref::MESSAGE,
+        condition::MESSAGE,
     ];
 
     pub mod batch_authorize_request {
@@ -104,6 +105,8 @@ pub mod fields {
         pub const ACTION: u32 = 2;
         pub const MIN_REVISION: u32 = 3;
         pub const CONTENT: u32 = 4;
+        /// Left to prost, as content is: a request asking for conditions is no plain one.
+        pub const CONDITIONS_MODE: u32 = 5;
         pub const MESSAGE: super::Message = super::Message {
             name: "authz.v1.AuthorizeRequest",
             fields: &[
@@ -111,6 +114,7 @@ pub mod fields {
                 (ACTION, "action"),
                 (MIN_REVISION, "min_revision"),
                 (CONTENT, "content"),
+                (CONDITIONS_MODE, "conditions_mode"),
             ],
         };
     }
@@ -196,6 +200,9 @@ pub mod fields {
         pub const DENIED_BY: u32 = 7;
         pub const REVISION: u32 = 8;
         pub const CACHED: u32 = 9;
+        /// Written by prost: a conditional answer is a [`super::super::AuthorizeReply`] of a
+        /// whole message (`AuthorizeReply::message`), never a cached encoding.
+        pub const CONDITIONS: u32 = 10;
         pub const MESSAGE: super::Message = super::Message {
             name: "authz.v1.AuthorizeResponse",
             fields: &[
@@ -208,6 +215,31 @@ pub mod fields {
                 (DENIED_BY, "denied_by"),
                 (REVISION, "revision"),
                 (CACHED, "cached"),
+                (CONDITIONS, "conditions"),
+            ],
+        };
+    }
+
+    /// A conditional answer's condition: written by prost (conditional answers are built
+    /// whole, never cached encodings), listed so the contract test sees the message.
+    pub mod condition {
+        pub const EFFECT: u32 = 1;
+        pub const RULE: u32 = 2;
+        pub const LANGUAGE: u32 = 3;
+        pub const EXPRESSION: u32 = 4;
+        pub const CLUSTER: u32 = 5;
+        pub const REASON: u32 = 6;
+        pub const OTHERWISE: u32 = 7;
+        pub const MESSAGE: super::Message = super::Message {
+            name: "authz.v1.Condition",
+            fields: &[
+                (EFFECT, "effect"),
+                (RULE, "rule"),
+                (LANGUAGE, "language"),
+                (EXPRESSION, "expression"),
+                (CLUSTER, "cluster"),
+                (REASON, "reason"),
+                (OTHERWISE, "otherwise"),
             ],
         };
     }
@@ -698,7 +730,7 @@ fn read_authorize_from(mut reader: Reader<'_>) -> Option<AuthorizeView<'_>> {
             }
             (authorize_request::MIN_REVISION, VARINT) => view.min_revision = reader.varint()?,
             // Content: prost reads it, and `convert` bounds it (see `fields`).
-            (authorize_request::CONTENT, _) => return None,
+            (authorize_request::CONTENT | authorize_request::CONDITIONS_MODE, _) => return None,
             // A repeated message, another wire type, or a field the view does not know.
             _ => return None,
         }
@@ -859,26 +891,46 @@ impl Answer {
 
 /// An `AuthorizeResponse`; [`AuthorizeReply::empty`] is the empty message (the no-op server's).
 #[derive(Debug)]
-pub struct AuthorizeReply(Option<Answer>);
+pub struct AuthorizeReply(Reply);
+
+#[derive(Debug)]
+enum Reply {
+    Empty,
+    /// A decision, written from its cached encoding.
+    Answer(Answer),
+    /// A whole message written by prost (a conditional answer).
+    Message(proto::AuthorizeResponse),
+}
 
 impl AuthorizeReply {
     pub fn new(answer: Answer) -> Self {
-        Self(Some(answer))
+        Self(Reply::Answer(answer))
     }
 
     pub fn empty() -> Self {
-        Self(None)
+        Self(Reply::Empty)
+    }
+
+    /// A message built whole (a conditional answer, which no cache entry encodes).
+    pub fn message(message: proto::AuthorizeResponse) -> Self {
+        Self(Reply::Message(message))
     }
 }
 
 impl WireEncode for AuthorizeReply {
     fn encoded_len(&self) -> usize {
-        self.0.as_ref().map_or(0, Answer::body_len)
+        match &self.0 {
+            Reply::Empty => 0,
+            Reply::Answer(answer) => answer.body_len(),
+            Reply::Message(message) => prost::Message::encoded_len(message),
+        }
     }
 
     fn encode_wire(&self, buf: &mut impl BufMut) {
-        if let Some(answer) = &self.0 {
-            answer.encode_body(buf);
+        match &self.0 {
+            Reply::Empty => {}
+            Reply::Answer(answer) => answer.encode_body(buf),
+            Reply::Message(message) => prost::Message::encode_raw(message, buf),
         }
     }
 }

@@ -29,6 +29,16 @@ impl Verdict {
         }
     }
 
+    pub fn deny(reason: String, by: RuleRef) -> Self {
+        Verdict {
+            decision: Decision::Deny,
+            reason,
+            allowed_by: Vec::new(),
+            denied_by: vec![by],
+            errors: Vec::new(),
+        }
+    }
+
     pub fn allow(reason: String, by: RuleRef) -> Self {
         Verdict {
             decision: Decision::Allow,

@@ -361,6 +361,11 @@ impl ContentPlan {
         }
     }
 
+    /// The steps of the chain, in order.
+    pub fn steps(&self) -> &[PlanStep] {
+        &self.steps
+    }
+
     /// The chain's response for `request` with its content. Every step before RBAC said no
     /// opinion when the plan was made (or RBAC would not have run), so RBAC's outcome, found
     /// first, determines the answer.

@@ -6,6 +6,7 @@
 //! way upstream does, and property tests hold the two to the same answers.
 
 pub mod chain;
+pub mod conditional;
 pub mod content;
 pub mod escalation;
 pub mod explain;

@@ -141,6 +141,7 @@ mod tests {
             denied_by: Vec::new(),
             revision: 42,
             cached,
+            conditions: Vec::new(),
         }
     }
 

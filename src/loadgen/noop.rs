@@ -62,6 +62,13 @@ impl Authorizer for Noop {
     ) -> Result<Response<proto::GetAllowedSubjectsResponse>, Status> {
         Ok(Response::new(proto::GetAllowedSubjectsResponse::default()))
     }
+
+    async fn evaluate_conditions(
+        &self,
+        _request: Request<proto::EvaluateConditionsRequest>,
+    ) -> Result<Response<proto::AuthorizeResponse>, Status> {
+        Ok(Response::new(proto::AuthorizeResponse::default()))
+    }
 }
 
 /// A running no-op server; stopped (and its socket file removed) by [`NoopServer::stop`] or

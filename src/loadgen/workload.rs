@@ -250,6 +250,7 @@ pub(crate) fn authorize_message(request: &request::Request, name: &str) -> proto
         action: Some(to_proto_action(&with_name(request.action.clone(), name))),
         min_revision: 0,
         content: None,
+        conditions_mode: 0,
     }
 }
 

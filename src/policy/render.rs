@@ -5,6 +5,7 @@
 
 use serde_json::{json, Map, Value};
 
+use crate::policy::content::Clauses;
 use crate::policy::model::{Binding, BindingKind, LabelSelector, PolicyRule, Role, RoleKind};
 
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
@@ -47,27 +48,48 @@ fn rule(rule: &PolicyRule) -> Value {
         out.insert("attributeRestrictions".into(), value);
     } else if let Some(clauses) = &rule.clauses {
         // authzd's own clauses (restrictions were rendered as written, above).
-        if !clauses.fields.is_empty() {
-            let fields: Vec<&str> = clauses.fields.iter().map(|p| p.text()).collect();
-            out.insert("fields".into(), json!(fields));
+        authored_clauses(clauses, &mut out);
+    }
+    Value::Object(out)
+}
+
+/// A rule's clauses as a Role writes them.
+fn authored_clauses(clauses: &Clauses, out: &mut Map<String, Value>) {
+    if !clauses.fields.is_empty() {
+        let fields: Vec<&str> = clauses.fields.iter().map(|p| p.text()).collect();
+        out.insert("fields".into(), json!(fields));
+    }
+    if let Some(object) = &clauses.object_selector {
+        out.insert("objectSelector".into(), selector(object));
+    }
+    if let Some(condition) = &clauses.condition {
+        out.insert("condition".into(), json!(condition.text()));
+    }
+    for (key, requirements) in [
+        ("fieldSelector", &clauses.field_selector),
+        ("labelSelector", &clauses.label_selector),
+    ] {
+        if !requirements.is_empty() {
+            out.insert(
+                key.into(),
+                Value::Array(requirements.iter().map(requirement).collect()),
+            );
         }
-        if let Some(object) = &clauses.object_selector {
-            out.insert("objectSelector".into(), selector(object));
-        }
-        if let Some(condition) = &clauses.condition {
-            out.insert("condition".into(), json!(condition.text()));
-        }
-        for (key, requirements) in [
-            ("fieldSelector", &clauses.field_selector),
-            ("labelSelector", &clauses.label_selector),
-        ] {
-            if !requirements.is_empty() {
-                out.insert(
-                    key.into(),
-                    Value::Array(requirements.iter().map(requirement).collect()),
-                );
-            }
-        }
+    }
+}
+
+/// Every clause of a rule, as a conditional answer carries it (`authzd.io/clauses`): the
+/// authored ones, plus what seed 003's restrictions translate to that a Role cannot write
+/// (`sameNode`, and `unevaluable`, a restriction that never holds). Read back by
+/// `policy::load::clauses_from_json`.
+pub fn clauses_to_value(clauses: &Clauses) -> Value {
+    let mut out = Map::new();
+    authored_clauses(clauses, &mut out);
+    if clauses.same_node {
+        out.insert("sameNode".into(), json!(true));
+    }
+    if let Some(what) = &clauses.unevaluable {
+        out.insert("unevaluable".into(), json!(what));
     }
     Value::Object(out)
 }

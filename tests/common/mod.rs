@@ -412,7 +412,13 @@ use authzd::request::SelectorOperator::{DoesNotExist, Exists, In, NotIn};
 
 /// Content clauses on a rule, mostly none.
 pub fn clauses() -> impl Strategy<Value = Option<Arc<Clauses>>> {
-    let some = (
+    prop_oneof![6 => Just(None), 1 => some_clauses().prop_map(Some)]
+}
+
+/// Content clauses on a rule: some of fields, selectors, same-node, an unevaluable
+/// restriction and a CEL condition.
+pub fn some_clauses() -> impl Strategy<Value = Arc<Clauses>> {
+    (
         subsequence(FIELD_PATTERNS, 0..=2),
         prop::option::weighted(0.3, selector_over(OBJECT_LABELS)),
         proptest::collection::vec(requirement(OBJECT_LABELS, &["x", "true"]), 0..=1),
@@ -451,8 +457,7 @@ pub fn clauses() -> impl Strategy<Value = Option<Arc<Clauses>>> {
                         .map(|c| Condition::compile(c).expect("vocabulary conditions compile")),
                 })
             },
-        );
-    prop_oneof![6 => Just(None), 1 => some.prop_map(Some)]
+        )
 }
 
 fn selector_over(labels: &'static [&'static str]) -> impl Strategy<Value = LabelSelector> {

@@ -413,8 +413,7 @@ pub fn resource_request(
                 ..Default::default()
             })),
         }),
-        min_revision: 0,
-        content: None,
+        ..Default::default()
     }
 }
 

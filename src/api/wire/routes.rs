@@ -59,4 +59,13 @@ pub const AUTHORIZER_ROUTES: &[Route] = &[
         output_type: "crate::proto::GetAllowedSubjectsResponse",
         codec: "crate::proto_codec::SliceCodec",
     },
+    Route {
+        method: "evaluate_conditions",
+        route: "EvaluateConditions",
+        input_message: "authz.v1.EvaluateConditionsRequest",
+        output_message: "authz.v1.AuthorizeResponse",
+        input_type: "crate::proto::EvaluateConditionsRequest",
+        output_type: "crate::proto::AuthorizeResponse",
+        codec: "crate::proto_codec::SliceCodec",
+    },
 ];

@@ -89,6 +89,7 @@ fn authorize_request(with_extra: bool) -> impl Strategy<Value = proto::Authorize
             action,
             min_revision,
             content: None,
+            conditions_mode: 0,
         })
 }
 
@@ -421,6 +422,7 @@ fn view_as_proto(view: &AuthorizeView<'_>) -> proto::AuthorizeRequest {
         }),
         min_revision: view.min_revision,
         content: None,
+        conditions_mode: 0,
     }
 }
 
@@ -696,6 +698,7 @@ fn field_99_at_every_level_takes_prosts_path() {
         }),
         min_revision: 7,
         content: None,
+        conditions_mode: 0,
     };
     let non_resource = proto::AuthorizeRequest {
         action: healthz(),
@@ -941,6 +944,7 @@ fn groups_past_the_limit_are_counted_not_kept() {
         action: healthz(),
         min_revision: 0,
         content: None,
+        conditions_mode: 0,
     };
     let bytes = request.encode_to_vec();
     let user = read_authorize(&bytes).and_then(|v| v.user).unwrap();
@@ -1085,6 +1089,7 @@ fn requests_reach_the_engine_with_their_content() {
         action: healthz(),
         min_revision: 0,
         content: None,
+        conditions_mode: 0,
     };
     let with = |object: &[u8]| proto::AuthorizeRequest {
         content: Some(proto::Content {

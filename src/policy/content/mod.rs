@@ -282,6 +282,14 @@ impl Clauses {
                 condition.text()
             )));
         }
+        // Without content the request's selectors are unknown, not empty: a condition over
+        // them need not be monotone (`all()` holds of none), so it waits for them.
+        if reads.selectors && evidence.content.is_none() {
+            return Ok(Coverage::Missing(format!(
+                "the request's selectors (content.field_selector, content.label_selector) for its condition `{}`",
+                condition.text()
+            )));
+        }
         let object = |which: Which, read: bool| -> Result<Option<&Value>, ContentError> {
             match (read, evidence.content) {
                 (true, Some(content)) => decoded(content, which),

@@ -206,6 +206,32 @@ pub fn load_sources(
 /// future admin API), in document order. A `.json` name means concatenated JSON, `.yaml` or
 /// `.yml` YAML; with any other name, text starting with `{` or `[` is read as JSON, anything
 /// else as YAML. Duplicates within the manifest are errors.
+/// A rule's clauses from their JSON form (`policy::render::clauses_to_value`, a conditional
+/// answer's `authzd.io/clauses`): every clause checked as when a Role is loaded; `Err` names
+/// what is wrong.
+pub fn clauses_from_json(text: &str) -> Result<crate::policy::content::Clauses, String> {
+    let node = node::parse_json_value(text).map_err(|e| e.message)?;
+    let mut problems = node::Problems(Vec::new());
+    let mut clauses = node::Fields::new(&node, "", false, &mut problems).map(|mut f| {
+        let mut clauses =
+            rules::content_clauses(&mut f, "clauses", &mut problems).unwrap_or_default();
+        if let Some(same) = f.take("sameNode", &mut problems) {
+            clauses.same_node = node::boolean(same, "sameNode", &mut problems);
+        }
+        if let Some(what) = f.take("unevaluable", &mut problems) {
+            clauses.unevaluable = Some(node::string(what, "unevaluable", &mut problems));
+        }
+        f.finish(&mut problems);
+        clauses
+    });
+    if let Some((_, problem)) = problems.0.first() {
+        return Err(problem.clone());
+    }
+    clauses
+        .take()
+        .ok_or_else(|| "must be a JSON object".to_string())
+}
+
 pub fn parse_manifest(
     source_name: &str,
     text: &str,

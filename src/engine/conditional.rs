@@ -1,0 +1,265 @@
+//! Conditional answers (issue 19 point 2; KEP-5681's idea): a request without content, asked
+//! with `conditions_mode = RETURN`, gets the rules its answer depends on instead of the fold,
+//! so that a caller without the object at hand can finish the answer later, against content,
+//! with no policy lookup.
+//!
+//! The conditions come from the content-free answer's plan ([`ContentPlan`]), the one the
+//! decision cache keeps: nothing is computed per request but this walk. A rule whose verdict
+//! cannot change with content (no clause that reads content, no protected path to respect) is
+//! decided here, as the fold decides it; the others are returned, in seed 003's precedence
+//! order (cluster deny, cluster allow, namespace deny, namespace allow; walk order within a
+//! class), up to and including the first rule that decides whatever the content. When no rule
+//! before that one depends on content (or it is a deny and only denies before it do), the
+//! answer is unconditional and is the fold itself: an unconditional deny answers DENY
+//! outright, though the deny its explanation names may differ from the one content would.
+//!
+//! [`evaluate`] finishes such an answer: it rebuilds a plan of exactly the returned rules and
+//! finishes it as the engine finishes its own plans, so that for any content,
+//! `evaluate(returned(Authorize(no content)), content) == Authorize(content)` (checked by
+//! `tests/conditional.rs`).
+
+use std::sync::Arc;
+
+use crate::engine::chain::Verdict;
+use crate::engine::content::{ContentError, ContentPlan, PlanRule, PlanStep, RbacPlan};
+use crate::engine::{Decision, Response, RuleRef};
+use crate::policy::content::path::DiffConfig;
+use crate::policy::content::{Clauses, Coverage, Evidence};
+use crate::request::{ActionRef, RequestRef};
+
+/// One returned rule: self-contained (its clauses travel with it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReturnedRule {
+    pub deny: bool,
+    /// Reached through a cluster binding (its precedence class).
+    pub cluster: bool,
+    pub rule_ref: RuleRef,
+    /// The explanation when it decides.
+    pub reason: String,
+    /// `None`: the rule holds whatever the content (the last one returned).
+    pub clauses: Option<Arc<Clauses>>,
+    /// The answer of the rest of the chain (an authorizer after RBAC) when no RBAC rule
+    /// decides: always last, never an RBAC rule.
+    pub otherwise: bool,
+    /// An allow returned because the write may touch paths a FieldPolicy protects (which an
+    /// allow without a field clause does not cover): the evaluating server's FieldPolicies
+    /// decide it.
+    pub protected: bool,
+}
+
+/// A content-free answer in RETURN mode.
+#[derive(Debug)]
+pub enum Returned {
+    /// The answer does not depend on content: the fold, as Authorize gives it.
+    Decided(Arc<Response>),
+    /// The rules the answer depends on, in precedence order.
+    Conditional(Vec<ReturnedRule>),
+}
+
+/// Precedence class of a rule: cluster deny, cluster allow, namespace deny, namespace allow.
+fn class(deny: bool, cluster: bool) -> u8 {
+    match (cluster, deny) {
+        (true, true) => 0,
+        (true, false) => 1,
+        (false, true) => 2,
+        (false, false) => 3,
+    }
+}
+
+fn is_write(verb: &str) -> bool {
+    matches!(verb, "create" | "update" | "patch")
+}
+
+/// Whether a rule's verdict for `action` can change with what a request carries beside its
+/// attributes. Conservative: `true` whenever a clause reads objects, changes or selectors.
+fn depends_on_content(
+    deny: bool,
+    clauses: Option<&Clauses>,
+    action: ActionRef<'_>,
+    protected: bool,
+) -> bool {
+    let verb = action.verb();
+    // An allow without a field clause must leave protected paths alone: that reads the changes.
+    let reads_fields = clauses.is_some_and(|c| !c.fields.is_empty());
+    if protected && !deny && !reads_fields {
+        return true;
+    }
+    let Some(clauses) = clauses else {
+        return false;
+    };
+    if clauses.unevaluable.is_some() {
+        // Never evaluable: decided the same way whatever the request carries.
+        return false;
+    }
+    (reads_fields && is_write(verb))
+        || clauses.object_selector.is_some()
+        || !clauses.field_selector.is_empty()
+        || !clauses.label_selector.is_empty()
+        || clauses.same_node
+        || clauses
+            .condition
+            .as_ref()
+            .is_some_and(|c| c.reads().depends_on_content())
+}
+
+/// The content-free answer `response` to `request` (asked without content) in RETURN mode.
+pub fn returned(
+    response: &Arc<Response>,
+    request: RequestRef<'_>,
+    config: &DiffConfig,
+) -> Returned {
+    let Some(plan) = &response.plan.0 else {
+        return Returned::Decided(Arc::clone(response));
+    };
+    let protected = !config.protected_for(request.action).is_empty();
+    let mut rbac: Option<&RbacPlan> = None;
+    let mut otherwise: Option<&Verdict> = None;
+    for step in plan.steps() {
+        match step {
+            PlanStep::Rbac(rbac_plan) => rbac = Some(rbac_plan),
+            // Authorizers after RBAC: the first that decides answers when RBAC does not.
+            PlanStep::Fixed(verdict) if rbac.is_some() && otherwise.is_none() => {
+                if verdict.decision != Decision::NoOpinion {
+                    otherwise = Some(verdict);
+                }
+            }
+            PlanStep::Fixed(_) => {}
+        }
+    }
+    let Some(rbac) = rbac else {
+        return Returned::Decided(Arc::clone(response));
+    };
+    let mut rules: Vec<&PlanRule> = rbac.rules.iter().collect();
+    rules.sort_by_key(|rule| class(rule.deny, rule.cluster));
+    let mut out = Vec::new();
+    let mut terminal = false;
+    for rule in rules {
+        let clauses = rule.clauses.as_deref();
+        if depends_on_content(rule.deny, clauses, request.action, protected) {
+            let mut returned = ReturnedRule::of(rule);
+            returned.protected = protected && !rule.deny;
+            out.push(returned);
+            continue;
+        }
+        // Decided as the fold decides it: a rule that holds (or a deny that cannot be
+        // evaluated) decides whatever the content; anything else never applies.
+        let decided = match clauses {
+            None => true,
+            Some(_) if rule.deny => {
+                !matches!(plain_coverage(rule, request, config), Some(Coverage::Not))
+            }
+            Some(_) => matches!(
+                plain_coverage(rule, request, config),
+                Some(Coverage::Covers)
+            ),
+        };
+        if decided {
+            // Nothing before it depends on content, or only denies do and it is a deny
+            // itself: the answer is the fold's whatever the content (an unconditional deny
+            // answers DENY outright; which deny the explanation names may differ).
+            if out.is_empty() || (rule.deny && out.iter().all(|r| r.deny)) {
+                return Returned::Decided(Arc::clone(response));
+            }
+            let mut last = ReturnedRule::of(rule);
+            // It holds whatever the content: no clause left to evaluate (a deny that could not
+            // be evaluated applies as an unrestricted deny, as it does in the fold).
+            last.clauses = None;
+            out.push(last);
+            terminal = true;
+            break;
+        }
+    }
+    if out.is_empty() {
+        return Returned::Decided(Arc::clone(response));
+    }
+    if !terminal {
+        if let Some(verdict) = otherwise {
+            let deny = verdict.decision == Decision::Deny;
+            let by = if deny {
+                &verdict.denied_by
+            } else {
+                &verdict.allowed_by
+            };
+            let rule_ref = by.first().cloned().unwrap_or_else(|| {
+                crate::engine::explain::simple_rule_ref(crate::engine::explain::RBAC, "")
+            });
+            out.push(ReturnedRule {
+                deny,
+                cluster: false,
+                rule_ref,
+                reason: verdict.reason.clone(),
+                clauses: None,
+                otherwise: true,
+                protected: false,
+            });
+        }
+    }
+    Returned::Conditional(out)
+}
+
+/// A content-independent rule's clauses for `request` (no content): how the fold sees them.
+fn plain_coverage(
+    rule: &PlanRule,
+    request: RequestRef<'_>,
+    config: &DiffConfig,
+) -> Option<Coverage> {
+    let clauses = rule.clauses.as_deref()?;
+    let checker =
+        crate::engine::content::ChangeChecker::new(request.action, None, false, config).ok()?;
+    let change = checker.changes.first()?.clone();
+    let evidence = Evidence {
+        verb: request.action.verb(),
+        user: request.user.name,
+        groups: request.user.groups,
+        action: request.action,
+        content: None,
+        changes: &checker.changes,
+    };
+    clauses.check(rule.deny, &evidence, &change).ok()
+}
+
+impl ReturnedRule {
+    fn of(rule: &PlanRule) -> Self {
+        Self {
+            deny: rule.deny,
+            cluster: rule.cluster,
+            rule_ref: rule.rule_ref.clone(),
+            reason: rule.reason.clone(),
+            clauses: rule.clauses.clone(),
+            otherwise: false,
+            protected: false,
+        }
+    }
+}
+
+/// Finishes a conditional answer against `request`'s content (or the fold, without): the
+/// returned rules as a plan of their own, finished as the engine finishes its plans.
+pub fn evaluate(
+    conditions: &[ReturnedRule],
+    request: RequestRef<'_>,
+    config: &DiffConfig,
+) -> Result<Arc<Response>, ContentError> {
+    let rules = conditions
+        .iter()
+        .filter(|c| !c.otherwise)
+        .map(|c| PlanRule {
+            deny: c.deny,
+            cluster: c.cluster,
+            clauses: c.clauses.clone(),
+            rule_ref: c.rule_ref.clone(),
+            reason: c.reason.clone(),
+        })
+        .collect();
+    let mut steps = vec![PlanStep::Rbac(RbacPlan {
+        rules,
+        errors: Vec::new(),
+    })];
+    for c in conditions.iter().filter(|c| c.otherwise) {
+        steps.push(PlanStep::Fixed(if c.deny {
+            Verdict::deny(c.reason.clone(), c.rule_ref.clone())
+        } else {
+            Verdict::allow(c.reason.clone(), c.rule_ref.clone())
+        }));
+    }
+    ContentPlan::new(steps).finish(request, config)
+}
