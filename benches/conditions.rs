@@ -163,6 +163,16 @@ fn conditions(c: &mut Criterion) {
     group.bench_function("eval_seed004", |b| {
         b.iter(|| condition.evaluate(black_box(&input(&new, &old))))
     });
+    for (name, text) in [
+        ("eval_true", "true"),
+        ("eval_verb", "request.verb == 'update'"),
+    ] {
+        let c = Condition::compile(text).unwrap();
+        assert_eq!(c.evaluate(&input(&new, &old)), Ok(true));
+        group.bench_function(name, |b| {
+            b.iter(|| c.evaluate(black_box(&input(&new, &old))))
+        });
+    }
     let label = Condition::compile(LABEL).unwrap();
     assert_eq!(label.evaluate(&input(&new, &old)), Ok(true));
     group.bench_function("eval_label", |b| {

@@ -10,11 +10,14 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
+use cel::common::traits::Indexer;
+use cel::common::types::{self, Type};
 use cel::common::types::{
     CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelUInt,
 };
 use cel::common::value::{CowVal, Val};
 use cel::context::VariableResolver;
+use cel::ExecutionError;
 use cel::{Context, Env};
 use regex::{Regex, RegexBuilder};
 use serde_json::Value as Json;
@@ -255,16 +258,16 @@ impl Program for CelProgram {
 
 /// The variables of one evaluation, each built on its first use (`a || b` may never read
 /// `b`'s), and only as far as the expression reaches into it.
-struct Variables<'p, 'a> {
-    program: &'p CelProgram,
-    input: &'p Input<'a>,
+struct Variables<'a> {
+    program: &'a CelProgram,
+    input: &'a Input<'a>,
     object: OnceLock<Box<dyn Val + 'a>>,
     old_object: OnceLock<Box<dyn Val + 'a>>,
     request: OnceLock<Box<dyn Val + 'a>>,
     changed_paths: OnceLock<Box<dyn Val + 'a>>,
 }
 
-impl VariableResolver for Variables<'_, '_> {
+impl VariableResolver for Variables<'_> {
     fn resolve<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
         let (program, input) = (self.program, self.input);
         let value = match variable {
@@ -293,26 +296,81 @@ impl VariableResolver for Variables<'_, '_> {
 }
 
 /// An object variable: null when the request does not carry it.
-fn object<'a>(need: &Need, value: Option<&'a Json>) -> Box<dyn Val + 'a> {
-    match value {
-        None => Box::new(CelNull),
-        Some(value) => reach(value, need),
+fn object<'a>(need: &'a Need, value: Option<&'a Json>) -> Box<dyn Val + 'a> {
+    match (need, value) {
+        (_, None) => Box::new(CelNull),
+        (Need::Fields(fields), Some(Json::Object(map))) => Box::new(PathMap { map, fields }),
+        (_, Some(value)) => whole(value),
     }
 }
 
-/// The part of `value` that `need` reaches, as a CEL value borrowing its strings.
-fn reach<'v>(value: &'v Json, need: &Need) -> Box<dyn Val + 'v> {
-    match (need, value) {
-        (Need::Fields(fields), Json::Object(map)) => Box::new(CelMap::from(
-            fields
-                .iter()
-                .filter_map(|(key, need)| {
-                    let (key, value) = map.get_key_value(key.as_str())?;
-                    Some((CelMapKey::from(key.as_str()), reach(value, need)))
-                })
-                .collect::<HashMap<_, _>>(),
-        )),
-        _ => whole(value),
+/// A JSON object on the way to the paths an expression reads: by the compile-time analysis
+/// ([`Need::Fields`]), it is only ever selected from (`.f`, `['f']`, `has()`), never compared,
+/// iterated or sized, so it is a view that builds nothing until a selection reaches a value
+/// the expression uses whole. What a selection answers is what the same selection on the
+/// whole object, built as CEL values, answers.
+#[derive(Debug)]
+struct PathMap<'a> {
+    map: &'a serde_json::Map<String, Json>,
+    fields: &'a BTreeMap<String, Need>,
+}
+
+impl Val for PathMap<'_> {
+    fn get_type(&self) -> &Type {
+        &types::MAP_TYPE
+    }
+
+    fn cel_type() -> &'static Type
+    where
+        Self: Sized,
+    {
+        &types::MAP_TYPE
+    }
+
+    fn as_indexer<'b, 'v>(&'b self) -> Option<&'b (dyn Indexer + 'v)>
+    where
+        Self: 'v,
+    {
+        Some(self)
+    }
+
+    fn clone_as_boxed<'v>(&self) -> Box<dyn Val + 'v>
+    where
+        Self: 'v,
+    {
+        Box::new(PathMap {
+            map: self.map,
+            fields: self.fields,
+        })
+    }
+}
+
+impl<'a> Indexer for PathMap<'a> {
+    fn get<'b, 'v>(&'b self, key: &dyn Val) -> Result<CowVal<'b, 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        let Some(name) = key.downcast_ref::<CelString>() else {
+            return Err(ExecutionError::UnexpectedType {
+                got: key.get_type().name().to_owned(),
+                want: "map key".to_owned(),
+            });
+        };
+        let name: &str = name.inner();
+        match self.map.get(name) {
+            None => Err(ExecutionError::NoSuchKey(Arc::new(name.to_string()))),
+            Some(value) => {
+                let need = self.fields.get(name).unwrap_or(&Need::Whole);
+                Ok(CowVal::Owned(object(need, Some(value))))
+            }
+        }
+    }
+
+    fn steal<'v>(self: Box<Self>, key: &dyn Val) -> Result<Box<dyn Val + 'v>, ExecutionError>
+    where
+        Self: 'v,
+    {
+        self.get(key).map(CowVal::into_owned)
     }
 }
 
