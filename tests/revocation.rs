@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
-    ApplyRequest, AuthorizeRequest, AuthorizeResponse, Content, Decision, DeleteRequest, ObjectRef,
-    StatusRequest, StatusResponse, WatchEvent, WatchRequest,
+    ApplyRequest, AuthorizeRequest, AuthorizeResponse, ConditionsMode, Content, Decision,
+    DeleteRequest, ObjectRef, StatusRequest, StatusResponse, WatchEvent, WatchRequest,
 };
 use grpc_harness::{
     cluster_role_binding, replace_file, resource_request as req, role_binding, Server, POD_READER,
@@ -501,12 +501,50 @@ subjects: [{kind: User, name: hank}]
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: no-spec-edits}
 "#;
 
+/// The hammer's toggled grant as CEL conditions (issue 19): reads plain, updates that keep
+/// the `app` label, deletes of `app=web` pods, and patches of `app=web` pods, which the hammer
+/// asks in RETURN mode without content (a conditional answer while granted, none once
+/// revoked).
+const POD_CEL_ROLES: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: pod-cel}
+rules:
+- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [update]
+  condition: "object.metadata.labels.app == oldObject.metadata.labels.app"
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [delete]
+  condition: "oldObject.metadata.labels['app'] == 'web' && request.userInfo.username == 'hank'"
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [patch]
+  condition: "object.metadata.labels.app == 'web'"
+"#;
+
+/// What the hammer's toggled grant is made of.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Grant {
+    Plain,
+    /// Content rules (fields, object selectors); requests carry objects.
+    Content,
+    /// CEL conditions; requests carry objects, or ask for conditions in RETURN mode.
+    Conditions,
+}
+
 /// The hammer's request number `i`: a few distinct cache keys, all decided by the toggled
-/// binding; with `content`, label-only updates and deletes of `app=web` pods too, carrying
-/// their objects.
-fn hammer_request(i: usize, content: bool) -> AuthorizeRequest {
-    let kinds = if content { 5 } else { 3 };
-    let verb = ["get", "list", "watch", "update", "delete"][i % kinds];
+/// binding; with content rules or conditions, label-only updates and deletes of `app=web`
+/// pods too, carrying their objects; with conditions, patches asked in RETURN mode too.
+fn hammer_request(i: usize, grant: Grant) -> AuthorizeRequest {
+    let kinds = match grant {
+        Grant::Plain => 3,
+        Grant::Content => 5,
+        Grant::Conditions => 6,
+    };
+    let verb = ["get", "list", "watch", "update", "delete", "patch"][i % kinds];
     let namespace = format!("ns-{}", (i / kinds) % 4);
     let mut request = req("hank", &[], &namespace, verb, "pods");
     let pod = |labels: &str| {
@@ -524,19 +562,36 @@ fn hammer_request(i: usize, content: bool) -> AuthorizeRequest {
         }),
         _ => None,
     };
+    if verb == "patch" {
+        request.conditions_mode = ConditionsMode::Return as i32;
+    }
     request
+}
+
+/// Whether an answer grants access, or may (a conditional answer: only a granted role has
+/// conditions to return).
+fn grants(response: &AuthorizeResponse) -> bool {
+    response.allowed || response.decision == Decision::Conditional as i32
 }
 
 /// Askers hammer one user's access (a few cache keys) while a revoker toggles it; returns
 /// what was seen and every answer that contradicts an acknowledged state or its own revision.
-/// With `content`, the toggled grant is made of content rules and requests carry objects.
-async fn hammer(args: &[&str], content: bool) -> HammerReport {
-    let role = if content { "pod-mixed" } else { "pod-reader" };
+/// `kind` says what the toggled grant is made of.
+async fn hammer(args: &[&str], kind: Grant) -> HammerReport {
+    let role = match kind {
+        Grant::Plain => "pod-reader",
+        Grant::Content => "pod-mixed",
+        Grant::Conditions => "pod-cel",
+    };
     let grant = cluster_role_binding("hank-read", role, &[("User", "hank")]);
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("roles.yaml"), POD_READER).unwrap();
-    if content {
-        std::fs::write(dir.path().join("content.yaml"), POD_CONTENT_ROLES).unwrap();
+    match kind {
+        Grant::Plain => {}
+        Grant::Content => {
+            std::fs::write(dir.path().join("content.yaml"), POD_CONTENT_ROLES).unwrap()
+        }
+        Grant::Conditions => std::fs::write(dir.path().join("cel.yaml"), POD_CEL_ROLES).unwrap(),
     }
     std::fs::write(dir.path().join("clusterrolebinding.hank-read.yaml"), &grant).unwrap();
     let server = Server::start_serving(dir.path(), args).await;
@@ -559,7 +614,7 @@ async fn hammer(args: &[&str], content: bool) -> HammerReport {
             let mut samples = Vec::new();
             let mut i = task;
             while !stop.load(Ordering::Relaxed) {
-                let request = hammer_request(i, content);
+                let request = hammer_request(i, kind);
                 i += 1;
                 let start = Instant::now();
                 let response = client.authorize(request).await.unwrap().into_inner();
@@ -569,7 +624,7 @@ async fn hammer(args: &[&str], content: bool) -> HammerReport {
                 samples.push(Sample {
                     start,
                     end,
-                    allowed: response.allowed,
+                    allowed: grants(&response),
                     revision: response.revision,
                     cached: response.cached,
                 });
@@ -720,18 +775,32 @@ fn hammer_no_stale_answer_after_an_acknowledged_change() {
         .enable_all()
         .build()
         .unwrap();
-    for (mode, args, content) in [
-        ("cache on", &[][..], false),
+    for (mode, args, kind) in [
+        ("cache on", &[][..], Grant::Plain),
         (
             "cache off (--cache-size 0)",
             &["--cache-size", "0"][..],
-            false,
+            Grant::Plain,
         ),
-        ("content rules, cache on", &[][..], true),
-        ("content rules, cache off", &["--cache-size", "0"][..], true),
+        ("content rules, cache on", &[][..], Grant::Content),
+        (
+            "content rules, cache off",
+            &["--cache-size", "0"][..],
+            Grant::Content,
+        ),
+        (
+            "CEL conditions and RETURN mode, cache on",
+            &[][..],
+            Grant::Conditions,
+        ),
+        (
+            "CEL conditions and RETURN mode, cache off",
+            &["--cache-size", "0"][..],
+            Grant::Conditions,
+        ),
     ] {
         let started = Instant::now();
-        let report = runtime.block_on(hammer(args, content));
+        let report = runtime.block_on(hammer(args, kind));
         let s = &report.status;
         println!(
             "hammer, {mode}: {} requests ({} unambiguous), {} writes, {} cached answers; server: {} hits, {} misses, {} inserts, {} invalidations, {} stale inserts refused; {:.1?}",
