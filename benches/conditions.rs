@@ -4,10 +4,14 @@
 //! * `conditions/eval_seed004`: seed 004's condition (`object.metadata.labels ==
 //!   oldObject.metadata.labels || 'label-editors' in request.userInfo.groups`) evaluated once
 //!   on a 2 KiB ConfigMap update already decoded: the cost one CEL condition adds.
+//! * `conditions/eval_true`, `conditions/eval_verb`: the floor (a constant), and one field of
+//!   `request`.
 //! * `conditions/eval_label`: one label compared between the objects (`object.metadata.labels
 //!   ['k'] == oldObject.metadata.labels['k']`): a condition that reads a field.
 //! * `conditions/plain-hit` vs `conditions/plan-hit_cel`: a cache hit without content, and a
 //!   cached plan finished by that condition on the decoded update (the whole Authorize).
+//! * `conditions/return-hit_cel`: the same update asked in RETURN mode without content: the
+//!   cached plan and the conditions taken from it (against `plain-hit`).
 //! * `conditions/worst_*`: the worst an accepted expression can do within the content limit
 //!   (3 MiB per object): the widest macro over a 3 MiB list (`all` with a string method per
 //!   element), a pattern over a 3 MiB string, and equality of two 3 MiB objects.
@@ -24,6 +28,7 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use authzd::cache::{CacheConfig, CachedEngine, DecisionCache};
+use authzd::engine::conditional::{returned, Returned};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig};
 use authzd::policy::content::condition::{Condition, Input, RequestInput};
 use authzd::policy::load::{parse_manifest, LoadOptions};
@@ -199,6 +204,20 @@ fn conditions(c: &mut Criterion) {
     assert!(cached.decide_content(ask).unwrap().cached);
     group.bench_function("plan-hit_cel", |b| {
         b.iter(|| cached.decide_content(black_box(ask)))
+    });
+    // RETURN mode without content: the cached plan, and the conditions taken from it.
+    let bare = update.as_borrowed();
+    let fold = cached.decide_content(bare).unwrap();
+    assert!(matches!(
+        returned(&fold.response, bare, engine.diff()),
+        Returned::Conditional(ref c) if c.len() == 1
+    ));
+    assert!(cached.decide_content(bare).unwrap().cached);
+    group.bench_function("return-hit_cel", |b| {
+        b.iter(|| {
+            let decided = cached.decide_content(black_box(bare)).unwrap();
+            returned(&decided.response, bare, engine.diff())
+        })
     });
     group.finish();
 
