@@ -161,8 +161,20 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
             engine,
             request,
             content,
+            return_conditions,
         } => {
-            let response = build_engine(&engine)?
+            let engine = build_engine(&engine)?;
+            if return_conditions && content.is_none() {
+                use crate::engine::conditional::{returned, Returned};
+                let fold = engine.authorize_shared(request.as_borrowed());
+                if let Returned::Conditional(conditions) =
+                    returned(&fold, request.as_borrowed(), engine.diff())
+                {
+                    print!("{}", text::conditions(&conditions));
+                    return Ok(Outcome::NotAllowed);
+                }
+            }
+            let response = engine
                 .authorize_content(request.with_content(content.as_ref()))
                 .map_err(AppError::Content)?;
             print!("{}", text::decision(&response));

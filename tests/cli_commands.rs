@@ -393,3 +393,128 @@ fn check_and_who_can_read_content_from_files() {
         stdout(&out)
     );
 }
+
+/// `check` with a CEL condition: the fold by default, the conditions with `--conditions
+/// return` (exit 1: not allowed until they are evaluated), and the finished answer with the
+/// objects; `who-can` decides every subject against them.
+#[test]
+fn check_prints_conditions_and_evaluates_them_against_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: keeper}\n\
+         rules:\n- apiGroups: [apps]\n  resources: [deployments]\n  verbs: [update]\n  \
+         condition: \"object.metadata.labels == oldObject.metadata.labels\"\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: bot}\n\
+         subjects: [{kind: User, name: bot}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: keeper}\n",
+    )
+    .unwrap();
+    let (old, same, relabelled) = (
+        dir.path().join("old.json"),
+        dir.path().join("same.json"),
+        dir.path().join("relabelled.json"),
+    );
+    std::fs::write(
+        &old,
+        r#"{"metadata":{"labels":{"a":"1"}},"spec":{"replicas":1}}"#,
+    )
+    .unwrap();
+    std::fs::write(
+        &same,
+        r#"{"metadata":{"labels":{"a":"1"}},"spec":{"replicas":2}}"#,
+    )
+    .unwrap();
+    std::fs::write(&relabelled, r#"{"metadata":{"labels":{"a":"2"}}}"#).unwrap();
+    let (old, same, relabelled) = (
+        old.to_str().unwrap(),
+        same.to_str().unwrap(),
+        relabelled.to_str().unwrap(),
+    );
+    let ask = |extra: &[&str]| {
+        let mut args = vec![
+            "check",
+            "--user",
+            "bot",
+            "--verb",
+            "update",
+            "--api-group",
+            "apps",
+            "--resource",
+            "deployments",
+            "-n",
+            "dev",
+        ];
+        args.extend_from_slice(extra);
+        authzd(&policy, &args)
+    };
+    let out = ask(&[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stdout(&out).contains("decision: NO_OPINION"),
+        "{}",
+        stdout(&out)
+    );
+    assert!(
+        stdout(&out).contains("for its condition"),
+        "{}",
+        stdout(&out)
+    );
+
+    let out = ask(&["--conditions", "return"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("decision: CONDITIONAL"), "{text}");
+    assert!(
+        text.contains(
+            "condition 1: ALLOW if k8s.io/cel object.metadata.labels == oldObject.metadata.labels"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("ClusterRole/keeper rule 0"), "{text}");
+    assert!(text.contains("otherwise: NO_OPINION"), "{text}");
+
+    let out = ask(&["--old-object", old, "--object", same]);
+    assert_eq!(out.status.code(), Some(0), "{}", stdout(&out));
+    let out = ask(&[
+        "--old-object",
+        old,
+        "--object",
+        relabelled,
+        "--conditions",
+        "return",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("decision: NO_OPINION"),
+        "{}",
+        stdout(&out)
+    );
+
+    let who = |object: &str| {
+        authzd(
+            &policy,
+            &[
+                "who-can",
+                "--verb",
+                "update",
+                "--api-group",
+                "apps",
+                "--resource",
+                "deployments",
+                "-n",
+                "dev",
+                "--old-object",
+                old,
+                "--object",
+                object,
+            ],
+        )
+    };
+    assert!(stdout(&who(same)).contains("users: bot"));
+    assert!(
+        stdout(&who(relabelled)).contains("users: -"),
+        "{}",
+        stdout(&who(relabelled))
+    );
+}

@@ -14,7 +14,7 @@ use crate::api::limits::{
     MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
 use crate::api::selector;
-use crate::engine::conditional::ReturnedRule;
+use crate::engine::conditional::{ReturnedRule, CEL, CLAUSES_JSON};
 use crate::engine::rules::{ReviewedRule, SubjectRules};
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::policy::content::condition::Condition;
@@ -607,39 +607,8 @@ pub fn conditional_response(
     }
 }
 
-/// CEL's language name, as KEP-5681 and Kubernetes' AuthorizationConfiguration use it.
-pub const CEL: &str = "k8s.io/cel";
-/// authzd's JSON form of a rule's clauses.
-pub const CLAUSES_JSON: &str = "authzd.io/clauses";
-
 fn condition(rule: &ReturnedRule) -> proto::Condition {
-    let (language, expression) = match rule.clauses.as_deref() {
-        None if !rule.protected => (CEL, "true".to_string()),
-        Some(clauses)
-            if !rule.protected
-                && clauses.fields.is_empty()
-                && clauses.object_selector.is_none()
-                && clauses.field_selector.is_empty()
-                && clauses.label_selector.is_empty()
-                && !clauses.same_node
-                && clauses.unevaluable.is_none()
-                && clauses.condition.is_some() =>
-        {
-            let text = clauses.condition.as_ref().map_or("true", |c| c.text());
-            (CEL, text.to_string())
-        }
-        clauses => {
-            let mut value = clauses.map_or_else(
-                || serde_json::Value::Object(Default::default()),
-                crate::policy::render::clauses_to_value,
-            );
-            if rule.protected {
-                // Informative: the evaluating server's FieldPolicies decide it.
-                value["protectedPaths"] = serde_json::Value::Bool(true);
-            }
-            (CLAUSES_JSON, value.to_string())
-        }
-    };
+    let (language, expression) = rule.expression();
     let effect = if rule.deny {
         proto::RuleEffect::Deny
     } else {

@@ -48,6 +48,39 @@ pub fn decision(response: &Response) -> String {
     out
 }
 
+/// A conditional answer (RETURN mode): its conditions in precedence order.
+///
+/// ```text
+/// decision: CONDITIONAL (not allowed until the conditions are evaluated)
+/// condition 1: DENY if authzd.io/clauses {"fields":[".metadata.finalizers"]}
+///   rule: RBAC ClusterRoleBinding/deployers -> ClusterRole/label-keeper rule 1 (policy.yaml:22)
+/// condition 2: ALLOW if k8s.io/cel object.metadata.labels == oldObject.metadata.labels
+///   rule: ...
+/// otherwise: NO_OPINION
+/// ```
+pub fn conditions(conditions: &[crate::engine::conditional::ReturnedRule]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "decision: CONDITIONAL (not allowed until the conditions are evaluated)"
+    );
+    let mut otherwise = "NO_OPINION".to_string();
+    let mut n = 0;
+    for condition in conditions {
+        let effect = if condition.deny { "DENY" } else { "ALLOW" };
+        if condition.otherwise {
+            otherwise = format!("{effect} ({})", condition.rule_ref);
+            continue;
+        }
+        n += 1;
+        let (language, expression) = condition.expression();
+        let _ = writeln!(out, "condition {n}: {effect} if {language} {expression}");
+        let _ = writeln!(out, "  rule: {}", condition.rule_ref);
+    }
+    let _ = writeln!(out, "otherwise: {otherwise}");
+    out
+}
+
 /// ```text
 /// users: alice, system:serviceaccount:dev:builder
 /// groups: system:masters

@@ -140,6 +140,8 @@ pub enum Settings {
         request: Request,
         /// The object(s) or changed paths the request carries, for rules over content.
         content: Option<Content>,
+        /// `--conditions return`: print the conditions of a conditional answer.
+        return_conditions: bool,
     },
     WhoCan {
         engine: EngineSettings,
@@ -221,6 +223,7 @@ impl Cli {
                 })
             }
             Command::Check(args) => Settings::Check {
+                return_conditions: args.conditions == "return",
                 content: args
                     .action
                     .content()

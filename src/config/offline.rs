@@ -63,6 +63,11 @@ pub struct CheckArgs {
     /// A group of the user (repeatable). The API group is --api-group.
     #[arg(long = "group", value_name = "NAME")]
     pub groups: Vec<String>,
+    /// `return`: without --object/--old-object/--changed-path, print the conditions the
+    /// answer depends on instead of the fold (DECISION_CONDITIONAL); `fold` (the default):
+    /// fold them as Authorize does for callers that do not ask.
+    #[arg(long, value_name = "MODE", default_value = "fold", value_parser = ["fold", "return"])]
+    pub conditions: String,
     #[command(flatten)]
     pub action: ActionArgs,
 }

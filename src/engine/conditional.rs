@@ -218,7 +218,45 @@ fn plain_coverage(
     clauses.check(rule.deny, &evidence, &change).ok()
 }
 
+/// CEL's language name, as KEP-5681 and Kubernetes' AuthorizationConfiguration use it.
+pub const CEL: &str = "k8s.io/cel";
+/// authzd's JSON form of a rule's clauses.
+pub const CLAUSES_JSON: &str = "authzd.io/clauses";
+
 impl ReturnedRule {
+    /// How the rule's clauses are written in an answer: (language, expression). CEL when the
+    /// rule holds whatever the content (`true`) or is decided by its condition alone;
+    /// otherwise the clauses as JSON (with `protectedPaths`, informative, for an allow the
+    /// evaluating server's FieldPolicies decide).
+    pub fn expression(&self) -> (&'static str, String) {
+        match self.clauses.as_deref() {
+            None if !self.protected => (CEL, "true".to_string()),
+            Some(clauses)
+                if !self.protected
+                    && clauses.fields.is_empty()
+                    && clauses.object_selector.is_none()
+                    && clauses.field_selector.is_empty()
+                    && clauses.label_selector.is_empty()
+                    && !clauses.same_node
+                    && clauses.unevaluable.is_none()
+                    && clauses.condition.is_some() =>
+            {
+                let text = clauses.condition.as_ref().map_or("true", |c| c.text());
+                (CEL, text.to_string())
+            }
+            clauses => {
+                let mut value = clauses.map_or_else(
+                    || serde_json::Value::Object(Default::default()),
+                    crate::policy::render::clauses_to_value,
+                );
+                if self.protected {
+                    value["protectedPaths"] = serde_json::Value::Bool(true);
+                }
+                (CLAUSES_JSON, value.to_string())
+            }
+        }
+    }
+
     fn of(rule: &PlanRule) -> Self {
         Self {
             deny: rule.deny,
