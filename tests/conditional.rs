@@ -14,7 +14,7 @@
 
 mod common;
 
-use authzd::engine::conditional::{evaluate, returned, Returned};
+use authzd::engine::conditional::{conditional_subjects, evaluate, returned, Returned};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig, Mode, Response};
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
@@ -117,8 +117,67 @@ proptest! {
         let engine = Engine::new(&policy, config);
         for (user, action, contents) in &requests {
             check(&engine, user.clone(), action, contents)?;
+            who_can_agrees(&engine, action, contents)?;
         }
     }
+}
+
+/// Who-can in RETURN mode: a subject listed as conditional is, for any content, allowed by
+/// its conditions exactly when who-can with that content lists it.
+fn who_can_agrees(
+    engine: &Engine,
+    action: &Action,
+    contents: &[Option<Content>],
+) -> Result<(), TestCaseError> {
+    for subject in conditional_subjects(engine, action) {
+        let request = Request {
+            user: UserInfo {
+                name: if subject.user {
+                    subject.name.clone()
+                } else {
+                    authzd::engine::content::WHO_CAN_PROBE.to_string()
+                },
+                groups: if subject.user {
+                    Vec::new()
+                } else {
+                    vec![subject.name.clone()]
+                },
+                ..Default::default()
+            },
+            action: action.clone(),
+        };
+        for content in contents {
+            let Ok(who) = engine.allowed_subjects_content(action, content.as_ref()) else {
+                continue;
+            };
+            // `*` (an AlwaysAllow after RBAC) lists everyone not listed as denied.
+            let (allowed, denied) = if subject.user {
+                (&who.users, &who.denied_users)
+            } else {
+                (&who.groups, &who.denied_groups)
+            };
+            let listed = allowed.contains(&subject.name)
+                || (allowed.iter().any(|n| n == "*") && !denied.contains(&subject.name));
+            let finished = evaluate(
+                &subject.conditions,
+                request.with_content(content.as_ref()),
+                engine.diff(),
+            )
+            .expect("content read before");
+            prop_assert_eq!(
+                finished.decision == Decision::Allow,
+                listed,
+                "{} {:?} for {:?} with {:?}: conditions {:?}, who-can {:?}",
+                if subject.user { "user" } else { "group" },
+                subject.name,
+                action,
+                content,
+                subject.conditions,
+                who
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Policies where most requests meet rules with content clauses: the shared vocabulary's

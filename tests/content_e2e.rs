@@ -284,6 +284,7 @@ async fn seed_004_field_paths_and_who_can_over_grpc() {
             action: action(secrets()),
             min_revision: 0,
             content: objects(Some(secret("x")), Some(secret("y"))),
+            conditions_mode: 0,
         })
         .await
         .unwrap()

@@ -299,6 +299,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
             action: resource("default", "get", "pods"),
             min_revision: 0,
             content: None,
+            conditions_mode: 0,
         })
         .await
         .unwrap()
@@ -312,6 +313,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
             action: resource("dev", "get", "secrets"),
             min_revision: 0,
             content: None,
+            conditions_mode: 0,
         })
         .await
         .unwrap()
@@ -324,6 +326,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
             action: resource("prod", "get", "configmaps"),
             min_revision: 0,
             content: None,
+            conditions_mode: 0,
         })
         .await
         .unwrap()
@@ -339,6 +342,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
                 action: None,
                 min_revision: 0,
                 content: None,
+                conditions_mode: 0,
             })
             .await,
         "action",
@@ -616,6 +620,7 @@ async fn min_revision_ahead_of_the_server_fails_precondition() {
         action: resource("", "get", "pods"),
         min_revision: 2,
         content: None,
+        conditions_mode: 0,
     });
     behind.set_timeout(std::time::Duration::from_secs(2));
     let status = client.get_allowed_subjects(behind).await.unwrap_err();

@@ -12,7 +12,7 @@ use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::{
     Action, AuthorizeRequest, AuthorizeResponse, Condition, ConditionsMode, Content, Decision,
-    EvaluateConditionsRequest, ResourceAttributes, RuleEffect, UserInfo,
+    EvaluateConditionsRequest, GetAllowedSubjectsRequest, ResourceAttributes, RuleEffect, UserInfo,
 };
 use grpc_harness::{assert_invalid, Server};
 
@@ -265,6 +265,59 @@ async fn conditional_answers_round_trip() {
             .await,
         "request.content.old_object",
     );
+}
+
+/// Who-can in RETURN mode lists the subjects whose answer is conditional, with their
+/// conditions; without it (or with content) the answer is who-can's as ever.
+#[tokio::test]
+async fn who_can_returns_conditional_subjects() {
+    let (_server, mut client, _dir) = start().await;
+    let ask = |mode: ConditionsMode, content: Option<Content>| GetAllowedSubjectsRequest {
+        action: update("web", mode, None).action,
+        content,
+        conditions_mode: mode as i32,
+        ..Default::default()
+    };
+    let folded = client
+        .get_allowed_subjects(ask(ConditionsMode::Fold, None))
+        .await
+        .unwrap()
+        .into_inner();
+    // The fold: the deny on finalizers applies without the changes (system:masters, the
+    // default super-group, is listed whatever the policy).
+    assert_eq!(folded.groups, ["system:masters"], "{folded:?}");
+    assert_eq!(folded.denied_groups, ["deployers"], "{folded:?}");
+    assert!(folded.conditional_groups.is_empty());
+
+    let returned = client
+        .get_allowed_subjects(ask(ConditionsMode::Return, None))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(returned.groups, ["system:masters"], "{returned:?}");
+    assert_eq!(returned.conditional_groups.len(), 1, "{returned:?}");
+    let deployers = &returned.conditional_groups[0];
+    assert_eq!(deployers.name, "deployers");
+    assert_eq!(deployers.conditions.len(), 2, "{deployers:?}");
+    assert_eq!(deployers.conditions[1].language, "k8s.io/cel");
+
+    let with_content = client
+        .get_allowed_subjects(ask(
+            ConditionsMode::Return,
+            objects(
+                r#"{"metadata":{"labels":{"app":"web"}}}"#,
+                r#"{"metadata":{"labels":{"app":"web"}},"spec":{"replicas":2}}"#,
+            ),
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        with_content.groups,
+        ["deployers", "system:masters"],
+        "{with_content:?}"
+    );
+    assert!(with_content.conditional_groups.is_empty());
 }
 
 /// A condition outside the subset does not load: the server refuses to start, naming the

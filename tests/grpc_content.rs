@@ -247,6 +247,7 @@ async fn personal_reviews_and_who_can_take_content_too() {
                     action: action.clone(),
                     min_revision: 0,
                     content: content.clone(),
+                    conditions_mode: 0,
                 })
                 .await
                 .unwrap()
@@ -401,6 +402,7 @@ async fn bad_content_is_refused_naming_the_field_on_every_rpc() {
                     action: action(attributes.clone()),
                     min_revision: 0,
                     content: content.clone(),
+                    conditions_mode: 0,
                 })
                 .await,
             field,

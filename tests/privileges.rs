@@ -399,6 +399,7 @@ async fn an_unprivileged_caller_gets_only_its_personal_review() {
                     action: resource("default", "get", "pods"),
                     min_revision: 0,
                     content: None,
+                    conditions_mode: 0,
                 },
             ))
             .await,
@@ -443,6 +444,7 @@ async fn an_unprivileged_caller_gets_only_its_personal_review() {
                 action: resource("default", "get", "pods"),
                 min_revision: 0,
                 content: None,
+                conditions_mode: 0,
             },
         ))
         .await

@@ -729,6 +729,25 @@ pub fn allowed_subjects_response(
         denied_users: subjects.denied_users,
         denied_groups: subjects.denied_groups,
         revision,
+        ..Default::default()
+    }
+}
+
+/// Who-can in RETURN mode: the conditional subjects, users and groups apart.
+pub fn add_conditional_subjects(
+    reply: &mut proto::GetAllowedSubjectsResponse,
+    subjects: Vec<crate::engine::conditional::ConditionalSubject>,
+) {
+    for subject in subjects {
+        let listed = proto::ConditionalSubject {
+            name: subject.name,
+            conditions: subject.conditions.iter().map(condition).collect(),
+        };
+        if subject.user {
+            reply.conditional_users.push(listed);
+        } else {
+            reply.conditional_groups.push(listed);
+        }
     }
 }
 

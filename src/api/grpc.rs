@@ -434,24 +434,35 @@ impl Admitted<'_> {
 // --- The review RPCs, each stated by what differs ----------------------------------------------
 
 impl Review for proto::GetAllowedSubjectsRequest {
-    type Asked = WithContent<request::Action>;
+    /// The action, its content, and whether conditional subjects are asked for (RETURN mode
+    /// without content).
+    type Asked = (request::Action, Option<request::Content>, bool);
     type Reply = proto::GetAllowedSubjectsResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
-        let asked = convert::action(self.action, self.content, limits)?;
-        Ok((asked, self.min_revision))
+        let conditional =
+            self.conditions_mode == proto::ConditionsMode::Return as i32 && self.content.is_none();
+        let (action, content) = convert::action(self.action, self.content, limits)?;
+        Ok(((action, content, conditional), self.min_revision))
     }
 
     fn privilege(_: &Self::Asked) -> Privilege<'_> {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(
+        call: Admitted<'_>,
+        (action, content, conditional): Self::Asked,
+    ) -> Result<Self::Reply> {
         let subjects = call.who_can("GetAllowedSubjects", &action, content.as_ref())?;
-        Ok(convert::allowed_subjects_response(
-            subjects,
-            call.snapshot.revision,
-        ))
+        let mut reply = convert::allowed_subjects_response(subjects, call.snapshot.revision);
+        // Conditions cover the engine's chain only: with a webhook, none are returned.
+        if conditional && call.api.state.delegation().is_none() {
+            let listed =
+                crate::engine::conditional::conditional_subjects(&call.snapshot.engine, &action);
+            convert::add_conditional_subjects(&mut reply, listed);
+        }
+        Ok(reply)
     }
 }
 

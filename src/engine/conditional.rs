@@ -301,3 +301,47 @@ pub fn evaluate(
     }
     ContentPlan::new(steps).finish(request, config)
 }
+
+/// A subject whose answer is conditional, with its conditions (who-can in RETURN mode).
+#[derive(Debug)]
+pub struct ConditionalSubject {
+    /// A user (asking alone) or a group (asked by a member bound nowhere else).
+    pub user: bool,
+    pub name: String,
+    pub conditions: Vec<ReturnedRule>,
+}
+
+/// Who-can in RETURN mode: every subject a rule with content clauses reaches for `action`
+/// whose answer (asking as who-can's answers are checked: a user alone, a group through a
+/// member bound nowhere else) is conditional, with its conditions.
+pub fn conditional_subjects(
+    engine: &crate::engine::Engine,
+    action: &crate::request::Action,
+) -> Vec<ConditionalSubject> {
+    let mut out = Vec::new();
+    for (user, name) in engine.subjects_of_content_rules(action) {
+        let request = crate::request::Request {
+            user: crate::request::UserInfo {
+                name: if user {
+                    name.clone()
+                } else {
+                    crate::engine::content::WHO_CAN_PROBE.to_string()
+                },
+                groups: if user { Vec::new() } else { vec![name.clone()] },
+                ..Default::default()
+            },
+            action: action.clone(),
+        };
+        let fold = engine.authorize_shared(request.as_borrowed());
+        if let Returned::Conditional(conditions) =
+            returned(&fold, request.as_borrowed(), engine.diff())
+        {
+            out.push(ConditionalSubject {
+                user,
+                name,
+                conditions,
+            });
+        }
+    }
+    out
+}

@@ -477,6 +477,35 @@ impl Engine {
             })
     }
 
+    /// The subjects (users `true`, groups `false`) a rule with content clauses (or a plain
+    /// allow a protected path narrows) reaches for `action`: those whose answer may depend on
+    /// content, for who-can in RETURN mode.
+    pub fn subjects_of_content_rules(&self, action: &Action) -> Vec<(bool, String)> {
+        let (mut users, mut groups) = (FxHashMap::default(), FxHashMap::default());
+        let (mut errors, mut conditional) = (BTreeSet::new(), Vec::new());
+        if self.config.modes.contains(&Mode::Rbac) {
+            self.rbac_subjects(
+                action,
+                &mut users,
+                &mut groups,
+                &mut errors,
+                &mut conditional,
+            );
+        }
+        let mut subjects: Vec<(bool, String)> = conditional
+            .iter()
+            .flat_map(|(_, _, _, entry)| entry.subjects.iter())
+            .filter_map(|subject| match subject.matches() {
+                SubjectName::User(user) => Some((true, user.to_string())),
+                SubjectName::Group(group) => Some((false, group.to_string())),
+                SubjectName::Nothing => None,
+            })
+            .collect();
+        subjects.sort_unstable();
+        subjects.dedup();
+        subjects
+    }
+
     /// [`Self::allowed_subjects`] for an action on an object: every subject a rule with
     /// content clauses reaches is decided against `content`, unit of change by unit of
     /// change, as [`Self::authorize_content`] decides it.

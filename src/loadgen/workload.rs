@@ -331,6 +331,7 @@ impl Workload {
             action: Some(to_proto_action(&with_name(synth::who_can_action(), name))),
             min_revision: 0,
             content: None,
+            conditions_mode: 0,
         };
         let who_can = vec![
             Template::new(&who_can_message("hot"), false)?,
