@@ -24,13 +24,6 @@ use common::*;
 use proptest::prelude::*;
 use proptest::sample::select;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
-}
-
 /// What both answers must agree on: the decision and the rule that decides it.
 fn deciding(response: &Response) -> (Decision, Vec<String>) {
     let by = match response.decision {

@@ -26,13 +26,6 @@ use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo};
 use common::*;
 use proptest::prelude::*;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
-}
-
 fn request(user: UserInfo, action: &Action) -> Request {
     Request {
         user,

@@ -15,13 +15,6 @@ use authzd::request::{Action, Request, UserInfo};
 use common::*;
 use proptest::prelude::*;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
-}
-
 /// Namespaces a review may ask about, overlapping the generated bindings' and actions'.
 fn namespace() -> impl Strategy<Value = String> {
     prop_oneof![

@@ -22,6 +22,14 @@ use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use std::sync::Arc;
 
+/// Cases per property per run: `PROPTEST_CASES`, or 10,000.
+pub fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000)
+}
+
 pub const USERS: &[&str] = &[
     "alice",
     "bob",
