@@ -898,8 +898,9 @@ enum Reply {
     Empty,
     /// A decision, written from its cached encoding.
     Answer(Answer),
-    /// A whole message written by prost (a conditional answer).
-    Message(proto::AuthorizeResponse),
+    /// A whole message written by prost (a conditional answer). Boxed: the plain answers'
+    /// reply stays the size of an `Answer` as it moves through tonic.
+    Message(Box<proto::AuthorizeResponse>),
 }
 
 impl AuthorizeReply {
@@ -913,7 +914,7 @@ impl AuthorizeReply {
 
     /// A message built whole (a conditional answer, which no cache entry encodes).
     pub fn message(message: proto::AuthorizeResponse) -> Self {
-        Self(Reply::Message(message))
+        Self(Reply::Message(Box::new(message)))
     }
 }
 
@@ -922,7 +923,7 @@ impl WireEncode for AuthorizeReply {
         match &self.0 {
             Reply::Empty => 0,
             Reply::Answer(answer) => answer.body_len(),
-            Reply::Message(message) => prost::Message::encoded_len(message),
+            Reply::Message(message) => prost::Message::encoded_len(&**message),
         }
     }
 
@@ -930,7 +931,7 @@ impl WireEncode for AuthorizeReply {
         match &self.0 {
             Reply::Empty => {}
             Reply::Answer(answer) => answer.encode_body(buf),
-            Reply::Message(message) => prost::Message::encode_raw(message, buf),
+            Reply::Message(message) => prost::Message::encode_raw(&**message, buf),
         }
     }
 }
