@@ -429,6 +429,39 @@ fn selectors(list: &[crate::request::SelectorRequirement]) -> Box<dyn Val + '_> 
     ))
 }
 
+/// The fields of `request` a condition may read.
+const REQUEST_FIELDS: [&str; 10] = [
+    "verb",
+    "apiGroup",
+    "apiVersion",
+    "resource",
+    "subresource",
+    "name",
+    "namespace",
+    "userInfo",
+    "fieldSelector",
+    "labelSelector",
+];
+
+/// A path into `request` names fields it has: anything else is refused at load rather than
+/// failing every evaluation. `userInfo.uid` and `userInfo.extra` are not offered: no decision
+/// reads them, so answers are not keyed on them.
+fn request_path(path: &[String]) -> Result<(), String> {
+    match path {
+        [] => Ok(()),
+        [field, ..] if !REQUEST_FIELDS.contains(&field.as_str()) => Err(format!(
+            "reads `request.{field}`, which a request does not have ({})",
+            REQUEST_FIELDS.join(", ")
+        )),
+        [user, field, ..] if user == "userInfo" && field != "username" && field != "groups" => {
+            Err(format!(
+                "reads `request.userInfo.{field}`; a condition may read `username` and `groups` (no answer is keyed on the rest)"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 /// `request`, as ValidatingAdmissionPolicy names its fields: only the fields `need` reaches.
 fn request<'a>(r: &RequestInput<'a>, need: &Need) -> Box<dyn Val + 'a> {
     let wanted = |field: &str| match need {
@@ -629,7 +662,10 @@ impl Check {
         match name {
             OBJECT => self.object.add(path),
             OLD_OBJECT => self.old_object.add(path),
-            REQUEST => self.request.add(path),
+            REQUEST => {
+                request_path(path)?;
+                self.request.add(path)
+            }
             CHANGED_PATHS => self.changed_paths = true,
             _ => {
                 return Err(format!(

@@ -217,6 +217,9 @@ fn constructs_outside_the_subset_are_refused() {
             "params.allowed == true",
             "`params`, which is not a variable",
         ),
+        ("request.userInfo.uid == 'u'", "`request.userInfo.uid`"),
+        ("has(request.userInfo.extra)", "`request.userInfo.extra`"),
+        ("request.operation == 'CREATE'", "`request.operation`"),
         (
             "admissionReview.resourceRoles.labeleditor",
             "not a variable",
