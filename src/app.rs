@@ -188,11 +188,20 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
             engine,
             action,
             content,
+            return_conditions,
         } => {
-            let subjects = build_engine(&engine)?
+            let engine = build_engine(&engine)?;
+            let subjects = engine
                 .allowed_subjects_content(&action, content.as_ref())
                 .map_err(AppError::Content)?;
             print!("{}", text::allowed_subjects(&subjects));
+            if return_conditions && content.is_none() {
+                for subject in crate::engine::conditional::conditional_subjects(&engine, &action) {
+                    let kind = if subject.user { "user" } else { "group" };
+                    println!("conditional {kind} {}:", subject.name);
+                    print!("{}", text::conditions(&subject.conditions));
+                }
+            }
             Ok(Outcome::Success)
         }
         Settings::Lint(policy) => Ok(lint(&policy)),

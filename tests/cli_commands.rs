@@ -512,6 +512,32 @@ fn check_prints_conditions_and_evaluates_them_against_objects() {
         )
     };
     assert!(stdout(&who(same)).contains("users: bot"));
+    let out = authzd(
+        &policy,
+        &[
+            "who-can",
+            "--verb",
+            "update",
+            "--api-group",
+            "apps",
+            "--resource",
+            "deployments",
+            "-n",
+            "dev",
+            "--conditions",
+            "return",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("users: -"), "{text}");
+    assert!(text.contains("conditional user bot:"), "{text}");
+    assert!(
+        text.contains(
+            "condition 1: ALLOW if k8s.io/cel object.metadata.labels == oldObject.metadata.labels"
+        ),
+        "{text}"
+    );
     assert!(
         stdout(&who(relabelled)).contains("users: -"),
         "{}",

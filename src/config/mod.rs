@@ -147,6 +147,8 @@ pub enum Settings {
         engine: EngineSettings,
         action: Action,
         content: Option<Content>,
+        /// `--conditions return`: list the conditional subjects too.
+        return_conditions: bool,
     },
     Lint(PolicySettings),
     /// A command against a running server.
@@ -240,6 +242,7 @@ impl Cli {
                 },
             },
             Command::WhoCan(args) => Settings::WhoCan {
+                return_conditions: args.conditions == "return",
                 content: args
                     .action
                     .content()

@@ -78,6 +78,10 @@ pub struct WhoCanArgs {
     pub policy: PolicyArgs,
     #[command(flatten)]
     pub chain: ChainArgs,
+    /// `return`: without content, also print the subjects whose answer is conditional, with
+    /// their conditions; `fold` (the default): who-can's answer alone.
+    #[arg(long, value_name = "MODE", default_value = "fold", value_parser = ["fold", "return"])]
+    pub conditions: String,
     #[command(flatten)]
     pub action: ActionArgs,
 }
