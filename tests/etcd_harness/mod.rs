@@ -44,12 +44,23 @@ fn tool(env: &str, name: &str, probe: &[&str]) -> Option<PathBuf> {
     None
 }
 
+/// A free port below the kernel's ephemeral range (32768 and up on Linux), for etcd members:
+/// a member restarted on its port (a restore, a killed leader) must find it free, and a port
+/// from the ephemeral range can meanwhile be taken by any `:0` listener or outgoing connection
+/// of a test running beside it (seen once: a restore then hung with no member up).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static NEXT: AtomicU32 = AtomicU32::new(0);
+    // Spread processes apart (each test binary runs in its own process), then walk.
+    let start = std::process::id().wrapping_mul(2_654_435_761) % 12_000;
+    for _ in 0..12_000 {
+        let step = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = 20_000 + ((start + step.wrapping_mul(7)) % 12_000) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000..32000");
 }
 
 /// One etcd member, as a process of its own.
