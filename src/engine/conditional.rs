@@ -21,11 +21,14 @@
 use std::sync::Arc;
 
 use crate::engine::chain::Verdict;
-use crate::engine::content::{ContentError, ContentPlan, PlanRule, PlanStep, RbacPlan};
+use crate::engine::content::{
+    ChangeChecker, ContentError, ContentPlan, PlanRule, PlanStep, RbacPlan,
+};
 use crate::engine::{Decision, Response, RuleRef};
 use crate::policy::content::path::DiffConfig;
-use crate::policy::content::{Clauses, Coverage, Evidence};
-use crate::request::{ActionRef, RequestRef};
+use crate::policy::content::Clauses;
+use crate::policy::rbac::Unmet;
+use crate::request::RequestRef;
 
 /// One returned rule: self-contained (its clauses travel with it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -66,42 +69,6 @@ fn class(deny: bool, cluster: bool) -> u8 {
     }
 }
 
-fn is_write(verb: &str) -> bool {
-    matches!(verb, "create" | "update" | "patch")
-}
-
-/// Whether a rule's verdict for `action` can change with what a request carries beside its
-/// attributes. Conservative: `true` whenever a clause reads objects, changes or selectors.
-fn depends_on_content(
-    deny: bool,
-    clauses: Option<&Clauses>,
-    action: ActionRef<'_>,
-    protected: bool,
-) -> bool {
-    let verb = action.verb();
-    // An allow without a field clause must leave protected paths alone: that reads the changes.
-    let reads_fields = clauses.is_some_and(|c| !c.fields.is_empty());
-    if protected && !deny && !reads_fields {
-        return true;
-    }
-    let Some(clauses) = clauses else {
-        return false;
-    };
-    if clauses.unevaluable.is_some() {
-        // Never evaluable: decided the same way whatever the request carries.
-        return false;
-    }
-    (reads_fields && is_write(verb))
-        || clauses.object_selector.is_some()
-        || !clauses.field_selector.is_empty()
-        || !clauses.label_selector.is_empty()
-        || clauses.same_node
-        || clauses
-            .condition
-            .as_ref()
-            .is_some_and(|c| c.reads().depends_on_content())
-}
-
 /// The content-free answer `response` to `request` (asked without content) in RETURN mode.
 pub fn returned(
     response: &Arc<Response>,
@@ -131,28 +98,38 @@ pub fn returned(
     };
     let mut rules: Vec<&PlanRule> = rbac.rules.iter().collect();
     rules.sort_by_key(|rule| class(rule.deny, rule.cluster));
+    // Rules that cannot depend on content are decided as the fold decides them, by the
+    // engine's own check of a rule against a request without content.
+    let Ok(checker) = ChangeChecker::new(request.action, None, false, config) else {
+        return Returned::Decided(Arc::clone(response));
+    };
     let mut out = Vec::new();
     let mut terminal = false;
     for rule in rules {
         let clauses = rule.clauses.as_deref();
-        if depends_on_content(rule.deny, clauses, request.action, protected) {
+        // An allow without a field clause must leave protected paths alone: that reads the
+        // changes.
+        let narrowed = protected && !rule.deny && !clauses.is_some_and(Clauses::reads_changes);
+        if narrowed || clauses.is_some_and(|c| c.depends_on_content(request.action.verb())) {
             let mut returned = ReturnedRule::of(rule);
-            returned.protected = protected && !rule.deny;
+            returned.protected = narrowed;
             out.push(returned);
             continue;
         }
-        // Decided as the fold decides it: a rule that holds (or a deny that cannot be
-        // evaluated) decides whatever the content; anything else never applies.
-        let decided = match clauses {
-            None => true,
-            Some(_) if rule.deny => {
-                !matches!(plain_coverage(rule, request, config), Some(Coverage::Not))
-            }
-            Some(_) => matches!(
-                plain_coverage(rule, request, config),
-                Some(Coverage::Covers)
-            ),
-        };
+        // A rule that holds (or a deny that cannot be evaluated) decides whatever the
+        // content; anything else never applies.
+        let mut errors = std::collections::BTreeSet::new();
+        let decided = checker.changes.first().is_some_and(|change| {
+            checker
+                .check(
+                    request.user,
+                    (rule.deny, clauses),
+                    change,
+                    |_: Unmet<'_>| String::new(),
+                    &mut errors,
+                )
+                .is_ok_and(|effect| effect.is_some())
+        });
         if decided {
             // Nothing before it depends on content, or only denies do and it is a deny
             // itself: the answer is the fold's whatever the content (an unconditional deny
@@ -195,27 +172,6 @@ pub fn returned(
         }
     }
     Returned::Conditional(out)
-}
-
-/// A content-independent rule's clauses for `request` (no content): how the fold sees them.
-fn plain_coverage(
-    rule: &PlanRule,
-    request: RequestRef<'_>,
-    config: &DiffConfig,
-) -> Option<Coverage> {
-    let clauses = rule.clauses.as_deref()?;
-    let checker =
-        crate::engine::content::ChangeChecker::new(request.action, None, false, config).ok()?;
-    let change = checker.changes.first()?.clone();
-    let evidence = Evidence {
-        verb: request.action.verb(),
-        user: request.user.name,
-        groups: request.user.groups,
-        action: request.action,
-        content: None,
-        changes: &checker.changes,
-    };
-    clauses.check(rule.deny, &evidence, &change).ok()
 }
 
 /// CEL's language name, as KEP-5681 and Kubernetes' AuthorizationConfiguration use it.

@@ -245,6 +245,23 @@ impl Clauses {
                 .is_some_and(|c| c.reads().changed_paths)
     }
 
+    /// Whether what the clauses say of a request with verb `verb` can change with what it
+    /// carries beside its attributes (objects, changes, selectors): conditional answers
+    /// return such rules instead of deciding them. Conservative: any object or selector
+    /// predicate counts.
+    pub fn depends_on_content(&self, verb: &str) -> bool {
+        if self.unevaluable.is_some() {
+            // Never evaluable: decided the same way whatever the request carries.
+            return false;
+        }
+        (!self.fields.is_empty() && is_write(verb))
+            || self.has_predicates()
+            || self
+                .condition
+                .as_ref()
+                .is_some_and(|c| c.reads().depends_on_content())
+    }
+
     /// Whether the rule, of effect `deny`, holds for the request and covers `change`.
     pub fn check(
         &self,
