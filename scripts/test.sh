@@ -114,6 +114,10 @@ else
 fi
 
 # --- Rust -------------------------------------------------------------------------------
+# A CI run builds once from a fresh clone: incremental state would only cost time and disk.
+if [ "${CI:-}" = "true" ]; then
+  export CARGO_INCREMENTAL=0
+fi
 if ! $quick; then
   cargo fmt --all -- --check
   cargo clippy --all-targets -- -D warnings
