@@ -445,7 +445,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         Arc::clone(&state),
         draining_rx.clone(),
         &settings.webhook_path,
-    );
+    )
+    .with_conditional_authorization(settings.conditional_authorization);
     let replication_cell: crate::api::admin::ReplicationCell = Arc::default();
     let admin = AdminApi::new(
         Arc::clone(&store_cell),

@@ -85,10 +85,98 @@ fn check(
                     content,
                     conditions
                 );
+                kep_chain_finishes_as_authorize(engine, &request, conditions, content, &full)?;
             }
         }
     }
     Ok(matches!(answer, Returned::Conditional(_)))
+}
+
+/// Property 1 on the webhook's KEP-5681 shapes: the conditions as a `conditionSetChain`,
+/// sent back in an `AuthorizationConditionsReview` with the objects, evaluate to the decision
+/// Authorize gives with them (content given as changed paths has no KEP form: skipped).
+fn kep_chain_finishes_as_authorize(
+    engine: &Engine,
+    request: &Request,
+    conditions: &[authzd::engine::conditional::ReturnedRule],
+    content: &Option<Content>,
+    full: &Response,
+) -> Result<(), TestCaseError> {
+    use authzd::api::http::conditional::{answer_review, condition_set_chain};
+    let Some(content) = content else {
+        return Ok(());
+    };
+    if !content.changed_paths.is_empty() {
+        return Ok(());
+    }
+    let wire: Vec<_> = conditions
+        .iter()
+        .map(authzd::api::convert::condition)
+        .collect();
+    // The request's selectors travel in its attributes, as KEP-4601 writes them.
+    let selector = |requirements: &[authzd::request::SelectorRequirement]| {
+        let requirements: Vec<_> = requirements
+            .iter()
+            .map(|r| {
+                serde_json::json!({
+                    "key": r.key, "operator": r.operator.as_str(), "values": r.values,
+                })
+            })
+            .collect();
+        (!requirements.is_empty()).then(|| serde_json::json!({"requirements": requirements}))
+    };
+    let attributes = match &request.action {
+        Action::Resource(r) => serde_json::json!({"resourceAttributes": {
+            "namespace": r.namespace, "verb": r.verb, "group": r.group, "version": r.version,
+            "resource": r.resource, "subresource": r.subresource, "name": r.name,
+            "fieldSelector": selector(&content.field_selector),
+            "labelSelector": selector(&content.label_selector),
+        }}),
+        Action::NonResource(n) => serde_json::json!({"nonResourceAttributes": {
+            "path": n.path, "verb": n.verb,
+        }}),
+    };
+    let mut context = attributes;
+    context["user"] = serde_json::json!(request.user.name);
+    context["groups"] = serde_json::json!(request.user.groups);
+    let chain = condition_set_chain(&wire, &context);
+    let json = |bytes: &Option<Vec<u8>>| match bytes {
+        Some(b) => serde_json::from_slice::<serde_json::Value>(b).unwrap_or_default(),
+        None => serde_json::Value::Null,
+    };
+    let review = serde_json::json!({
+        "apiVersion": "authorization.k8s.io/v1alpha1",
+        "kind": "AuthorizationConditionsReview",
+        "request": {
+            "conditionSetChain": chain,
+            "object": json(&content.object),
+            "oldObject": json(&content.old_object),
+        },
+    });
+    let answer = answer_review(
+        review,
+        &authzd::api::limits::ContentLimits::default(),
+        &mut |rules, with| {
+            evaluate(rules, with, engine.diff()).map_err(authzd::api::error::ApiError::from)
+        },
+    )
+    .map_err(|e| TestCaseError::fail(format!("the review was refused: {e:?}")))?;
+    let response = &answer["response"];
+    let decision = match (response["allowed"].as_bool(), response["denied"].as_bool()) {
+        (Some(true), _) => Decision::Allow,
+        (_, Some(true)) => Decision::Deny,
+        _ => Decision::NoOpinion,
+    };
+    prop_assert_eq!(
+        decision,
+        full.decision,
+        "{:?} with {:?}: chain {} answered {}",
+        request,
+        content,
+        chain,
+        response
+    );
+    Ok(())
 }
 
 proptest! {

@@ -607,7 +607,7 @@ pub fn conditional_response(
     }
 }
 
-fn condition(rule: &ReturnedRule) -> proto::Condition {
+pub fn condition(rule: &ReturnedRule) -> proto::Condition {
     let (language, expression) = rule.expression();
     let effect = if rule.deny {
         proto::RuleEffect::Deny
@@ -715,6 +715,7 @@ pub fn review_response(
         namespace: namespace.to_string(),
         decision: decision(response.decision) as i32,
         revision,
+        conditions: Vec::new(),
     }
 }
 

@@ -405,12 +405,80 @@ impl Admitted<'_> {
         content: Option<&request::Content>,
         api: DecisionApi,
     ) -> Result<proto::SubjectAccessReviewResponse> {
+        let decided = self.decide_review(&request, content).await?;
+        Ok(self.reviewed(&request, &decided, api))
+    }
+
+    /// `request` (without content) in RETURN mode: the conditions its answer depends on, or
+    /// the answer itself when it depends on none (as [`GrpcApi::authorize`] answers). Counted
+    /// and recorded as the fold it stands for.
+    async fn review_conditional(
+        &self,
+        request: request::Request,
+        api: DecisionApi,
+    ) -> Result<proto::SubjectAccessReviewResponse> {
+        let decided = self.decide_review(&request, None).await?;
+        let conditions = self.api.conditions(self.snapshot, &request, &decided)?;
+        let mut reply = self.reviewed(&request, &decided, api);
+        if let Some(conditions) = conditions {
+            reply.allowed = false;
+            reply.denied = false;
+            reply.decision = proto::Decision::Conditional as i32;
+            reply.reason = format!(
+                "conditional: decided by {} rule(s) over content the request did not carry",
+                conditions.len()
+            );
+            reply.evaluation_error.clear();
+            reply.conditions = conditions.iter().map(convert::condition).collect();
+        }
+        Ok(reply)
+    }
+
+    /// Conditions sent back (KEP-5681's AuthorizationConditionsReview) finished against
+    /// `request`'s content, as EvaluateConditions finishes them: the returned rules are
+    /// self-contained, so only the evaluating server's FieldPolicies come from the snapshot.
+    pub fn finish_conditions(
+        &self,
+        conditions: &[crate::engine::conditional::ReturnedRule],
+        request: request::RequestRef<'_>,
+    ) -> Result<Arc<crate::engine::Response>> {
+        let authorizer = self.api.state.authorizer(self.snapshot);
+        let response =
+            crate::engine::conditional::evaluate(conditions, request, authorizer.diff_config())?;
+        let decided = self.api.state.fresh(
+            Decided {
+                response,
+                cached: false,
+            },
+            self.snapshot.revision,
+            self.fenced_allow,
+        )?;
+        Ok(decided.response)
+    }
+
+    /// `request` decided through the cache with its content, then by the webhooks after the
+    /// engine.
+    async fn decide_review(
+        &self,
+        request: &request::Request,
+        content: Option<&request::Content>,
+    ) -> Result<Decided> {
         let (state, snapshot) = (&self.api.state, self.snapshot);
         let decided = state
             .authorizer(snapshot)
             .decide_content(request.with_content(content))?;
         let decided = state.fresh(decided, snapshot.revision, self.fenced_allow)?;
-        let decided = state.delegate(&request, decided).await;
+        Ok(state.delegate(request, decided).await)
+    }
+
+    /// A decided review counted, recorded in the audit log and answered as `api`.
+    fn reviewed(
+        &self,
+        request: &request::Request,
+        decided: &Decided,
+        api: DecisionApi,
+    ) -> proto::SubjectAccessReviewResponse {
+        let (state, snapshot) = (&self.api.state, self.snapshot);
         state.metrics().decision(api, decided.response.decision);
         record_decision(decided.response.decision, decided.cached, snapshot.revision);
         if let Some(audit) = &self.api.audit {
@@ -423,11 +491,11 @@ impl Admitted<'_> {
                 snapshot.revision,
             );
         }
-        Ok(convert::review_response(
+        convert::review_response(
             &decided.response,
             request.action.namespace(),
             snapshot.revision,
-        ))
+        )
     }
 }
 
@@ -467,14 +535,18 @@ impl Review for proto::GetAllowedSubjectsRequest {
 }
 
 impl Review for proto::SubjectAccessReviewRequest {
-    type Asked = WithContent<request::Request>;
+    /// The request, its content, and whether conditions are asked for (RETURN mode without
+    /// content).
+    type Asked = (request::Request, Option<request::Content>, bool);
     type Reply = proto::SubjectAccessReviewResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
+        let conditional =
+            self.conditions_mode == proto::ConditionsMode::Return as i32 && self.content.is_none();
         let (action, content) = convert::action(self.action, self.content, limits)?;
         let user = convert::review_subject(self.user, self.uid, self.groups, self.extra)?;
         Ok((
-            (request::Request { user, action }, content),
+            (request::Request { user, action }, content, conditional),
             self.min_revision,
         ))
     }
@@ -483,9 +555,15 @@ impl Review for proto::SubjectAccessReviewRequest {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
-        call.review(request, content.as_ref(), DecisionApi::SubjectAccessReview)
-            .await
+    async fn answer(
+        call: Admitted<'_>,
+        (request, content, conditional): Self::Asked,
+    ) -> Result<Self::Reply> {
+        let api = DecisionApi::SubjectAccessReview;
+        if conditional {
+            return call.review_conditional(request, api).await;
+        }
+        call.review(request, content.as_ref(), api).await
     }
 }
 

@@ -196,6 +196,7 @@ impl Cli {
                     webhooks: chain.webhooks,
                     listen: tcp_first(args.listen),
                     webhook_path: args.webhook_path,
+                    conditional_authorization: args.alpha_conditional_authorization,
                     local_identity: UserInfo {
                         name: args.local_user,
                         groups: non_empty(args.local_groups),

@@ -37,6 +37,14 @@ pub struct ServeArgs {
     #[arg(long, value_name = "PATH", default_value = "/authorize", value_parser = parse_webhook_path)]
     pub webhook_path: String,
 
+    /// Alpha: Kubernetes' conditional authorization (KEP-5681) on the webhook path. A
+    /// SubjectAccessReview with `spec.conditionalAuthorization.mode` may be answered with
+    /// `status.conditionSetChain`, and
+    /// `/apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews` evaluates them.
+    /// Follows upstream's shapes, which may still change.
+    #[arg(long)]
+    pub alpha_conditional_authorization: bool,
+
     /// The caller identity every request gets while no authentication is configured.
     #[arg(long, value_name = "NAME", default_value = "system:admin")]
     pub local_user: String,
@@ -448,6 +456,8 @@ pub struct ServeSettings {
     /// Every listener, TCP first (the order the startup lines are printed in).
     pub listen: Vec<ListenAddr>,
     pub webhook_path: String,
+    /// `--alpha-conditional-authorization`.
+    pub conditional_authorization: bool,
     /// The identity of every caller while no authentication is configured.
     pub local_identity: UserInfo,
     pub cache: CacheConfig,

@@ -9,6 +9,7 @@
 //! * seed 000's paths (`/apis/authorization.kubernetes.io/v1/...`);
 //! * `/healthz` and `/readyz`.
 
+pub mod conditional;
 mod discovery;
 mod document;
 mod kube_protobuf;
@@ -37,6 +38,8 @@ pub struct HttpApi {
     state: Arc<ServingState>,
     draining: watch::Receiver<bool>,
     webhook_path: Arc<str>,
+    /// KEP-5681 conditional authorization on the webhook path (alpha; [`conditional`]).
+    conditional_authorization: bool,
 }
 
 impl HttpApi {
@@ -51,7 +54,14 @@ impl HttpApi {
             state,
             draining,
             webhook_path: Arc::from(webhook_path),
+            conditional_authorization: false,
         }
+    }
+
+    /// Turns on KEP-5681 conditional authorization (`--alpha-conditional-authorization`).
+    pub fn with_conditional_authorization(mut self, on: bool) -> Self {
+        self.conditional_authorization = on;
+        self
     }
 }
 
@@ -106,8 +116,16 @@ pub fn router(grpc: axum::Router, api: HttpApi) -> axum::Router {
         )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(discovery::routes())
-        .with_state(api.clone());
+        .merge(discovery::routes());
+    let http = if api.conditional_authorization {
+        http.route(
+            "/apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews",
+            post(reviews::authorization_conditions_review),
+        )
+    } else {
+        http
+    };
+    let http = http.with_state(api.clone());
     // Our fallback replaces tonic's (which answered UNIMPLEMENTED to anything, HTTP included).
     http.merge(grpc)
         .fallback(move |request: Request| fallback(api.clone(), request))

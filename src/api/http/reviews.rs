@@ -26,7 +26,7 @@ use tonic::metadata::MetadataMap;
 
 use super::document::{parse_body, read_body, BodyError, BodyMedia, Object};
 use super::status::AnswerMedia;
-use super::{status, HttpApi, Namespace};
+use super::{conditional, status, HttpApi, Namespace};
 use crate::api::error::ApiError;
 use crate::api::grpc::Review;
 use crate::proto;
@@ -179,7 +179,7 @@ fn required_spec<'a>(root: &Object<'a>) -> Result<Object<'a>, BodyError> {
 
 /// `spec.resourceAttributes` xor `spec.nonResourceAttributes` (upstream's validation), with
 /// the resource attributes' KEP-4601 `fieldSelector` and `labelSelector`.
-fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
+pub(super) fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
     use proto::action::Kind;
     let resource = spec.object("resourceAttributes")?;
     let non_resource = spec.object("nonResourceAttributes")?;
@@ -294,7 +294,11 @@ fn kube_answer(
 /// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
 /// apiVersion and kind back with `status`, HTTP 200 (the webhook contract:
 /// <https://kubernetes.io/docs/reference/access-authn-authz/webhook/>).
+///
+/// With `--alpha-conditional-authorization`, a review whose `spec.conditionalAuthorization.mode`
+/// is set may be answered with KEP-5681's `status.conditionSetChain` ([`conditional`]).
 pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
+    let conditional_authorization = api.conditional_authorization;
     let parse = |root: &Object<'_>, min_revision| {
         let version = check_type_meta(
             root,
@@ -306,13 +310,56 @@ pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
         } else {
             ("group", KUBE_V1BETA1_RENAMES)
         };
-        Ok((
-            kube_review_request(root, groups_key, min_revision)?,
-            renames,
-        ))
+        let mut message = kube_review_request(root, groups_key, min_revision)?;
+        if conditional_authorization && conditional::asks_conditions(&required_spec(root)?)? {
+            message.conditions_mode = proto::ConditionsMode::Return as i32;
+        }
+        Ok((message, renames))
     };
-    review(&api, request, parse, kube_answer(StatusCode::OK, None)).await
+    let respond = |document: Value, reply: &proto::SubjectAccessReviewResponse| {
+        if reply.conditions.is_empty() {
+            return kube_answer(StatusCode::OK, None)(document, reply);
+        }
+        let context = Object::root(&document)
+            .and_then(|root| required_spec(&root))
+            .map(|spec| conditional::request_context(&spec))
+            .unwrap_or_default();
+        let status = json!({
+            "allowed": false,
+            "reason": reply.reason,
+            "conditionSetChain": conditional::condition_set_chain(&reply.conditions, &context),
+        });
+        (StatusCode::OK, echo(document, status, None))
+    };
+    review(&api, request, parse, respond).await
 }
+
+/// `POST /apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews` (alpha): the
+/// conditions a conditional answer returned, evaluated against the objects sent with them.
+pub(super) async fn authorization_conditions_review(
+    State(api): State<HttpApi>,
+    request: Request,
+) -> Response {
+    let parse = |root: &Object<'_>, _min_revision| {
+        check_type_meta(
+            root,
+            conditional::REVIEW_KIND,
+            &[conditional::REVIEW_API_VERSION],
+        )?;
+        let document = Value::Object(root.map.clone());
+        Ok((conditional::ConditionsReviewCall(document), NO_RENAMES))
+    };
+    let respond = |document: Value, verdict: &conditional::ChainVerdict| {
+        (
+            StatusCode::OK,
+            conditional::review_answer(document, verdict),
+        )
+    };
+    review(&api, request, parse, respond).await
+}
+
+/// For documents whose errors already name their own paths.
+const NO_RENAMES: Renames = &[];
 
 fn kube_review_request(
     root: &Object<'_>,
@@ -329,6 +376,7 @@ fn kube_review_request(
         extra: spec.extra("extra")?,
         min_revision,
         content: None,
+        conditions_mode: proto::ConditionsMode::Fold as i32,
     })
 }
 
@@ -345,6 +393,8 @@ fn local_review(
         extra,
         min_revision,
         content,
+        // Conditional answers are the webhook's (KEP-5681 alpha), not a local review's.
+        conditions_mode: _,
     } = review;
     proto::LocalSubjectAccessReviewRequest {
         namespace,
@@ -619,6 +669,7 @@ fn seed_review_request(
         extra: Default::default(),
         min_revision,
         content: None,
+        conditions_mode: proto::ConditionsMode::Fold as i32,
     })
 }
 
