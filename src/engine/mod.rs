@@ -8,6 +8,7 @@
 pub mod chain;
 pub mod conditional;
 pub mod content;
+pub mod delta;
 pub mod escalation;
 pub mod explain;
 pub mod indexed;
