@@ -1060,11 +1060,25 @@ impl Operand {
                     return path.is_empty().then_some(Side::Json(&NULL_JSON));
                 };
                 for step in path {
-                    value = value.as_object()?.get(step)?;
+                    value = field(value.as_object()?, step)?;
                 }
                 Side::Json(value)
             }
         })
+    }
+}
+
+/// The widest map a field is looked up in by comparing keys rather than by hashing the name:
+/// objects' own maps (`metadata`, a few labels) are small, and hashing a name costs more than
+/// comparing it with a handful of keys.
+const SCANNED_MAP: usize = 8;
+
+/// `map`'s value at `key` (keys are unique: the first equal key is the only one).
+fn field<'a>(map: &'a serde_json::Map<String, Json>, key: &str) -> Option<&'a Json> {
+    if map.len() <= SCANNED_MAP {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
     }
 }
 
@@ -1178,7 +1192,7 @@ fn json_equals(left: &Json, right: &Json) -> bool {
                         let right_value = if key == right_key {
                             Some(at)
                         } else {
-                            right.get(key)
+                            field(right, key)
                         };
                         right_value.is_some_and(|r| json_equals(value, r))
                     })
