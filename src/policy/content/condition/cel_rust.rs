@@ -5,8 +5,19 @@
 //! the parts of `object` and `oldObject` the expression can reach are built: a chain of field
 //! selections (`object.metadata.labels`) builds the maps on its way and the value at its end,
 //! nothing beside them. What an expression reads is found once, at compile time.
+//!
+//! **Shortcuts.** A comparison whose operands are all content paths, string fields of
+//! `request` or literals (`object.metadata.labels == oldObject.metadata.labels`,
+//! `request.verb == 'update'`, `'g' in request.userInfo.groups`) is answered from the decoded
+//! JSON and the request directly, without building CEL values: building two maps to compare
+//! them allocates every key and value, and costs more than the rest of an evaluation. The
+//! answer is CEL's by construction: scalars are compared by cel-rust's own `equals` (so `1 ==
+//! 1.0` is what cel-rust says it is), lists and maps as cel-rust compares them. Where a path
+//! does not reach a value (an absent field, a selection from null or from a list) CEL's own
+//! evaluation of the original comparison runs, and raises its error.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, LazyLock, OnceLock, RwLock};
 
 use cel::common::ast::{EntryExpr, Expr, IdedExpr, LiteralValue};
@@ -166,6 +177,9 @@ pub struct CelProgram {
     old_object: Need,
     request: Need,
     reads: Reads,
+    /// The comparisons answered without CEL values, by their index in the names the
+    /// expression now reads them by ([`DECIDED`], [`ANSWER`]).
+    shortcuts: Vec<Shortcut>,
 }
 
 impl CelProgram {
@@ -174,17 +188,34 @@ impl CelProgram {
     /// and a 4 KiB text can chain 2,000 of them. Only loading pays for the thread; what loads
     /// is at most [`MAX_TREE_DEPTH`] deep, which evaluation on any thread can afford.
     pub fn compile(text: &str) -> Result<CelProgram, String> {
+        Self::compile_on_thread(text, true)
+    }
+
+    /// The same program with every comparison left to cel-rust: what the shortcuts are held
+    /// to in tests.
+    #[cfg(test)]
+    pub fn compile_without_shortcuts(text: &str) -> Result<CelProgram, String> {
+        Self::compile_on_thread(text, false)
+    }
+
+    /// How many comparisons are answered as shortcuts.
+    #[cfg(test)]
+    pub fn shortcut_count(&self) -> usize {
+        self.shortcuts.len()
+    }
+
+    fn compile_on_thread(text: &str, with_shortcuts: bool) -> Result<CelProgram, String> {
         let text = text.to_string();
         std::thread::Builder::new()
             .name("cel-compile".into())
             .stack_size(PARSE_STACK)
-            .spawn(move || Self::compile_here(&text))
+            .spawn(move || Self::compile_here(&text, with_shortcuts))
             .map_err(|e| format!("cannot be compiled: no thread to parse it on ({e})"))?
             .join()
             .unwrap_or_else(|_| Err("could not be parsed (the CEL parser failed)".into()))
     }
 
-    fn compile_here(text: &str) -> Result<CelProgram, String> {
+    fn compile_here(text: &str, with_shortcuts: bool) -> Result<CelProgram, String> {
         // The parser also recurses per level of nesting: a deeply nested text is refused
         // before it is parsed.
         let nesting = nesting(text);
@@ -205,6 +236,12 @@ impl CelProgram {
         let mut check = Check::default();
         check.expr(&expr, false)?;
         compiled_matches(&mut expr);
+        // After the check: what the expression reads (and so what the fallbacks build) is
+        // that of the text as written.
+        let mut shortcuts = Vec::new();
+        if with_shortcuts {
+            rewrite_shortcuts(&mut expr, &mut shortcuts);
+        }
         let selectors = match &check.request {
             Need::Nothing => false,
             Need::Whole => true,
@@ -225,6 +262,7 @@ impl CelProgram {
             old_object: check.old_object,
             request: check.request,
             reads,
+            shortcuts,
         })
     }
 }
@@ -238,6 +276,7 @@ impl Program for CelProgram {
             old_object: OnceLock::new(),
             request: OnceLock::new(),
             changed_paths: OnceLock::new(),
+            answers: Default::default(),
         };
         let mut context = Context::with_env(Arc::clone(&ENV));
         context.set_variable_resolver(&variables);
@@ -265,6 +304,10 @@ struct Variables<'a> {
     old_object: OnceLock<Box<dyn Val + 'a>>,
     request: OnceLock<Box<dyn Val + 'a>>,
     changed_paths: OnceLock<Box<dyn Val + 'a>>,
+    /// Each shortcut's answer, found on its first use ([`Answer`]). Atomic only because a
+    /// resolver must be `Sync`: one evaluation runs on one thread, and an answer found twice
+    /// is the same answer.
+    answers: [AtomicU8; MAX_SHORTCUTS],
 }
 
 impl VariableResolver for Variables<'_> {
@@ -289,9 +332,63 @@ impl VariableResolver for Variables<'_> {
                         .collect::<Vec<_>>(),
                 ))
             }),
-            _ => return None,
+            _ => return self.shortcut(variable),
         };
         Some(CowVal::Borrowed(&**value))
+    }
+}
+
+static TRUE: CelBool = CelBool::TRUE;
+static FALSE: CelBool = CelBool::FALSE;
+
+impl Variables<'_> {
+    /// [`DECIDED`] or [`ANSWER`] of a shortcut; `None` for any other name.
+    fn shortcut<'b>(&'b self, variable: &str) -> Option<CowVal<'b, 'b>> {
+        let (index, decided) = match variable.strip_prefix(DECIDED) {
+            Some(index) => (index, true),
+            None => (variable.strip_prefix(ANSWER)?, false),
+        };
+        let index: usize = index.parse().ok()?;
+        let shortcut = self.program.shortcuts.get(index)?;
+        let slot = self.answers.get(index)?;
+        let answer = match slot.load(Ordering::Relaxed) {
+            Answer::NOT_YET => {
+                let answer = shortcut.answer(self.input);
+                slot.store(Answer::encode(answer), Ordering::Relaxed);
+                answer
+            }
+            known => Answer::decode(known),
+        };
+        // An undecided answer is never read: its name is only reached when `DECIDED` is true
+        // (and a shortcut without content paths is always decided).
+        let value = if decided { answer.is_some() } else { answer? };
+        Some(CowVal::Borrowed(if value { &TRUE } else { &FALSE }))
+    }
+}
+
+/// A shortcut's answer in one byte: not yet found, or what [`Shortcut::answer`] found.
+struct Answer;
+
+impl Answer {
+    const NOT_YET: u8 = 0;
+    const UNDECIDED: u8 = 1;
+    const FALSE: u8 = 2;
+    const TRUE: u8 = 3;
+
+    fn encode(answer: Option<bool>) -> u8 {
+        match answer {
+            None => Answer::UNDECIDED,
+            Some(false) => Answer::FALSE,
+            Some(true) => Answer::TRUE,
+        }
+    }
+
+    fn decode(byte: u8) -> Option<bool> {
+        match byte {
+            Answer::TRUE => Some(true),
+            Answer::FALSE => Some(false),
+            _ => None,
+        }
     }
 }
 
@@ -376,16 +473,10 @@ impl<'a> Indexer for PathMap<'a> {
 
 /// All of `value` as a CEL value borrowing its strings.
 fn whole(value: &Json) -> Box<dyn Val + '_> {
+    if let Some(scalar) = Scalar::of(value) {
+        return scalar.boxed();
+    }
     match value {
-        Json::Null => Box::new(CelNull),
-        Json::Bool(b) => Box::new(CelBool::from(*b)),
-        Json::Number(n) => match (n.as_i64(), n.as_u64()) {
-            (Some(i), _) => Box::new(CelInt::from(i)),
-            (None, Some(u)) => Box::new(CelUInt::from(u)),
-            // serde_json numbers are finite: as_f64 is always Some here.
-            _ => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
-        },
-        Json::String(s) => Box::new(CelString::from(s.as_str())),
         Json::Array(items) => Box::new(CelList::from(
             items.iter().map(whole).collect::<Vec<Box<dyn Val>>>(),
         )),
@@ -394,6 +485,58 @@ fn whole(value: &Json) -> Box<dyn Val + '_> {
                 .map(|(k, v)| (CelMapKey::from(k.as_str()), whole(v)))
                 .collect::<HashMap<_, _>>(),
         )),
+        // Scalars are handled above.
+        _ => Box::new(CelNull),
+    }
+}
+
+/// A JSON scalar as the CEL value [`whole`] makes of it, on the stack.
+enum Scalar<'a> {
+    Null(CelNull),
+    Bool(CelBool),
+    Int(CelInt),
+    UInt(CelUInt),
+    Double(CelDouble),
+    String(CelString<'a>),
+}
+
+impl<'a> Scalar<'a> {
+    /// `None` for a list or a map.
+    fn of(value: &'a Json) -> Option<Scalar<'a>> {
+        Some(match value {
+            Json::Null => Scalar::Null(CelNull),
+            Json::Bool(b) => Scalar::Bool(CelBool::from(*b)),
+            Json::Number(n) => match (n.as_i64(), n.as_u64()) {
+                (Some(i), _) => Scalar::Int(CelInt::from(i)),
+                (None, Some(u)) => Scalar::UInt(CelUInt::from(u)),
+                // serde_json numbers are finite: as_f64 is always Some here.
+                _ => Scalar::Double(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+            },
+            Json::String(s) => Scalar::String(CelString::from(s.as_str())),
+            Json::Array(_) | Json::Object(_) => return None,
+        })
+    }
+
+    fn as_val(&self) -> &(dyn Val + 'a) {
+        match self {
+            Scalar::Null(v) => v,
+            Scalar::Bool(v) => v,
+            Scalar::Int(v) => v,
+            Scalar::UInt(v) => v,
+            Scalar::Double(v) => v,
+            Scalar::String(v) => v,
+        }
+    }
+
+    fn boxed(self) -> Box<dyn Val + 'a> {
+        match self {
+            Scalar::Null(v) => Box::new(v),
+            Scalar::Bool(v) => Box::new(v),
+            Scalar::Int(v) => Box::new(v),
+            Scalar::UInt(v) => Box::new(v),
+            Scalar::Double(v) => Box::new(v),
+            Scalar::String(v) => Box::new(v),
+        }
     }
 }
 
@@ -797,5 +940,333 @@ fn macro_body<'e>(c: &'e cel::common::ast::ComprehensionExpr) -> Option<Vec<&'e 
             }
         }
         _ => None,
+    }
+}
+
+/// How many comparisons of one expression are answered as shortcuts; the rest are left to
+/// cel-rust (each evaluation keeps one answer per shortcut).
+const MAX_SHORTCUTS: usize = 16;
+
+/// `@authzd_decided_N`: whether shortcut N has an answer without CEL values.
+const DECIDED: &str = "@authzd_decided_";
+/// `@authzd_answer_N`: shortcut N's answer (read only when it is decided).
+const ANSWER: &str = "@authzd_answer_";
+
+/// A comparison answered from the JSON and the request (see the module's documentation).
+#[derive(Debug)]
+enum Shortcut {
+    Equal(Operand, Operand),
+    NotEqual(Operand, Operand),
+    /// `operand in request.userInfo.groups`.
+    InGroups(Operand),
+}
+
+/// One side of a shortcut comparison.
+#[derive(Debug)]
+enum Operand {
+    /// `object` or `oldObject` (`old`), then a chain of field selections and literal keys.
+    Content {
+        old: bool,
+        path: Vec<String>,
+    },
+    Request(RequestField),
+    Literal(LiteralValue),
+}
+
+/// The string fields of `request` (every request has them all).
+#[derive(Clone, Copy, Debug)]
+enum RequestField {
+    Verb,
+    ApiGroup,
+    ApiVersion,
+    Resource,
+    Subresource,
+    Name,
+    Namespace,
+    Username,
+}
+
+impl RequestField {
+    fn of(path: &[String]) -> Option<RequestField> {
+        Some(match path {
+            [field] => match field.as_str() {
+                "verb" => RequestField::Verb,
+                "apiGroup" => RequestField::ApiGroup,
+                "apiVersion" => RequestField::ApiVersion,
+                "resource" => RequestField::Resource,
+                "subresource" => RequestField::Subresource,
+                "name" => RequestField::Name,
+                "namespace" => RequestField::Namespace,
+                _ => return None,
+            },
+            [user, field] if user == "userInfo" && field == "username" => RequestField::Username,
+            _ => return None,
+        })
+    }
+
+    /// The field as [`request`] gives it to CEL.
+    fn of_request<'a>(self, r: &RequestInput<'a>) -> &'a str {
+        match self {
+            RequestField::Verb => r.verb,
+            RequestField::ApiGroup => r.api_group,
+            RequestField::ApiVersion => r.api_version,
+            RequestField::Resource => r.resource,
+            RequestField::Subresource => r.subresource,
+            RequestField::Name => r.name,
+            RequestField::Namespace => r.namespace,
+            RequestField::Username => r.username,
+        }
+    }
+}
+
+/// `null`: the value of an object the request does not carry.
+static NULL_JSON: Json = Json::Null;
+
+impl Operand {
+    /// `e` as an operand: a literal, a content path without a presence test, or a string
+    /// field of `request`.
+    fn of(e: &IdedExpr) -> Option<Operand> {
+        if let Expr::Literal(literal) = &e.expr {
+            return Some(Operand::Literal(literal.clone()));
+        }
+        if matches!(&e.expr, Expr::Select(select) if select.test) {
+            return None;
+        }
+        let (name, path) = chain(e)?;
+        match name {
+            OBJECT | OLD_OBJECT => Some(Operand::Content {
+                old: name == OLD_OBJECT,
+                path,
+            }),
+            REQUEST => RequestField::of(&path).map(Operand::Request),
+            _ => None,
+        }
+    }
+
+    fn is_content(&self) -> bool {
+        matches!(self, Operand::Content { .. })
+    }
+
+    /// The operand's value; `None` when a content path does not reach one (CEL's evaluation
+    /// of the path raises an error there).
+    fn value<'a>(&'a self, input: &Input<'a>) -> Option<Side<'a>> {
+        Some(match self {
+            Operand::Literal(literal) => Side::Literal(literal),
+            Operand::Request(field) => Side::String(field.of_request(&input.request)),
+            Operand::Content { old, path } => {
+                let root = if *old { input.old_object } else { input.object };
+                let Some(mut value) = root else {
+                    // An absent object is null, and selecting from null is an error.
+                    return path.is_empty().then_some(Side::Json(&NULL_JSON));
+                };
+                for step in path {
+                    value = field(value.as_object()?, step)?;
+                }
+                Side::Json(value)
+            }
+        })
+    }
+}
+
+/// The widest map a field is looked up in by comparing keys rather than by hashing the name:
+/// objects' own maps (`metadata`, a few labels) are small, and hashing a name costs more than
+/// comparing it with a handful of keys.
+const SCANNED_MAP: usize = 8;
+
+/// `map`'s value at `key` (keys are unique: the first equal key is the only one).
+fn field<'a>(map: &'a serde_json::Map<String, Json>, key: &str) -> Option<&'a Json> {
+    if map.len() <= SCANNED_MAP {
+        map.iter().find_map(|(k, v)| (k == key).then_some(v))
+    } else {
+        map.get(key)
+    }
+}
+
+/// An operand's value for one evaluation.
+enum Side<'a> {
+    Json(&'a Json),
+    String(&'a str),
+    Literal(&'a LiteralValue),
+}
+
+impl Side<'_> {
+    /// A scalar side as a CEL value (a JSON list or map is not one).
+    fn scalar_with<R>(&self, f: impl FnOnce(Option<&dyn Val>) -> R) -> R {
+        match self {
+            Side::Json(json) => f(Scalar::of(json).as_ref().map(Scalar::as_val)),
+            Side::String(s) => f(Some(&CelString::from(*s))),
+            Side::Literal(literal) => f(Some(literal.to_val().as_ref())),
+        }
+    }
+}
+
+impl Shortcut {
+    /// `e` as a shortcut: `a == b` or `a != b` between operands, not both literals, or
+    /// `a in request.userInfo.groups`.
+    fn of(e: &IdedExpr) -> Option<Shortcut> {
+        let Expr::Call(call) = &e.expr else {
+            return None;
+        };
+        let ([left, right], None) = (call.args.as_slice(), &call.target) else {
+            return None;
+        };
+        let comparison = |left: &IdedExpr, right: &IdedExpr| {
+            let (left, right) = (Operand::of(left)?, Operand::of(right)?);
+            let literals =
+                matches!(left, Operand::Literal(_)) && matches!(right, Operand::Literal(_));
+            (!literals).then_some((left, right))
+        };
+        match call.func_name.as_str() {
+            "_==_" => comparison(left, right).map(|(l, r)| Shortcut::Equal(l, r)),
+            "_!=_" => comparison(left, right).map(|(l, r)| Shortcut::NotEqual(l, r)),
+            "@in" => match chain(right)? {
+                (REQUEST, path) if path == ["userInfo", "groups"] => {
+                    Operand::of(left).map(Shortcut::InGroups)
+                }
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn reads_content(&self) -> bool {
+        match self {
+            Shortcut::Equal(left, right) | Shortcut::NotEqual(left, right) => {
+                left.is_content() || right.is_content()
+            }
+            Shortcut::InGroups(needle) => needle.is_content(),
+        }
+    }
+
+    /// The comparison's value, as CEL would give it; `None` when CEL's evaluation must
+    /// decide (it raises an error there).
+    fn answer(&self, input: &Input<'_>) -> Option<bool> {
+        Some(match self {
+            Shortcut::Equal(left, right) => equals(&left.value(input)?, &right.value(input)?),
+            Shortcut::NotEqual(left, right) => !equals(&left.value(input)?, &right.value(input)?),
+            Shortcut::InGroups(needle) => needle.value(input)?.scalar_with(|needle| {
+                // `in` on a list asks each element whether it equals the needle; no string
+                // equals a list or a map.
+                needle.is_some_and(|needle| {
+                    input
+                        .request
+                        .groups
+                        .iter()
+                        .any(|group| CelString::from(*group).equals(needle))
+                })
+            }),
+        })
+    }
+}
+
+/// `left == right` as cel-rust answers it for the values [`whole`] and [`request`] build.
+fn equals(left: &Side<'_>, right: &Side<'_>) -> bool {
+    if let (Side::Json(left), Side::Json(right)) = (left, right) {
+        return json_equals(left, right);
+    }
+    // A list or a map equals only a list or a map (cel-rust's lists and maps downcast the
+    // other side; its scalars compare only with scalars), and only JSON holds either.
+    left.scalar_with(|left| {
+        right.scalar_with(|right| match (left, right) {
+            (Some(left), Some(right)) => left.equals(right),
+            _ => false,
+        })
+    })
+}
+
+/// `left == right` between two JSON values, as cel-rust compares the values [`whole`] makes of
+/// them: lists element by element, maps by size and then each of the left's keys looked up in
+/// the right, scalars by cel-rust's own `equals` (which compares numbers across int, uint and
+/// double).
+fn json_equals(left: &Json, right: &Json) -> bool {
+    match (left, right) {
+        (Json::Object(left), Json::Object(right)) => {
+            // Keys are unique, so where the right's key in the same position is the left's,
+            // its value is the one a lookup finds: maps written in the same order (an update
+            // keeps its object's order) are compared without hashing a key.
+            left.len() == right.len()
+                && left
+                    .iter()
+                    .zip(right)
+                    .all(|((key, value), (right_key, at))| {
+                        let right_value = if key == right_key {
+                            Some(at)
+                        } else {
+                            field(right, key)
+                        };
+                        right_value.is_some_and(|r| json_equals(value, r))
+                    })
+        }
+        (Json::Array(left), Json::Array(right)) => {
+            left.len() == right.len() && left.iter().zip(right).all(|(l, r)| json_equals(l, r))
+        }
+        _ => match (Scalar::of(left), Scalar::of(right)) {
+            (Some(left), Some(right)) => left.as_val().equals(right.as_val()),
+            // A list and a map, or either and a scalar.
+            _ => false,
+        },
+    }
+}
+
+/// Every comparison of `e` that [`Shortcut::of`] accepts is read from the variables the
+/// evaluation answers it with: `@authzd_answer_N` when it reads no content, and `@authzd_decided_N
+/// ? @authzd_answer_N : (the comparison)` when it does, so that CEL evaluates it (and raises
+/// its error) where a path does not reach a value.
+fn rewrite_shortcuts(e: &mut IdedExpr, shortcuts: &mut Vec<Shortcut>) {
+    if shortcuts.len() < MAX_SHORTCUTS {
+        if let Some(shortcut) = Shortcut::of(e) {
+            let index = shortcuts.len();
+            let reads_content = shortcut.reads_content();
+            shortcuts.push(shortcut);
+            let ident = |prefix: &str| IdedExpr {
+                id: e.id,
+                expr: Expr::Ident(format!("{prefix}{index}")),
+            };
+            let answer = ident(ANSWER);
+            e.expr = if reads_content {
+                let decided = ident(DECIDED);
+                let original = IdedExpr {
+                    id: e.id,
+                    expr: std::mem::take(&mut e.expr),
+                };
+                Expr::Call(cel::common::ast::CallExpr {
+                    func_name: "_?_:_".to_string(),
+                    target: None,
+                    args: vec![decided, answer, original],
+                })
+            } else {
+                answer.expr
+            };
+            return;
+        }
+    }
+    match &mut e.expr {
+        Expr::Call(call) => {
+            if let Some(target) = &mut call.target {
+                rewrite_shortcuts(target, shortcuts);
+            }
+            for arg in &mut call.args {
+                rewrite_shortcuts(arg, shortcuts);
+            }
+        }
+        Expr::Select(select) => rewrite_shortcuts(&mut select.operand, shortcuts),
+        Expr::List(list) => {
+            for element in &mut list.elements {
+                rewrite_shortcuts(element, shortcuts);
+            }
+        }
+        Expr::Map(map) => {
+            for entry in &mut map.entries {
+                if let EntryExpr::MapEntry(entry) = &mut entry.expr {
+                    rewrite_shortcuts(&mut entry.key, shortcuts);
+                    rewrite_shortcuts(&mut entry.value, shortcuts);
+                }
+            }
+        }
+        Expr::Comprehension(c) => {
+            rewrite_shortcuts(&mut c.iter_range, shortcuts);
+            rewrite_shortcuts(&mut c.loop_step, shortcuts);
+        }
+        Expr::Literal(_) | Expr::Ident(_) | Expr::Struct(_) | Expr::Unspecified => {}
     }
 }

@@ -334,3 +334,333 @@ fn deep_nesting_is_refused_not_overflowed() {
     // Within the limits, nesting loads.
     assert!(Condition::compile(&format!("{}true{}", "(".repeat(16), ")".repeat(16))).is_ok());
 }
+
+/// `text` compiled with its comparisons answered as shortcuts (at least `shortcuts` of them),
+/// and with all of it left to cel-rust.
+struct BothWays {
+    text: &'static str,
+    fast: cel_rust::CelProgram,
+    plain: cel_rust::CelProgram,
+}
+
+impl BothWays {
+    fn compile(text: &'static str, shortcuts: usize) -> BothWays {
+        let fast = cel_rust::CelProgram::compile(text).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let plain = cel_rust::CelProgram::compile_without_shortcuts(text)
+            .unwrap_or_else(|e| panic!("{text}: {e}"));
+        assert!(
+            fast.shortcut_count() >= shortcuts,
+            "{text}: {} shortcuts",
+            fast.shortcut_count()
+        );
+        assert_eq!(plain.shortcut_count(), 0);
+        assert_eq!(fast.reads(), plain.reads(), "{text}");
+        BothWays { text, fast, plain }
+    }
+
+    /// Both programs' values (fast, plain).
+    fn evaluate(
+        &self,
+        object: Option<&Value>,
+        old: Option<&Value>,
+        groups: &[&str],
+    ) -> (Result<bool, String>, Result<bool, String>) {
+        let input = Input {
+            object,
+            old_object: old,
+            request: RequestInput {
+                verb: "update",
+                api_group: "apps",
+                api_version: "v1",
+                resource: "deployments",
+                subresource: "",
+                name: "web",
+                namespace: "dev",
+                username: "alice",
+                groups,
+                field_selector: &[],
+                label_selector: &[],
+            },
+            changed_paths: &[],
+        };
+        (self.fast.evaluate(&input), self.plain.evaluate(&input))
+    }
+}
+
+fn both_ways(
+    text: &'static str,
+    object: Option<&Value>,
+    old: Option<&Value>,
+    groups: &[&str],
+    shortcuts: usize,
+) -> (Result<bool, String>, Result<bool, String>) {
+    BothWays::compile(text, shortcuts).evaluate(object, old, groups)
+}
+
+/// The shortcuts answer what cel-rust answers, errors included, on the edge cases of CEL's
+/// equality: equal and different maps, numbers of different types (1 and 1.0), nested lists,
+/// nulls, absent fields and objects, lists and maps against scalars, `!=` and `in`.
+#[test]
+fn shortcuts_answer_as_cel_does() {
+    let new = json!({
+        "metadata": {"name": "web", "labels": {"app": "web", "tier": "fe"}, "owner": "alice",
+            "nothing": null},
+        "spec": {"replicas": 1, "ratio": 1.0, "big": 18446744073709551615u64,
+            "huge": 9007199254740993i64, "nested": [[1, 2], [3, {"a": [4]}]], "empty": {},
+            "list": [], "flag": true, "neg": -0.0, "zero": 0},
+    });
+    let old = json!({
+        "metadata": {"name": "web", "labels": {"tier": "fe", "app": "web"}, "owner": "bob",
+            "nothing": null},
+        "spec": {"replicas": 1.0, "ratio": 1, "big": 18446744073709551615.0,
+            "huge": 9007199254740992.0, "nested": [[1.0, 2], [3, {"a": [4.0]}]], "empty": [],
+            "list": {}, "flag": "true", "neg": 0, "zero": 0.0},
+    });
+    let different_labels = json!({"metadata": {"labels": {"app": "web", "tier": "be"}}});
+    let more_labels = json!({"metadata": {"labels": {"app": "web", "tier": "fe", "x": "y"}}});
+    // (condition, its value on (new, old), when it has one)
+    let cases: &[(&'static str, Option<bool>)] = &[
+        ("object.metadata.labels == oldObject.metadata.labels", Some(true)),
+        ("object.metadata.labels != oldObject.metadata.labels", Some(false)),
+        ("object.metadata == oldObject.metadata", Some(false)),
+        ("object.metadata.name == oldObject.metadata.name", Some(true)),
+        ("object.metadata.owner != oldObject.metadata.owner", Some(true)),
+        ("object.metadata.nothing == oldObject.metadata.nothing", Some(true)),
+        ("object.metadata.nothing == null", Some(true)),
+        ("null == object.metadata.labels", Some(false)),
+        ("object.metadata.labels == null", Some(false)),
+        ("object.metadata.labels['app'] == 'web'", Some(true)),
+        ("'web' == object.metadata.labels.app", Some(true)),
+        // numbers across int, uint and double: whatever cel-rust says
+        ("object.spec.replicas == oldObject.spec.replicas", None),
+        ("object.spec.ratio == oldObject.spec.ratio", None),
+        ("object.spec.big == oldObject.spec.big", None),
+        ("object.spec.huge == oldObject.spec.huge", None),
+        ("object.spec.neg == oldObject.spec.neg", None),
+        ("object.spec.zero == oldObject.spec.zero", None),
+        ("object.spec.replicas == 1.0", None),
+        ("object.spec.replicas == 1u", None),
+        ("1.0 != object.spec.replicas", None),
+        ("object.spec.nested == oldObject.spec.nested", None),
+        ("object.spec == oldObject.spec", Some(false)),
+        ("object.spec.nested != oldObject.spec.nested", Some(false)),
+        // lists, maps and scalars against each other
+        ("object.spec.empty == oldObject.spec.empty", Some(false)),
+        ("object.spec.list == oldObject.spec.list", Some(false)),
+        ("object.spec.flag == oldObject.spec.flag", Some(false)),
+        ("object.spec.list == 1", Some(false)),
+        ("1 == object.spec.list", Some(false)),
+        ("object.spec.empty == 'x'", Some(false)),
+        ("b'x' == object.spec.empty", Some(false)),
+        ("object.metadata.name == b'web'", Some(false)),
+        ("object.spec.list != true", Some(true)),
+        ("object.spec.list == null", Some(false)),
+        ("object == oldObject", Some(false)),
+        ("object == object", Some(true)),
+        // absent fields, selections from scalars and lists: CEL's errors
+        ("object.metadata.missing == oldObject.metadata.name", None),
+        ("object.metadata.name == oldObject.metadata.missing", None),
+        ("object.metadata.labels['nope'] != 'x'", None),
+        ("object.metadata.nothing.x == 1", None),
+        ("object.metadata.name.x == 1", None),
+        ("object.spec.nested.x == 1", None),
+        // request fields and groups
+        ("request.verb == 'update'", Some(true)),
+        ("'deployments' != request.resource", Some(false)),
+        ("request.userInfo.username == object.metadata.owner", Some(true)),
+        ("request.userInfo.username == oldObject.metadata.owner", Some(false)),
+        ("request.apiGroup == 1", Some(false)),
+        ("request.subresource == ''", Some(true)),
+        ("'label-editors' in request.userInfo.groups", Some(true)),
+        ("'nobody' in request.userInfo.groups", Some(false)),
+        ("object.metadata.owner in request.userInfo.groups", Some(false)),
+        ("oldObject.metadata.owner in request.userInfo.groups", Some(true)),
+        ("object.metadata.labels in request.userInfo.groups", Some(false)),
+        ("1 in request.userInfo.groups", Some(false)),
+        ("object.metadata.missing in request.userInfo.groups", None),
+        // inside logic, conditionals and macros
+        (
+            "object.metadata.labels == oldObject.metadata.labels || 'label-editors' in request.userInfo.groups",
+            Some(true),
+        ),
+        (
+            "object.metadata.missing == oldObject.metadata.labels || 'label-editors' in request.userInfo.groups",
+            Some(true),
+        ),
+        (
+            "object.metadata.missing == oldObject.metadata.labels && 'label-editors' in request.userInfo.groups",
+            None,
+        ),
+        (
+            "request.verb == 'update' ? object.metadata.name != 'web' : true",
+            Some(false),
+        ),
+        ("object.spec.nested.exists(x, request.verb == 'update')", Some(true)),
+        ("[request.verb == 'update', 'bob' in request.userInfo.groups] == [true, true]", Some(true)),
+    ];
+    let groups = ["bob", "label-editors"];
+    for (text, expected) in cases {
+        let (fast, plain) = both_ways(text, Some(&new), Some(&old), &groups, 1);
+        assert_eq!(fast, plain, "{text}");
+        if let Some(expected) = expected {
+            assert_eq!(fast, Ok(*expected), "{text}");
+        }
+    }
+    // The errors are CEL's own, and the numbers compare as cel-rust compares them.
+    let (fast, _) = both_ways(
+        "object.metadata.labels['nope'] != 'x'",
+        Some(&new),
+        Some(&old),
+        &groups,
+        1,
+    );
+    assert!(fast.unwrap_err().contains("nope"));
+    for text in [
+        "object.spec.replicas == oldObject.spec.replicas",
+        "object.spec.nested == oldObject.spec.nested",
+    ] {
+        assert_eq!(
+            both_ways(text, Some(&new), Some(&old), &groups, 1).0,
+            Ok(true),
+            "{text}"
+        );
+    }
+    // Maps that differ in a value, or in size.
+    for other in [&different_labels, &more_labels] {
+        for (text, expected) in [
+            ("object.metadata.labels == oldObject.metadata.labels", false),
+            ("oldObject.metadata.labels == object.metadata.labels", false),
+            ("object.metadata.labels != oldObject.metadata.labels", true),
+        ] {
+            let (fast, plain) = both_ways(text, Some(&new), Some(other), &groups, 1);
+            assert_eq!(fast, plain, "{text}");
+            assert_eq!(fast, Ok(expected), "{text}");
+        }
+    }
+    // An absent object is null: compared whole it is null, selected from it is an error.
+    for (text, expected) in [
+        ("oldObject == null", Some(true)),
+        ("object == oldObject", Some(false)),
+        ("oldObject != object", Some(true)),
+        ("object.metadata.labels == oldObject.metadata.labels", None),
+        ("oldObject.metadata in request.userInfo.groups", None),
+    ] {
+        let (fast, plain) = both_ways(text, Some(&new), None, &groups, 1);
+        assert_eq!(fast, plain, "{text}");
+        match expected {
+            Some(expected) => assert_eq!(fast, Ok(expected), "{text}"),
+            None => assert!(fast.is_err(), "{text}"),
+        }
+    }
+}
+
+/// A comparison the shortcuts do not take is left as it was.
+#[test]
+fn other_comparisons_are_left_to_cel() {
+    for text in [
+        "1 == 1",
+        "object.metadata.labels == {'app': 'web'}",
+        "has(object.metadata.labels) == true",
+        "object.spec.containers[0] == oldObject.spec.containers[0]",
+        "request.userInfo == request.userInfo",
+        "'x' in object.metadata.labels",
+        "object.metadata.name < oldObject.metadata.name",
+        "size(object.metadata.labels) == 2",
+    ] {
+        let program = cel_rust::CelProgram::compile(text).unwrap();
+        assert_eq!(program.shortcut_count(), 0, "{text}");
+    }
+    let (new, old) = (pod(), old_pod());
+    for (text, expected) in [
+        (
+            "object.metadata.labels == {'app': 'web', 'tier': 'frontend'}",
+            true,
+        ),
+        ("size(object.metadata.labels) == 2", true),
+        ("has(object.metadata.missing) == false", true),
+        (
+            "object.spec.containers[0] == oldObject.spec.containers[0]",
+            true,
+        ),
+    ] {
+        let (fast, plain) = both_ways(text, Some(&new), Some(&old), GROUPS, 0);
+        assert_eq!(fast, plain, "{text}");
+        assert_eq!(fast, Ok(expected), "{text}");
+    }
+}
+
+/// Small JSON values with the shapes CEL's equality treats apart: numbers of each kind
+/// (including 1 and 1.0, -0.0 and 0, values beyond i64), nulls, nested lists and maps.
+fn small_json() -> impl proptest::strategy::Strategy<Value = Value> {
+    use proptest::prelude::*;
+    let leaf = prop_oneof![
+        Just(Value::Null),
+        any::<bool>().prop_map(Value::from),
+        (-2i64..3).prop_map(Value::from),
+        prop_oneof![Just(-1.0f64), Just(-0.0), Just(0.0), Just(1.0), Just(2.5)]
+            .prop_map(Value::from),
+        prop_oneof![Just(u64::MAX), Just(1u64 << 63)].prop_map(Value::from),
+        Just(json!(1.8446744073709552e19)),
+        prop_oneof![Just("a"), Just("b"), Just("1"), Just("")].prop_map(Value::from),
+    ];
+    leaf.prop_recursive(3, 24, 4, |inner| {
+        prop_oneof![
+            proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::from),
+            proptest::collection::btree_map(
+                prop_oneof![
+                    Just("a".to_string()),
+                    Just("b".to_string()),
+                    Just("c".to_string())
+                ],
+                inner,
+                0..4
+            )
+            .prop_map(|m| Value::Object(m.into_iter().collect())),
+        ]
+    })
+}
+
+/// The comparisons the property below holds to cel-rust, compiled once.
+static RANDOM_CASES: std::sync::LazyLock<Vec<BothWays>> = std::sync::LazyLock::new(|| {
+    [
+        "object == oldObject",
+        "object.a == oldObject.a",
+        "object.a != oldObject.a",
+        "oldObject.a == object.a",
+        "object.a.a == oldObject.a.a",
+        "object.a.b != oldObject.a['a']",
+        "object.a == oldObject.b",
+        "object.a.a == oldObject.b.a",
+        "object.a == 1",
+        "1.0 == object.a",
+        "object.a == 18446744073709551615u",
+        "object.a == 'a'",
+        "object.a == null",
+        "object.a == true",
+        "object.a['c'] == request.verb",
+        "object.a in request.userInfo.groups",
+        "oldObject.b.a in request.userInfo.groups",
+        "object.a == oldObject.a || 'b' in request.userInfo.groups",
+    ]
+    .into_iter()
+    .map(|text| BothWays::compile(text, 1))
+    .collect()
+});
+
+proptest::proptest! {
+    /// On random objects, every shortcut comparison answers what cel-rust answers, error
+    /// messages included.
+    #[test]
+    fn shortcuts_answer_as_cel_on_random_objects(
+        a in small_json(),
+        b in small_json(),
+        old_present in proptest::prelude::any::<bool>(),
+    ) {
+        let (a, b) = (json!({"a": a, "c": "a"}), json!({"a": b, "b": {"a": "b"}}));
+        let old = old_present.then_some(&b);
+        for case in RANDOM_CASES.iter() {
+            let (fast, plain) = case.evaluate(Some(&a), old, &["a", "1"]);
+            proptest::prop_assert_eq!(fast, plain, "{}", case.text);
+        }
+    }
+}
