@@ -91,12 +91,14 @@ pub fn text(outcomes: &[FileOutcome]) -> String {
         );
     } else {
         let mut parts = Vec::new();
-        if totals.failed > 0 || totals.not_loaded == 0 {
+        if totals.failed > 0 {
             parts.push(format!(
                 "{} of {} failed",
                 totals.failed,
                 plural(totals.cases, "case", "cases")
             ));
+        } else {
+            parts.push(format!("{} passed", plural(totals.cases, "case", "cases")));
         }
         if totals.not_loaded > 0 {
             parts.push(format!(
