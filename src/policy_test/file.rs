@@ -436,6 +436,9 @@ fn check(path: &Path, file: &str, base: &Path, spec: FileSpec) -> Result<TestFil
 
 /// `RBAC,ABAC` or `[RBAC, ABAC]`; a Webhook is refused (offline, nothing asks one).
 fn parse_modes(entries: &[String]) -> Result<Vec<Mode>, String> {
+    if entries.is_empty() {
+        return Err("an empty chain decides nothing (leave `modes` out for RBAC,ABAC)".to_string());
+    }
     let joined = entries.join(",");
     let modes = Mode::parse_chain(&joined)?;
     if modes.iter().any(|mode| matches!(mode, Mode::Webhook(_))) {
@@ -792,6 +795,13 @@ mod tests {
             .message
             .contains("has no `cases`"));
         assert!(load_text("- just a list\n").is_err());
+        let errors = load_text("modes: []\ncases: []\n").unwrap_err();
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.message.contains("modes: an empty chain")),
+            "{errors:?}"
+        );
         let errors = load_text("modes: [RBAC, Webhook]\ncases: []\n").unwrap_err();
         assert!(
             errors
