@@ -2,7 +2,9 @@
 """Writes BENCHMARKS.md (to stdout) from target/criterion and target/loadgen-*.json.
 
 Called by scripts/bench.sh. Every figure in the output comes from those files; nothing is typed
-in by hand.
+in by hand. `--section policy-test` writes that one section alone, for splicing a single
+bench's new figures into BENCHMARKS.md without regenerating the rest. Criterion's output is
+read from $CRITERION_HOME when set (criterion's own variable), else target/criterion.
 """
 import datetime
 import json
@@ -10,8 +12,9 @@ import os
 import platform
 import re
 import subprocess
+import sys
 
-CRITERION = "target/criterion"
+CRITERION = os.environ.get("CRITERION_HOME", "target/criterion")
 
 
 def sh(*cmd):
@@ -339,6 +342,44 @@ def conditions_section(w, results):
       "before `authzd` began).\n")
 
 
+def policy_test_section(w, results):
+    """Issue 20's figure: `authzd test` over 10,000 cases (benches/policy_test.rs)."""
+    if "policy_test/binary_10k-cases" not in results:
+        return
+    get = lambda k: results.get(f"policy_test/{k}", (float("nan"),) * 3)
+    info = {}
+    path = os.path.join(CRITERION, "policy_test-cases.json")
+    if os.path.exists(path):
+        with open(path) as f:
+            info = json.load(f)
+    ok = lambda b: "yes" if b else "no"
+    many, junit = get("binary_10k-cases"), get("binary_10k-cases_junit")
+    one, check = get("binary_1-case"), get("check_1-request")
+    cases = info.get("cases", 10_000)
+    w("## `authzd test` (issue 20)\n")
+    described = ""
+    if info:
+        described = (f" ({info['allow']:,} allow, {info['deny']:,} deny, {info['no_opinion']:,} no "
+                     f"opinion; {info['who_can']:,} also with who-can expectations; "
+                     f"{info['bytes'] / 1e6:.1f} MB of YAML)")
+    w("`cargo bench --bench policy_test`: the release binary, run as a user runs it (a new "
+      f"process per iteration, its report read through a pipe), on a generated file of {cases:,} "
+      f"cases{described} over the synthetic policy of {info.get('bindings', 10_000):,} bindings. "
+      "Each case expects a decision with its `allowed_by` and `denied_by`; the expectations are "
+      "the engine's own answers, computed in-process on the same files, and the binary must pass "
+      "every case before anything is timed. Medians of 10 runs, 95% intervals; the same command "
+      "on a file of one case and `authzd check` of one request, in the same run, are what "
+      "starting the process and loading and compiling the policy cost.\n")
+    w("| target | measured (same run) | met |")
+    w("| --- | --- | --- |")
+    span = lambda r: f"{fmt_ns(r[0])} ({fmt_ns(r[1])} – {fmt_ns(r[2])})"
+    w(f"| `authzd test` runs 10k cases ≤ 1 s | `authzd test FILE`: {span(many)}; with `-o junit`: "
+      f"{span(junit)}. The same on one case: {span(one)}; `authzd check` of one request: "
+      f"{span(check)}; so the {cases:,} cases themselves take about {fmt_ns(many[0] - one[0])} | "
+      f"{ok(many[0] <= 1e9 and junit[0] <= 1e9)} |")
+    w("")
+
+
 def kubectl_section(w):
     """Issue 18's figures: measured by hand (no bench regenerates them); kept here so a
     regeneration keeps them, with the commands that produced them."""
@@ -549,16 +590,22 @@ def main():
     etcd_section(w)
     kubectl_section(w)
     conditions_section(w, results)
+    policy_test_section(w, results)
 
     peers_section(w)
 
     w("## Reproduce\n")
     w("```sh\nscripts/bench.sh            # regenerates this file\n"
-      "cargo bench --bench authorize   # or one group: cache, update, shapes, content, conditions, etcd\n"
+      "cargo bench --bench authorize   # or one group: cache, update, shapes, content, conditions, etcd, policy_test\n"
       "(cd bench-peers && CARGO_TARGET_DIR=../target cargo build --release)\n"
       "target/release/authzd-bench-peers --sizes 1000,10000,100000,1000000   # peers, JSON lines\n```")
     print("\n".join(out))
 
 
 if __name__ == "__main__":
-    main()
+    if sys.argv[1:] == ["--section", "policy-test"]:
+        section = []
+        policy_test_section(section.append, criterion())
+        print("\n".join(section))
+    else:
+        main()

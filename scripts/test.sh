@@ -10,14 +10,15 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 quick=false
 [ "${1:-}" = "--quick" ] && quick=true
 
-# --- Python client stack for tests/e2e (grpcio + grpcio-reflection + protobuf, pinned) -------
+# --- Python client stack for tests/e2e (grpcio + grpcio-reflection + protobuf, pinned), and
+# junitparser for tests/cli_test_runner.rs --------------------------------------------------
 venv=.e2e-venv
 requirements=tests/e2e/requirements.txt
 stamp="$venv/.requirements"
 python="$PWD/$venv/bin/python"
 
 if ! cmp -s "$requirements" "$stamp" 2>/dev/null \
-  || ! "$python" -c 'import grpc, grpc_reflection, google.protobuf' 2>/dev/null; then
+  || ! "$python" -c 'import grpc, grpc_reflection, google.protobuf, junitparser' 2>/dev/null; then
   echo "test.sh: installing the e2e Python client into $venv" >&2
   rm -rf "$venv"
   if python3 -m venv "$venv" 2>/dev/null && "$venv/bin/python" -m pip --version >/dev/null 2>&1; then
@@ -126,3 +127,6 @@ if ! $quick; then
   python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' scripts/benchmarks_md.py
 fi
 cargo test --all-targets
+# The shipped example test file, run as a user's CI would run theirs (tests/cli_test_runner.rs
+# also holds it to passing, and a broken copy to failing).
+cargo run --quiet --bin authzd -- test examples/policy-test.yaml

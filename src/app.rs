@@ -24,6 +24,7 @@ use crate::client::text;
 use crate::client::{self, ClientError};
 use crate::config::{
     ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
+    TestOutput, TestSettings,
 };
 use crate::engine::Engine;
 use crate::policy::load::{load_paths, LoadErrors};
@@ -54,13 +55,15 @@ pub enum Outcome {
     NotAllowed,
     /// Exit 1: `lint` found problems (already printed).
     LintFailed,
+    /// Exit 1: `test` ran every file and a case failed (already reported).
+    TestsFailed,
 }
 
 impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
             Outcome::Success => 0,
-            Outcome::NotAllowed | Outcome::LintFailed => 1,
+            Outcome::NotAllowed | Outcome::LintFailed | Outcome::TestsFailed => 1,
         }
     }
 }
@@ -106,6 +109,13 @@ pub enum AppError {
     /// `--object` / `--old-object` / `--changed-path` that a rule needed and could not read.
     #[error("bad content: {0}")]
     Content(crate::engine::content::ContentError),
+    /// `test`: files that did not load, or whose policy did not (their other files ran, and
+    /// the report is on stdout); one `file:line: problem` line each.
+    #[error("{} test file(s) did not load:\n{}", .count, .problems.join("\n"))]
+    TestFiles { count: usize, problems: Vec<String> },
+    /// The report could not be written (stdout closed).
+    #[error("cannot write the report: {0}")]
+    Output(std::io::Error),
 }
 
 impl AppError {
@@ -117,7 +127,8 @@ impl AppError {
             | AppError::TokenFile(_)
             | AppError::UnsafeListener(_)
             | AppError::Tls(_)
-            | AppError::Content(_) => 2,
+            | AppError::Content(_)
+            | AppError::TestFiles { .. } => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -205,6 +216,7 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
             Ok(Outcome::Success)
         }
         Settings::Lint(policy) => Ok(lint(&policy)),
+        Settings::Test(settings) => run_tests(&settings),
         Settings::Client { server, command } => run_client(&server, command),
     }
 }
@@ -223,9 +235,49 @@ fn run_client(server: &ClientSettings, command: ClientCommand) -> Result<Outcome
 /// Loads and compiles the policy: the one path for startup, offline commands and (later)
 /// reloads.
 pub fn build_engine(settings: &EngineSettings) -> Result<Engine> {
-    let policy =
-        load_paths(&settings.policy.paths, &settings.policy.load).map_err(AppError::Policy)?;
+    compile_engine(settings).map_err(AppError::Policy)
+}
+
+fn compile_engine(settings: &EngineSettings) -> Result<Engine, LoadErrors> {
+    let policy = load_paths(&settings.policy.paths, &settings.policy.load)?;
     Ok(Engine::new(&policy, settings.engine.clone()))
+}
+
+/// `authzd test`: every file is run (against engines built as `check` builds its own), the
+/// report goes to stdout, and the files that did not load to stderr (exit 2).
+fn run_tests(settings: &TestSettings) -> Result<Outcome> {
+    use std::io::Write;
+
+    use crate::policy_test::report;
+
+    let outcomes = crate::policy_test::run::run_files(settings, compile_engine);
+    let written = match settings.output {
+        TestOutput::Text => report::text(&outcomes),
+        TestOutput::Junit => report::junit(&outcomes),
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(written.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(AppError::Output)?;
+    let problems: Vec<String> = outcomes
+        .iter()
+        .filter_map(|outcome| outcome.result.as_ref().err())
+        .flatten()
+        .map(ToString::to_string)
+        .collect();
+    let totals = report::Totals::of(&outcomes);
+    if totals.not_loaded > 0 {
+        return Err(AppError::TestFiles {
+            count: totals.not_loaded,
+            problems,
+        });
+    }
+    Ok(if totals.failed > 0 {
+        Outcome::TestsFailed
+    } else {
+        Outcome::Success
+    })
 }
 
 fn lint(settings: &PolicySettings) -> Outcome {

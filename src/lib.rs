@@ -13,7 +13,8 @@
 //! * [`serving`]: the snapshot in force and the publish order the revocation guarantee rests on;
 //! * [`api`]: protocol adapters (gRPC, HTTP, Envoy) that convert and validate, never decide;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
-//! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...).
+//! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...);
+//!   [`policy_test`]: `authzd test`, files of expected answers run against the engine.
 //!
 //! The specification the code answers to is in `docs/spec/`, cited by path and section
 //! (`docs/spec/SPEC.md §3` is its section 3).
@@ -28,6 +29,7 @@ pub mod counter;
 pub mod engine;
 pub mod loadgen;
 pub mod policy;
+pub mod policy_test;
 pub mod proto_codec;
 pub mod request;
 pub mod serving;

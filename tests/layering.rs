@@ -30,7 +30,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("wire and transport", &["proto", "proto_codec", "transport"]),
     ("protocol adapters", &["api"]),
     ("settings and synthetic policy", &["config", "synth"]),
-    ("commands", &["client", "loadgen"]),
+    ("commands", &["client", "loadgen", "policy_test"]),
     ("composition root", &["app"]),
 ];
 

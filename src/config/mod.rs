@@ -10,7 +10,8 @@
 //!   [`ServeArgs`] to [`ServeSettings`]);
 //! * `client.rs`: the commands against a running server, `apply`, `delete`, `get`, `watch`,
 //!   `status` and `replicas` ([`ClientArgs`] to [`ClientSettings`], [`ClientCommand`]);
-//! * `offline.rs`: the offline policy commands `check`, `who-can` and `lint` ([`ActionArgs`]);
+//! * `offline.rs`: the offline policy commands `check`, `who-can`, `lint` and `test`
+//!   ([`ActionArgs`], [`TestSettings`]);
 //! * `policy.rs`: the policy and authorizer-chain flags that `serve` and the offline commands
 //!   share ([`PolicyArgs`], [`ChainArgs`] to [`EngineSettings`]);
 //! * `authorization.rs`: `serve`'s Webhook authorizers, from the webhook flags or an
@@ -35,9 +36,12 @@ pub use client::{
     parse_server, Ack, ApplyArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs, GetArgs,
     ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
 };
-pub use offline::{ActionArgs, CheckArgs, LintArgs, WhoCanArgs};
+pub use offline::{
+    ActionArgs, CheckArgs, LintArgs, TestArgs, TestOutput, TestSettings, WhoCanArgs,
+};
 pub use policy::{
-    default_policy_path, ChainArgs, EngineSettings, ModeChain, PolicyArgs, PolicySettings,
+    default_modes, default_policy_path, ChainArgs, EngineSettings, ModeChain, PolicyArgs,
+    PolicySettings, DEFAULT_SUPER_GROUP,
 };
 pub use serve::{
     parse_webhook_path, AuditArgs, AuditSettings, AuthArgs, EnvoyArgs, LimitArgs, ServeArgs,
@@ -72,6 +76,9 @@ pub enum Command {
     WhoCan(WhoCanArgs),
     /// Validate policy files (exit 0 clean, 1 problems found, 2 usage error).
     Lint(LintArgs),
+    /// Run test files of expected decisions and who-can answers against policy, offline
+    /// (exit 0 all pass, 1 a case failed, 2 a file or its policy does not load).
+    Test(TestArgs),
     /// Create or replace policy objects on a running server from YAML or JSON manifests (etcd
     /// mode: also prints the replicas that acknowledged the write, and those fenced).
     #[command(after_help = CLIENT_EXIT_CODES)]
@@ -99,12 +106,14 @@ pub enum Command {
 
 const EXIT_CODES: &str = "\
 Exit codes:
-  0  success (check: allowed)
-  1  check: not allowed; lint: problems found; serve: cannot listen or failed;
+  0  success (check: allowed; test: every case passed)
+  1  check: not allowed; lint: problems found; test: a case failed;
+     serve: cannot listen or failed;
      apply, delete, get, watch, status, replicas: the server is unreachable or
      refused
      (stderr: `error: CODE: MESSAGE`)
-  2  usage error; policy that does not load; unreadable -f file";
+  2  usage error; policy that does not load; unreadable -f file; test file that
+     does not load (stderr: `FILE:LINE: problem`)";
 
 const CLIENT_EXIT_CODES: &str = "\
 Exit codes: 0 done; 1 the server is unreachable or refused: stderr says `error: CODE: MESSAGE`
@@ -151,6 +160,7 @@ pub enum Settings {
         return_conditions: bool,
     },
     Lint(PolicySettings),
+    Test(TestSettings),
     /// A command against a running server.
     Client {
         server: ClientSettings,
@@ -253,6 +263,10 @@ impl Cli {
                 action: args.action.action(),
             },
             Command::Lint(args) => Settings::Lint(args.policy.settings()),
+            Command::Test(args) => Settings::Test(
+                args.settings()
+                    .map_err(|message| usage_error("test", message))?,
+            ),
             Command::Apply(args) => client(
                 args.client,
                 ClientCommand::Apply {

@@ -1,13 +1,15 @@
-//! The offline policy commands (`check`, `who-can`, `lint`): what is being asked about
+//! The offline policy commands (`check`, `who-can`, `lint`, `test`): what is being asked about
 //! ([`ActionArgs`]) and each command's flags.
 
 use std::path::PathBuf;
 
 use clap::{ArgGroup, Args};
 
+use crate::engine::Mode;
+use crate::policy::load::LoadOptions;
 use crate::request::{Action, Content, NonResourceAttributes, ResourceAttributes};
 
-use super::{ChainArgs, PolicyArgs};
+use super::{ChainArgs, ModeChain, PolicyArgs};
 
 /// What is being done: resource attributes, or `--path` for a non-resource URL.
 #[derive(Debug, Args)]
@@ -90,6 +92,102 @@ pub struct WhoCanArgs {
 pub struct LintArgs {
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+/// `authzd test`'s flags. The policy and chain flags are those of `check`, but each is
+/// optional: a flag given on the command line overrides what a test file says, and a file
+/// that says nothing gets `check`'s defaults.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// Policy file or directory (repeatable), instead of each test file's own `policy` list.
+    /// Without it, a test file's `policy` (relative to the test file) is used, and without that
+    /// `./policy` if it exists, else the `policy/` directory shipped in the source tree.
+    #[arg(long = "policy", value_name = "PATH")]
+    pub policy: Vec<PathBuf>,
+
+    /// Seed 003's master namespace: its roles and bindings are cluster-wide.
+    #[arg(long, value_name = "NS", default_value = "master")]
+    pub master_namespace: String,
+
+    /// Largest policy file read, in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::policy::load::MAX_FILE_BYTES,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_policy_file_bytes: u64,
+
+    /// Authorizer chain, in order: AlwaysAllow, AlwaysDeny, ABAC, RBAC; overrides a test
+    /// file's `modes`. Default: RBAC,ABAC.
+    #[arg(long, value_name = "MODES", value_parser = super::policy::parse_chain)]
+    pub authorization_mode: Option<ModeChain>,
+
+    /// A user allowed everything (repeatable); overrides a test file's `super_users`.
+    #[arg(long = "super-user", value_name = "NAME")]
+    pub super_users: Vec<String>,
+
+    /// A group whose members are allowed everything (repeatable); overrides a test file's
+    /// `super_groups`. Default: `system:masters`; `--super-group ''` means none.
+    #[arg(long = "super-group", value_name = "NAME")]
+    pub super_groups: Vec<String>,
+
+    /// `text`: PASS/FAIL per case and a summary, for a person; `junit`: JUnit XML, for CI.
+    #[arg(long, short = 'o', value_enum, default_value_t = TestOutput::Text)]
+    pub output: TestOutput,
+
+    /// Test files (YAML), or directories whose `*.yaml` / `*.yml` files are test files.
+    #[arg(value_name = "FILE", required = true)]
+    pub files: Vec<PathBuf>,
+}
+
+/// How `authzd test` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum TestOutput {
+    Text,
+    Junit,
+}
+
+/// `authzd test`'s settings: the test files, and what the command line overrides in them.
+#[derive(Clone, Debug)]
+pub struct TestSettings {
+    pub files: Vec<PathBuf>,
+    /// `--policy`: replaces every file's `policy` list (empty: not given).
+    pub policy: Vec<PathBuf>,
+    pub load: LoadOptions,
+    /// `--authorization-mode`, when given.
+    pub modes: Option<Vec<Mode>>,
+    /// `--super-user`, when given.
+    pub super_users: Option<Vec<String>>,
+    /// `--super-group`, when given (`''` alone: none).
+    pub super_groups: Option<Vec<String>>,
+    pub output: TestOutput,
+}
+
+impl TestArgs {
+    /// `Err`: a usage error (a Webhook in the chain: offline commands never ask one).
+    pub(super) fn settings(self) -> Result<TestSettings, String> {
+        let modes = self.authorization_mode.map(|chain| chain.0);
+        if modes
+            .iter()
+            .flatten()
+            .any(|mode| matches!(mode, Mode::Webhook(_)))
+        {
+            return Err(
+                "--authorization-mode Webhook needs `serve` with --authorization-webhook-config-file"
+                    .to_string(),
+            );
+        }
+        let given = |names: Vec<String>| (!names.is_empty()).then(|| super::non_empty(names));
+        Ok(TestSettings {
+            files: self.files,
+            policy: self.policy,
+            load: LoadOptions {
+                master_namespace: self.master_namespace,
+                max_file_bytes: self.max_policy_file_bytes,
+            },
+            modes,
+            super_users: given(self.super_users),
+            super_groups: given(self.super_groups),
+            output: self.output,
+        })
+    }
 }
 
 impl ActionArgs {

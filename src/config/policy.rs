@@ -46,16 +46,19 @@ pub struct ChainArgs {
     #[arg(
         long = "super-group",
         value_name = "NAME",
-        default_value = "system:masters"
+        default_value = DEFAULT_SUPER_GROUP
     )]
     pub super_groups: Vec<String>,
 }
+
+/// The super-group when none is configured: kube-apiserver always privileges it.
+pub const DEFAULT_SUPER_GROUP: &str = "system:masters";
 
 /// `--authorization-mode`, parsed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ModeChain(pub Vec<Mode>);
 
-fn parse_chain(s: &str) -> Result<ModeChain, String> {
+pub(super) fn parse_chain(s: &str) -> Result<ModeChain, String> {
     Mode::parse_chain(s).map(ModeChain)
 }
 
