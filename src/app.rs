@@ -57,13 +57,18 @@ pub enum Outcome {
     LintFailed,
     /// Exit 1: `test` ran every file and a case failed (already reported).
     TestsFailed,
+    /// Exit 1: a `diff` gate (`--fail-on-gain`, `--fail-on-loss`) fired (already reported).
+    GateFired,
 }
 
 impl Outcome {
     pub fn exit_code(self) -> u8 {
         match self {
             Outcome::Success => 0,
-            Outcome::NotAllowed | Outcome::LintFailed | Outcome::TestsFailed => 1,
+            Outcome::NotAllowed
+            | Outcome::LintFailed
+            | Outcome::TestsFailed
+            | Outcome::GateFired => 1,
         }
     }
 }
@@ -73,6 +78,8 @@ pub enum AppError {
     /// Displayed as one `file:line: message` line per problem.
     #[error("policy rejected:\n{0}")]
     Policy(LoadErrors),
+    #[error("{0}")]
+    Delta(#[from] crate::engine::delta::DeltaError),
     #[error("cannot listen on `{addr}`: {source}")]
     Listen {
         addr: ListenAddr,
@@ -128,7 +135,8 @@ impl AppError {
             | AppError::UnsafeListener(_)
             | AppError::Tls(_)
             | AppError::Content(_)
-            | AppError::TestFiles { .. } => 2,
+            | AppError::TestFiles { .. }
+            | AppError::Delta(_) => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -217,6 +225,7 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
         }
         Settings::Lint(policy) => Ok(lint(&policy)),
         Settings::Test(settings) => run_tests(&settings),
+        Settings::Diff(settings) => run_diff(&settings),
         Settings::Client { server, command } => run_client(&server, command),
     }
 }
@@ -245,6 +254,62 @@ fn compile_engine(settings: &EngineSettings) -> Result<Engine, LoadErrors> {
 
 /// `authzd test`: every file is run (against engines built as `check` builds its own), the
 /// report goes to stdout, and the files that did not load to stderr (exit 2).
+/// `authzd diff`: both policies loaded (either failing to is exit 2), the delta printed, and
+/// the gates checked (exit 1 when one fires, naming it on stderr).
+fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
+    use std::io::Write;
+
+    let old_policy = load_paths(&settings.old.policy.paths, &settings.old.policy.load)
+        .map_err(AppError::Policy)?;
+    let new_policy =
+        load_paths(&settings.new_paths, &settings.old.policy.load).map_err(AppError::Policy)?;
+    let old_engine = Engine::new(&old_policy, settings.old.engine.clone());
+    let new_engine = Engine::new(&new_policy, settings.old.engine.clone());
+    let delta =
+        crate::engine::delta::access_delta(&old_policy, &new_policy, &old_engine, &new_engine)
+            .map_err(AppError::Delta)?;
+    let written = match settings.output {
+        crate::config::DiffOutput::Text => text::delta(&delta, settings.witness),
+        crate::config::DiffOutput::Json => {
+            let mut json = text::delta_json(&delta, settings.witness).to_string();
+            json.push('\n');
+            json
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(written.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(AppError::Output)?;
+    let mut fired = Vec::new();
+    for (gates, gain) in [
+        (&settings.fail_on_gain, true),
+        (&settings.fail_on_loss, false),
+    ] {
+        for gate in gates {
+            for row in &delta.rows {
+                let subjects = if gain { &row.gains } else { &row.losses };
+                for name in subjects.matching(gate) {
+                    let what = if gain { "gains" } else { "loses" };
+                    fired.push(format!(
+                        "--fail-on-{} {gate}: {name} {what} {}",
+                        if gain { "gain" } else { "loss" },
+                        text::delta_action(&row.action)
+                    ));
+                }
+            }
+        }
+    }
+    for line in &fired {
+        eprintln!("authzd: {line}");
+    }
+    Ok(if fired.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::GateFired
+    })
+}
+
 fn run_tests(settings: &TestSettings) -> Result<Outcome> {
     use std::io::Write;
 

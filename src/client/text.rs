@@ -130,3 +130,232 @@ mod tests {
         );
     }
 }
+
+// --- authzd diff --------------------------------------------------------------------------------
+
+fn pattern(p: &crate::engine::delta::Pattern) -> String {
+    use crate::engine::delta::Pattern;
+    match p {
+        Pattern::Is(v) if v.is_empty() => "\"\"".to_string(),
+        Pattern::Is(v) => v.clone(),
+        Pattern::AnyExcept(except) if except.is_empty() => "*".to_string(),
+        Pattern::AnyExcept(except) => format!("*(except {})", except.join(",")),
+        Pattern::Prefix {
+            prefix,
+            except,
+            except_prefixes,
+        } => {
+            let mut excepted: Vec<String> = except.clone();
+            excepted.extend(except_prefixes.iter().map(|p| format!("{p}*")));
+            if excepted.is_empty() {
+                format!("{prefix}*")
+            } else {
+                format!("{prefix}*(except {})", excepted.join(","))
+            }
+        }
+    }
+}
+
+/// A row's actions on one line: `VERB GROUP/RESOURCE[/SUBRESOURCE] name=NAME` or `VERB URL`.
+pub fn delta_action(action: &crate::engine::delta::ActionPattern) -> String {
+    use crate::engine::delta::ActionPattern;
+    match action {
+        ActionPattern::Resource {
+            verb,
+            group,
+            resource,
+            subresource,
+            name,
+        } => format!(
+            "{} group={} resource={} subresource={} name={}",
+            pattern(verb),
+            pattern(group),
+            pattern(resource),
+            pattern(subresource),
+            pattern(name)
+        ),
+        ActionPattern::NonResource { verb, path } => {
+            format!("{} url={}", pattern(verb), pattern(path))
+        }
+    }
+}
+
+fn delta_scope(scope: &crate::engine::delta::Scope) -> String {
+    use crate::engine::delta::Scope;
+    match scope {
+        Scope::Everywhere { except } if except.is_empty() => "cluster-wide".to_string(),
+        Scope::Everywhere { except } => {
+            let named: Vec<String> = except
+                .iter()
+                .map(|ns| {
+                    if ns.is_empty() {
+                        "cluster scope".to_string()
+                    } else {
+                        ns.clone()
+                    }
+                })
+                .collect();
+            format!("cluster-wide, except {}", named.join(", "))
+        }
+        Scope::Namespace(ns) if ns.is_empty() => "cluster scope".to_string(),
+        Scope::Namespace(ns) => format!("namespace {ns}"),
+    }
+}
+
+fn delta_subjects(subjects: &crate::engine::delta::Subjects) -> String {
+    let mut parts = Vec::new();
+    for user in &subjects.users {
+        match user.strip_prefix(crate::policy::model::SERVICE_ACCOUNT_PREFIX) {
+            Some(sa) => parts.push(format!("serviceaccount {}", sa.replacen(':', "/", 1))),
+            None => parts.push(format!("user {user}")),
+        }
+    }
+    parts.extend(subjects.groups.iter().map(|g| format!("group {g}")));
+    parts.join(", ")
+}
+
+fn witness_line(w: &crate::engine::delta::Witness) -> String {
+    let groups = if w.request.user.groups.is_empty() {
+        String::new()
+    } else {
+        format!(" groups={}", w.request.user.groups.join(","))
+    };
+    let action = match &w.request.action {
+        crate::request::Action::Resource(r) => format!(
+            "{} namespace={:?} group={:?} resource={:?} subresource={:?} name={:?}",
+            r.verb, r.namespace, r.group, r.resource, r.subresource, r.name
+        ),
+        crate::request::Action::NonResource(n) => format!("{} url={:?}", n.verb, n.path),
+    };
+    format!(
+        "      witness for {}: user={}{groups} {action}",
+        w.subject, w.request.user.name
+    )
+}
+
+/// The delta for a person: rows grouped by scope, `+` lines for gains and `-` for losses.
+pub fn delta(delta: &crate::engine::delta::Delta, witness: bool) -> String {
+    if delta.rows.is_empty() {
+        return "no access changes\n".to_string();
+    }
+    let mut out = String::new();
+    let mut scope = None;
+    for row in &delta.rows {
+        if scope != Some(&row.scope) {
+            out.push_str(&format!("{}:\n", delta_scope(&row.scope)));
+            scope = Some(&row.scope);
+        }
+        let action = delta_action(&row.action);
+        for (sign, gain, subjects) in [('+', true, &row.gains), ('-', false, &row.losses)] {
+            if subjects.is_empty() {
+                continue;
+            }
+            out.push_str(&format!(
+                "  {sign} {action}: {}\n",
+                delta_subjects(subjects)
+            ));
+            if witness {
+                for w in row.witnesses.iter().filter(|w| w.gain == gain) {
+                    out.push_str(&witness_line(w));
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    out
+}
+
+fn pattern_json(p: &crate::engine::delta::Pattern) -> serde_json::Value {
+    use crate::engine::delta::Pattern;
+    match p {
+        Pattern::Is(v) => serde_json::json!(v),
+        Pattern::AnyExcept(except) => serde_json::json!({"any": true, "except": except}),
+        Pattern::Prefix {
+            prefix,
+            except,
+            except_prefixes,
+        } => serde_json::json!({
+            "prefix": prefix, "except": except, "exceptPrefixes": except_prefixes,
+        }),
+    }
+}
+
+fn subjects_json(subjects: &crate::engine::delta::Subjects) -> serde_json::Value {
+    let (accounts, users): (Vec<&String>, Vec<&String>) = subjects
+        .users
+        .iter()
+        .partition(|u| u.starts_with(crate::policy::model::SERVICE_ACCOUNT_PREFIX));
+    serde_json::json!({
+        "users": users,
+        "groups": subjects.groups,
+        "serviceAccounts": accounts,
+    })
+}
+
+/// The delta for tools: `{"rows": [{scope, action, gains, losses, witnesses?}]}`.
+pub fn delta_json(delta: &crate::engine::delta::Delta, witness: bool) -> serde_json::Value {
+    use crate::engine::delta::{ActionPattern, Scope};
+    let rows: Vec<serde_json::Value> = delta
+        .rows
+        .iter()
+        .map(|row| {
+            let scope = match &row.scope {
+                Scope::Everywhere { except } => {
+                    serde_json::json!({"clusterWide": true, "exceptNamespaces": except})
+                }
+                Scope::Namespace(ns) => serde_json::json!({"namespace": ns}),
+            };
+            let action = match &row.action {
+                ActionPattern::Resource {
+                    verb,
+                    group,
+                    resource,
+                    subresource,
+                    name,
+                } => serde_json::json!({
+                    "verb": pattern_json(verb), "apiGroup": pattern_json(group),
+                    "resource": pattern_json(resource),
+                    "subresource": pattern_json(subresource), "name": pattern_json(name),
+                }),
+                ActionPattern::NonResource { verb, path } => serde_json::json!({
+                    "verb": pattern_json(verb), "nonResourceURL": pattern_json(path),
+                }),
+            };
+            let mut value = serde_json::json!({
+                "scope": scope,
+                "action": action,
+                "gains": subjects_json(&row.gains),
+                "losses": subjects_json(&row.losses),
+            });
+            if witness {
+                value["witnesses"] = row
+                    .witnesses
+                    .iter()
+                    .map(|w| {
+                        serde_json::json!({
+                            "subject": w.subject,
+                            "gain": w.gain,
+                            "user": w.request.user.name,
+                            "groups": w.request.user.groups,
+                            "action": crate::client::text::witness_action(&w.request.action),
+                        })
+                    })
+                    .collect();
+            }
+            value
+        })
+        .collect();
+    serde_json::json!({ "rows": rows })
+}
+
+fn witness_action(action: &crate::request::Action) -> serde_json::Value {
+    match action {
+        crate::request::Action::Resource(r) => serde_json::json!({
+            "verb": r.verb, "namespace": r.namespace, "apiGroup": r.group,
+            "resource": r.resource, "subresource": r.subresource, "name": r.name,
+        }),
+        crate::request::Action::NonResource(n) => {
+            serde_json::json!({"verb": n.verb, "nonResourceURL": n.path})
+        }
+    }
+}

@@ -37,7 +37,8 @@ pub use client::{
     ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
 };
 pub use offline::{
-    ActionArgs, CheckArgs, LintArgs, TestArgs, TestOutput, TestSettings, WhoCanArgs,
+    ActionArgs, CheckArgs, DiffArgs, DiffOutput, LintArgs, TestArgs, TestOutput, TestSettings,
+    WhoCanArgs,
 };
 pub use policy::{
     default_modes, default_policy_path, ChainArgs, EngineSettings, ModeChain, PolicyArgs,
@@ -79,6 +80,9 @@ pub enum Command {
     /// Run test files of expected decisions and who-can answers against policy, offline
     /// (exit 0 all pass, 1 a case failed, 2 a file or its policy does not load).
     Test(TestArgs),
+    /// What a policy change does: the subjects that gain and lose access, per scope and action
+    /// (exit 0, or 1 when a --fail-on-gain/--fail-on-loss gate fires; 2 bad input).
+    Diff(DiffArgs),
     /// Create or replace policy objects on a running server from YAML or JSON manifests (etcd
     /// mode: also prints the replicas that acknowledged the write, and those fenced).
     #[command(after_help = CLIENT_EXIT_CODES)]
@@ -161,11 +165,24 @@ pub enum Settings {
     },
     Lint(PolicySettings),
     Test(TestSettings),
+    Diff(DiffSettings),
     /// A command against a running server.
     Client {
         server: ClientSettings,
         command: ClientCommand,
     },
+}
+
+/// `authzd diff`'s settings: the old policy and chain, the new policy's paths (read with the
+/// old one's load options), and how to report.
+#[derive(Clone, Debug)]
+pub struct DiffSettings {
+    pub old: EngineSettings,
+    pub new_paths: Vec<std::path::PathBuf>,
+    pub output: DiffOutput,
+    pub fail_on_gain: Vec<String>,
+    pub fail_on_loss: Vec<String>,
+    pub witness: bool,
 }
 
 fn non_empty(names: Vec<String>) -> Vec<String> {
@@ -263,6 +280,15 @@ impl Cli {
                 action: args.action.action(),
             },
             Command::Lint(args) => Settings::Lint(args.policy.settings()),
+            Command::Diff(args) => Settings::Diff(DiffSettings {
+                new_paths: args.policy_new,
+                output: args.output,
+                fail_on_gain: args.fail_on_gain,
+                fail_on_loss: args.fail_on_loss,
+                witness: args.witness,
+                old: engine_settings(args.policy, args.chain)
+                    .map_err(|message| usage_error("diff", message))?,
+            }),
             Command::Test(args) => Settings::Test(
                 args.settings()
                     .map_err(|message| usage_error("test", message))?,

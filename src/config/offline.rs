@@ -279,3 +279,38 @@ mod tests {
         assert!(Cli::try_parse_from(["authzd", "who-can", "--verb", "get"]).is_err());
     }
 }
+
+/// `authzd diff`: the access delta between two policies.
+#[derive(Debug, Args)]
+pub struct DiffArgs {
+    /// The policy before the change (repeatable), as `check` takes it.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    /// The policy after the change: a file or directory (repeatable).
+    #[arg(long = "policy-new", value_name = "PATH", required = true)]
+    pub policy_new: Vec<PathBuf>,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// `text`: grouped by scope, `+` for a gain and `-` for a loss, like a code diff; `json`:
+    /// the rows, for tools.
+    #[arg(long, short = 'o', value_enum, default_value_t = DiffOutput::Text)]
+    pub output: DiffOutput,
+    /// Exit 1 when a subject matching this glob (`*` any run, `?` one character; users,
+    /// groups and service accounts as `system:serviceaccount:NS:NAME`) gains access
+    /// (repeatable).
+    #[arg(long = "fail-on-gain", value_name = "PATTERN")]
+    pub fail_on_gain: Vec<String>,
+    /// Exit 1 when a subject matching this glob loses access (repeatable).
+    #[arg(long = "fail-on-loss", value_name = "PATTERN")]
+    pub fail_on_loss: Vec<String>,
+    /// Print one concrete request per subject and row that shows the gain or loss.
+    #[arg(long)]
+    pub witness: bool,
+}
+
+/// How `authzd diff` prints.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DiffOutput {
+    Text,
+    Json,
+}

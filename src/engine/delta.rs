@@ -14,8 +14,10 @@
 //!    negated resources), so along each dimension (verb, API group, resource, subresource,
 //!    name, URL) every value the policies never name behaves alike: the atoms of a dimension
 //!    are the values the policies name plus one fresh value standing for all others; a URL
-//!    prefix `p*` adds `p` followed by a fresh segment. Namespaces likewise: `""` (cluster
-//!    scope), the namespaces of RoleBindings that name a changed subject, and a fresh one.
+//!    prefix `p*` adds `p` followed by a fresh segment. Namespaces likewise: a RoleBinding's
+//!    change is asked in its namespace; a ClusterRoleBinding's in `""` (cluster scope), in
+//!    every namespace a RoleBinding or an ABAC line names (a partner may be decided there), and
+//!    in a fresh one.
 //!    Each combination of atoms inside a changed rule's patterns is one *cell*, asked of both
 //!    engines as one request.
 //! 3. **Which subjects gain or lose in a cell.** A subject `s` gains when some request that
@@ -66,6 +68,38 @@ impl Subjects {
     pub fn is_empty(&self) -> bool {
         self.users.is_empty() && self.groups.is_empty()
     }
+
+    /// The subjects whose name matches the glob `pattern` (`*` any run, `?` one character).
+    pub fn matching<'a>(&'a self, pattern: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+        self.users
+            .iter()
+            .chain(&self.groups)
+            .filter(move |name| glob_matches(pattern, name))
+    }
+}
+
+/// `*` matches any run of characters, `?` one; everything else itself.
+pub fn glob_matches(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // Iterative matching with one backtrack point (the last `*`): linear in practice.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|c| *c == '*')
 }
 
 /// One value of a dimension, or every value but some, or (URLs) every path under a prefix
@@ -723,29 +757,21 @@ pub fn access_delta(
     }
     let atoms = Atoms::of([old, new]);
     let regions = regions(old, new);
-    // Namespaces where a RoleBinding names a changed subject of a cluster-wide region: the
-    // answer there may differ from elsewhere.
-    let cluster_subjects: BTreeSet<&Who> = regions
-        .iter()
-        .filter(|r| r.namespace.is_none())
-        .flat_map(|r| &r.subjects)
-        .collect();
+    // Namespaces where a cluster-wide change may show differently from elsewhere: every
+    // namespace a RoleBinding or an ABAC line names, since a subject bound there (alone, or
+    // as the partner of a changed subject in one request) may be decided there by it.
     let mut named_namespaces = BTreeSet::new();
-    for policy in [old, new] {
-        for binding in &policy.bindings {
-            if binding.kind != BindingKind::RoleBinding {
-                continue;
+    if regions.iter().any(|r| r.namespace.is_none()) {
+        for policy in [old, new] {
+            for binding in &policy.bindings {
+                if binding.kind == BindingKind::RoleBinding {
+                    named_namespaces.insert(binding.namespace.clone());
+                }
             }
-            let names_changed = binding.subjects.iter().any(|s| {
-                let who = match (s.user_name(&binding.namespace), s.group_name()) {
-                    (Some(u), _) => Who::User(u),
-                    (None, Some(g)) => Who::Group(g.to_string()),
-                    _ => return false,
-                };
-                cluster_subjects.contains(&who)
-            });
-            if names_changed {
-                named_namespaces.insert(binding.namespace.clone());
+            for line in &policy.abac {
+                if line.namespace != "*" {
+                    named_namespaces.insert(line.namespace.clone());
+                }
             }
         }
     }
@@ -961,4 +987,30 @@ fn merge_dimension(rows: Vec<Row>, d: usize, atoms: &Atoms) -> Vec<Row> {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_matches;
+
+    #[test]
+    fn globs_match_as_a_shell_does() {
+        assert!(glob_matches(
+            "system:serviceaccount:*",
+            "system:serviceaccount:ns:sa"
+        ));
+        assert!(glob_matches(
+            "system:unauthenticated",
+            "system:unauthenticated"
+        ));
+        assert!(!glob_matches(
+            "system:unauthenticated",
+            "system:authenticated"
+        ));
+        assert!(glob_matches("*", ""));
+        assert!(glob_matches("a?c*", "abcde"));
+        assert!(!glob_matches("a?c", "ac"));
+        assert!(glob_matches("*ops*", "team-ops-1"));
+        assert!(!glob_matches("*ops", "ops-1"));
+    }
 }
