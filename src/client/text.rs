@@ -98,39 +98,6 @@ pub fn allowed_subjects(subjects: &AllowedSubjects) -> String {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use super::*;
-    use crate::engine::Decision;
-
-    #[test]
-    fn renders_a_decision() {
-        let response = Response {
-            decision: Decision::Deny,
-            reason: "RBAC: denied".into(),
-            allowed_by: vec![],
-            denied_by: vec![RuleRef {
-                authorizer: "RBAC",
-                binding: Arc::from("ClusterRoleBinding/b"),
-                role: Arc::from("ClusterRole/r"),
-                rule_index: 2,
-                source: Arc::from("p.yaml:3"),
-            }],
-            errors: vec!["role missing".into()],
-            encoded: crate::engine::EncodedOnce::default(),
-            plan: Default::default(),
-        };
-        assert_eq!(
-            decision(&response),
-            "decision: DENY (not allowed)\nreason: RBAC: denied\nallowed by: -\n\
-             denied by: RBAC ClusterRoleBinding/b -> ClusterRole/r rule 2 (p.yaml:3)\n\
-             errors: role missing\n"
-        );
-    }
-}
-
 // --- authzd diff --------------------------------------------------------------------------------
 
 fn pattern(p: &crate::engine::delta::Pattern) -> String {
@@ -357,5 +324,38 @@ fn witness_action(action: &crate::request::Action) -> serde_json::Value {
         crate::request::Action::NonResource(n) => {
             serde_json::json!({"verb": n.verb, "nonResourceURL": n.path})
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::Decision;
+
+    #[test]
+    fn renders_a_decision() {
+        let response = Response {
+            decision: Decision::Deny,
+            reason: "RBAC: denied".into(),
+            allowed_by: vec![],
+            denied_by: vec![RuleRef {
+                authorizer: "RBAC",
+                binding: Arc::from("ClusterRoleBinding/b"),
+                role: Arc::from("ClusterRole/r"),
+                rule_index: 2,
+                source: Arc::from("p.yaml:3"),
+            }],
+            errors: vec!["role missing".into()],
+            encoded: crate::engine::EncodedOnce::default(),
+            plan: Default::default(),
+        };
+        assert_eq!(
+            decision(&response),
+            "decision: DENY (not allowed)\nreason: RBAC: denied\nallowed by: -\n\
+             denied by: RBAC ClusterRoleBinding/b -> ClusterRole/r rule 2 (p.yaml:3)\n\
+             errors: role missing\n"
+        );
     }
 }
