@@ -269,70 +269,74 @@ struct Atoms {
 
 impl Atoms {
     fn of(policies: [&PolicySet; 2]) -> Self {
-        let mut verbs = BTreeSet::new();
-        let mut groups = BTreeSet::new();
-        let mut resources = BTreeSet::new();
-        let mut subresources = BTreeSet::new();
-        let mut names = BTreeSet::new();
-        let mut urls = BTreeSet::new();
-        let mut prefixes = BTreeSet::new();
+        // Borrowed and hashed while scanning (every rule of both policies), owned and sorted
+        // once at the end.
+        type Seen<'p> = rustc_hash::FxHashSet<&'p str>;
+        let (mut verbs, mut groups, mut resources, mut subresources): (Seen, Seen, Seen, Seen) =
+            Default::default();
+        let (mut names, mut urls, mut prefixes): (Seen, Seen, Seen) = Default::default();
         for rule in policies
             .iter()
             .flat_map(|p| p.roles.iter())
             .flat_map(|r| &r.rules)
         {
-            verbs.extend(
-                rule.verbs
+            for verb in &rule.verbs {
+                let verb = verb.strip_prefix('-').unwrap_or(verb);
+                if verb != "*" {
+                    verbs.insert(verb);
+                }
+            }
+            groups.extend(
+                rule.api_groups
                     .iter()
-                    .map(|v| v.strip_prefix('-').unwrap_or(v))
-                    .filter(|v| *v != "*")
-                    .map(str::to_string),
+                    .map(String::as_str)
+                    .filter(|g| *g != "*"),
             );
-            groups.extend(rule.api_groups.iter().filter(|g| *g != "*").cloned());
             for resource in &rule.resources {
                 let resource = resource.strip_prefix('-').unwrap_or(resource);
                 let (base, sub) = resource.split_once('/').unwrap_or((resource, ""));
                 if base != "*" {
-                    resources.insert(base.to_string());
+                    resources.insert(base);
                 }
                 if !sub.is_empty() && sub != "*" {
-                    subresources.insert(sub.to_string());
+                    subresources.insert(sub);
                 }
             }
-            names.extend(rule.resource_names.iter().cloned());
+            names.extend(rule.resource_names.iter().map(String::as_str));
             for url in &rule.non_resource_urls {
                 // As upstream: a trailing `*` makes a prefix of what is left without any.
                 match url.strip_suffix('*') {
-                    Some(_) => {
-                        prefixes.insert(url.trim_end_matches('*').to_string());
-                    }
-                    None => {
-                        urls.insert(url.clone());
-                    }
-                }
+                    Some(_) => prefixes.insert(url.trim_end_matches('*')),
+                    None => urls.insert(url.as_str()),
+                };
             }
         }
         // ABAC lines decide partners' answers (they are not analysed as changes): what they
         // tell apart is what they name, and read-only verbs.
         for line in policies.iter().flat_map(|p| p.abac.iter()) {
-            verbs.extend(["get", "list", "watch"].map(str::to_string));
+            verbs.extend(["get", "list", "watch"]);
             for (set, value) in [
                 (&mut groups, &line.api_group),
                 (&mut resources, &line.resource),
             ] {
                 if value != "*" {
-                    set.insert(value.clone());
+                    set.insert(value.as_str());
                 }
             }
             match line.non_resource_path.strip_suffix('*') {
-                Some(_) => {
-                    prefixes.insert(line.non_resource_path.trim_end_matches('*').to_string());
-                }
-                None => {
-                    urls.insert(line.non_resource_path.clone());
-                }
-            }
+                Some(_) => prefixes.insert(line.non_resource_path.trim_end_matches('*')),
+                None => urls.insert(line.non_resource_path.as_str()),
+            };
         }
+        let owned =
+            |set: Seen| -> BTreeSet<String> { set.into_iter().map(str::to_string).collect() };
+        let (verbs, groups, resources, mut subresources) = (
+            owned(verbs),
+            owned(groups),
+            owned(resources),
+            owned(subresources),
+        );
+        let (mut names, urls, mut prefixes) = (owned(names), owned(urls), owned(prefixes));
         let fresh_verb = fresh(&verbs, "x-other-verb");
         let fresh_group = fresh(&groups, "x-other.example");
         let fresh_resource = fresh(&resources, "x-other-resources");
@@ -508,18 +512,21 @@ enum Who {
     Group(String),
 }
 
-/// The effective rules of every role, by (kind, namespace, name).
-fn effective_rules(policy: &PolicySet) -> HashMap<(RoleKind, &str, &str), Vec<PolicyRule>> {
-    let aggregated = crate::policy::aggregate::aggregated_rules(policy);
+/// A role's key: (kind, namespace — empty for a ClusterRole —, name).
+type RoleKey<'a> = (RoleKind, &'a str, &'a str);
+
+/// The effective rules of every role, by key: borrowed, but for aggregated ClusterRoles.
+fn effective_rules(policy: &PolicySet) -> HashMap<RoleKey<'_>, std::borrow::Cow<'_, [PolicyRule]>> {
+    let mut aggregated = crate::policy::aggregate::aggregated_rules(policy);
     policy
         .roles
         .iter()
         .map(|role| {
-            let rules = match (role.kind, aggregated.get(&role.name)) {
-                (RoleKind::ClusterRole, Some(rules)) if role.aggregation_rule.is_some() => {
-                    rules.clone()
+            let rules = match role.kind {
+                RoleKind::ClusterRole if role.aggregation_rule.is_some() => {
+                    std::borrow::Cow::Owned(aggregated.remove(&role.name).unwrap_or_default())
                 }
-                _ => role.rules.clone(),
+                _ => std::borrow::Cow::Borrowed(role.rules.as_slice()),
             };
             (
                 (role.kind, role.namespace.as_str(), role.name.as_str()),
@@ -539,7 +546,9 @@ struct Region {
 
 type BindingKey<'a> = (BindingKind, &'a str, &'a str);
 
-fn binding_index(policy: &PolicySet) -> BTreeMap<BindingKey<'_>, &crate::policy::model::Binding> {
+fn binding_index(
+    policy: &PolicySet,
+) -> rustc_hash::FxHashMap<BindingKey<'_>, &crate::policy::model::Binding> {
     policy
         .bindings
         .iter()
@@ -547,47 +556,57 @@ fn binding_index(policy: &PolicySet) -> BTreeMap<BindingKey<'_>, &crate::policy:
         .collect()
 }
 
-/// The bindings whose subjects' answers may change, old and new versions together.
+/// The role a binding refers to.
+fn role_of(binding: &crate::policy::model::Binding) -> RoleKey<'_> {
+    let namespace = match binding.role_ref.kind {
+        RoleKind::Role => binding.namespace.as_str(),
+        RoleKind::ClusterRole => "",
+    };
+    (
+        binding.role_ref.kind,
+        namespace,
+        binding.role_ref.name.as_str(),
+    )
+}
+
+/// The bindings whose subjects' answers may change, old and new versions together: those
+/// that changed, and those of roles whose effective rules changed. Comparing is linear in the
+/// policy (borrowed, no copies); what is collected is proportional to the change.
 fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     let old_rules = effective_rules(old);
     let new_rules = effective_rules(new);
-    let (old_bindings, new_bindings) = (binding_index(old), binding_index(new));
-    let role_key = |b: &crate::policy::model::Binding| -> (RoleKind, String, String) {
-        let namespace = match b.role_ref.kind {
-            RoleKind::Role => b.namespace.clone(),
-            RoleKind::ClusterRole => String::new(),
-        };
-        (b.role_ref.kind, namespace, b.role_ref.name.clone())
-    };
-    let rules_of = |rules: &HashMap<(RoleKind, &str, &str), Vec<PolicyRule>>,
-                    key: &(RoleKind, String, String)|
-     -> Vec<PolicyRule> {
-        rules
-            .get(&(key.0, key.1.as_str(), key.2.as_str()))
-            .cloned()
-            .unwrap_or_default()
-    };
-    let keys: BTreeSet<BindingKey<'_>> = old_bindings
+    let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> = old_rules
         .keys()
-        .chain(new_bindings.keys())
+        .chain(new_rules.keys())
+        .filter(|key| old_rules.get(*key) != new_rules.get(*key))
         .copied()
         .collect();
+    let (old_bindings, new_bindings) = (binding_index(old), binding_index(new));
+    // Every key once: the old ones, then the new ones the old policy lacks.
+    let keys = old_bindings.keys().copied().chain(
+        new_bindings
+            .keys()
+            .copied()
+            .filter(|key| !old_bindings.contains_key(key)),
+    );
     let mut out = Vec::new();
     for key in keys {
-        let before = old_bindings.get(&key);
-        let after = new_bindings.get(&key);
-        let before_rules = before.map(|b| rules_of(&old_rules, &role_key(b)));
-        let after_rules = after.map(|b| rules_of(&new_rules, &role_key(b)));
-        let same_binding = match (before, after) {
-            (Some(b), Some(a)) => b.subjects == a.subjects && b.role_ref == a.role_ref,
+        let before = old_bindings.get(&key).copied();
+        let after = new_bindings.get(&key).copied();
+        let unchanged = match (before, after) {
+            (Some(b), Some(a)) => {
+                b.subjects == a.subjects
+                    && b.role_ref == a.role_ref
+                    && !changed_roles.contains(&role_of(b))
+            }
             _ => false,
         };
-        if same_binding && before_rules == after_rules {
+        if unchanged {
             continue;
         }
         let mut subjects = BTreeSet::new();
         let mut rules = Vec::new();
-        for (binding, binding_rules) in [(before, before_rules), (after, after_rules)] {
+        for (binding, effective) in [(before, &old_rules), (after, &new_rules)] {
             let Some(binding) = binding else { continue };
             for subject in &binding.subjects {
                 if let Some(user) = subject.user_name(&binding.namespace) {
@@ -596,7 +615,9 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
                     subjects.insert(Who::Group(group.to_string()));
                 }
             }
-            rules.extend(binding_rules.unwrap_or_default());
+            if let Some(role_rules) = effective.get(&role_of(binding)) {
+                rules.extend(role_rules.iter().cloned());
+            }
         }
         out.push(Region {
             namespace: (key.0 == BindingKind::RoleBinding).then(|| key.1.to_string()),
