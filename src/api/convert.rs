@@ -594,10 +594,7 @@ pub fn conditional_response(
         decision: proto::Decision::Conditional as i32,
         allowed: false,
         denied: false,
-        reason: format!(
-            "conditional: decided by {} rule(s) over content the request did not carry",
-            conditions.len()
-        ),
+        reason: conditional_reason(conditions.len()),
         evaluation_error: String::new(),
         allowed_by: Vec::new(),
         denied_by: Vec::new(),
@@ -605,6 +602,11 @@ pub fn conditional_response(
         cached,
         conditions: conditions.iter().map(condition).collect(),
     }
+}
+
+/// The reason of a conditional answer (Authorize's and SubjectAccessReview's alike).
+pub fn conditional_reason(conditions: usize) -> String {
+    format!("conditional: decided by {conditions} rule(s) over content the request did not carry")
 }
 
 pub fn condition(rule: &ReturnedRule) -> proto::Condition {

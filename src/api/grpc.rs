@@ -424,10 +424,7 @@ impl Admitted<'_> {
             reply.allowed = false;
             reply.denied = false;
             reply.decision = proto::Decision::Conditional as i32;
-            reply.reason = format!(
-                "conditional: decided by {} rule(s) over content the request did not carry",
-                conditions.len()
-            );
+            reply.reason = convert::conditional_reason(conditions.len());
             reply.evaluation_error.clear();
             reply.conditions = conditions.iter().map(convert::condition).collect();
         }

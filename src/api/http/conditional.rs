@@ -299,7 +299,7 @@ fn condition_from_json(value: &Object<'_>) -> std::result::Result<proto::Conditi
 // --- AuthorizationConditionsReview -------------------------------------------------------------
 
 /// One condition to evaluate: the rules it stands for and the request they are asked about.
-pub struct PendingCondition {
+struct PendingCondition {
     id: String,
     effect: Effect,
     rules: Vec<ReturnedRule>,
@@ -323,7 +323,7 @@ enum Effect {
 }
 
 /// One condition set of the chain sent back.
-pub enum PendingSet {
+enum PendingSet {
     Allowed,
     Denied,
     Conditions(Vec<PendingCondition>),
