@@ -27,8 +27,9 @@
 //!    changed pair of subjects doing the same: it is enough to try each changed subject alone
 //!    and with one partner of every kind, where a partner is any subject who-can names for the
 //!    cell (before or after, allowed or denied) and its kind is how the chain decides it alone,
-//!    before and after (decision and precedence tier). Each subject listed has that request as
-//!    its witness.
+//!    before and after (decision and precedence tier). An ABAC line naming both a user and a
+//!    group matches only the two together, so that pair joins each changed subject as is.
+//!    Each subject listed has that request as its witness.
 //!
 //! Rows then merge: a cell's namespaces become one row everywhere (with the namespaces whose
 //! answer differs excepted and given rows of their own), and cells that differ in one
@@ -45,6 +46,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
 use crate::policy::model::{BindingKind, PolicyRule, PolicySet, RoleKind};
+use crate::policy::rbac::{is_negated, non_resource_url_entry_matches};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
 /// Why a delta was not computed.
@@ -431,7 +433,7 @@ impl Cell {
 fn cells_of(rule: &PolicyRule, atoms: &Atoms, out: &mut BTreeSet<Cell>) {
     // `*`, or a negation (seed 003: every value but the negated), reaches every atom.
     let pick = |listed: &[String], all: &[String]| -> Vec<String> {
-        if listed.iter().any(|v| v == "*" || v.starts_with('-')) {
+        if listed.iter().any(|v| v == "*" || is_negated(v)) {
             all.to_vec()
         } else {
             listed.to_vec()
@@ -440,17 +442,13 @@ fn cells_of(rule: &PolicyRule, atoms: &Atoms, out: &mut BTreeSet<Cell>) {
     let verbs = pick(&rule.verbs, &atoms.verbs);
     if !rule.non_resource_urls.is_empty() {
         for url in &rule.non_resource_urls {
-            let paths: Vec<&String> = match url.strip_suffix('*') {
-                Some(_) => {
-                    let prefix = url.trim_end_matches('*');
-                    atoms
-                        .paths
-                        .iter()
-                        .filter(|p| p.starts_with(prefix))
-                        .collect()
-                }
-                None => vec![url],
-            };
+            // The atoms the entry matches, by the matcher rules are matched with; an exact URL
+            // is an atom itself.
+            let paths: Vec<&String> = atoms
+                .paths
+                .iter()
+                .filter(|p| non_resource_url_entry_matches(url, p))
+                .collect();
             for verb in &verbs {
                 for path in &paths {
                     out.insert(Cell::NonResource([verb.clone(), (*path).clone()]));
@@ -469,7 +467,7 @@ fn cells_of(rule: &PolicyRule, atoms: &Atoms, out: &mut BTreeSet<Cell>) {
     };
     let mut pairs: BTreeSet<(String, String)> = BTreeSet::new();
     for resource in &rule.resources {
-        let negated = resource.starts_with('-');
+        let negated = is_negated(resource);
         let resource = resource.strip_prefix('-').unwrap_or(resource);
         let (base, sub) = resource.split_once('/').unwrap_or((resource, ""));
         let bases: Vec<String> = if base == "*" || negated {
@@ -678,7 +676,30 @@ impl Outcome {
     }
 }
 
-fn outcome(old: &Engine, new: &Engine, action: &Action, changed: &BTreeSet<Who>) -> Outcome {
+/// An ABAC line naming both a user and a group matches only the two together, which no single
+/// partner stands for: its (user, group) joins each changed subject's candidates as is.
+type Conjunction = (String, String);
+
+fn conjunctions(policies: [&PolicySet; 2]) -> Vec<Conjunction> {
+    let mut out: Vec<Conjunction> = policies
+        .iter()
+        .flat_map(|p| &p.abac)
+        .filter(|line| !line.group.is_empty() && line.group != "*")
+        .filter(|line| !line.user.is_empty() && line.user != "*")
+        .map(|line| (line.user.clone(), line.group.clone()))
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+fn outcome(
+    old: &Engine,
+    new: &Engine,
+    action: &Action,
+    changed: &BTreeSet<Who>,
+    conjunctions: &[Conjunction],
+) -> Outcome {
     let allowed = |engine: &Engine, request: &Request| {
         engine.authorize_shared(request.as_borrowed()).decision == Decision::Allow
     };
@@ -719,6 +740,12 @@ fn outcome(old: &Engine, new: &Engine, action: &Action, changed: &BTreeSet<Who>)
                 (Who::Group(a), Who::Group(b)) => request_of(None, &[a, b], action),
             };
             candidates.push(request);
+        }
+        for (user, group) in conjunctions {
+            candidates.push(match subject {
+                Who::User(u) => request_of(Some(u), &[group], action),
+                Who::Group(g) => request_of(Some(user), &[group, g], action),
+            });
         }
         let (mut gained, mut lost) = (false, false);
         for request in candidates {
@@ -777,6 +804,7 @@ pub fn access_delta(
         return Err(DeltaError::AbacChanged);
     }
     let atoms = Atoms::of([old, new]);
+    let conjunctions = conjunctions([old, new]);
     let regions = regions(old, new);
     // Namespaces where a cluster-wide change may show differently from elsewhere: every
     // namespace a RoleBinding or an ABAC line names, since a subject bound there (alone, or
@@ -845,14 +873,17 @@ pub fn access_delta(
             // A URL has no namespace (and only ClusterRoleBindings grant URLs): one outcome.
             let changed: BTreeSet<Who> = per_namespace.values().flatten().cloned().collect();
             let action = cell.action("");
-            let o = outcome(old_engine, new_engine, &action, &changed);
+            let o = outcome(old_engine, new_engine, &action, &changed, &conjunctions);
             results.push((Scope::Everywhere { except: Vec::new() }, cell.clone(), o));
             continue;
         }
         let mut outcomes: BTreeMap<&String, Outcome> = BTreeMap::new();
         for (ns, changed) in per_namespace {
             let action = cell.action(ns);
-            outcomes.insert(ns, outcome(old_engine, new_engine, &action, changed));
+            outcomes.insert(
+                ns,
+                outcome(old_engine, new_engine, &action, changed, &conjunctions),
+            );
         }
         match outcomes.get(&fresh_namespace) {
             Some(everywhere) if everywhere_cells.contains_key(cell) => {
