@@ -94,7 +94,8 @@ fn check(
 
 /// Property 1 on the webhook's KEP-5681 shapes: the conditions as a `conditionSetChain`,
 /// sent back in an `AuthorizationConditionsReview` with the objects, evaluate to the decision
-/// Authorize gives with them (content given as changed paths has no KEP form: skipped).
+/// Authorize gives with them. Content with no KEP form is skipped: changed paths, and selectors
+/// on a non-resource request (a SubjectAccessReview's `nonResourceAttributes` carry none).
 fn kep_chain_finishes_as_authorize(
     engine: &Engine,
     request: &Request,
@@ -106,7 +107,10 @@ fn kep_chain_finishes_as_authorize(
     let Some(content) = content else {
         return Ok(());
     };
-    if !content.changed_paths.is_empty() {
+    let selectors = !content.field_selector.is_empty() || !content.label_selector.is_empty();
+    if !content.changed_paths.is_empty()
+        || (selectors && matches!(request.action, Action::NonResource(_)))
+    {
         return Ok(());
     }
     let wire: Vec<_> = conditions
