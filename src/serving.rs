@@ -88,6 +88,11 @@ impl ServingState {
         }
     }
 
+    /// The chain's configuration every engine of this server is compiled with.
+    pub fn engine_config(&self) -> &EngineConfig {
+        &self.engine_config
+    }
+
     /// The chain delegates to these webhooks from now on.
     pub fn set_delegation(&self, delegation: Arc<Delegation>) {
         let _ = self.delegation.set(delegation);
@@ -381,7 +386,7 @@ mod store_tests {
         ];
         for text in &writes {
             let objects = parse_manifest("m", text, &LoadOptions::default()).unwrap();
-            store.apply(objects, false, None).await.unwrap();
+            store.apply(objects, None).await.unwrap();
             check(&store);
         }
         store

@@ -2,9 +2,12 @@
 //! directory of `tests/diff/` holds `old.yaml`, `new.yaml` and the delta expected, checked by
 //! hand (a binding added; a subject removed from a group binding; a ClusterRole rule narrowed
 //! with a negation; a deny rule added; an aggregated ClusterRole's label changed); the gates'
-//! exit codes; JSON; witnesses replayed with `authzd check`; bad input.
+//! exit codes; JSON; witnesses replayed with `authzd check`; bad input; and the same delta
+//! from `authzd apply --dry-run` against a running server, which changes nothing.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod grpc_harness;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -202,4 +205,74 @@ fn bad_input_exits_2_and_says_why() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("ABAC"), "{stderr}");
+}
+
+/// Every file of `dir`, by name, with its bytes.
+fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|entry| {
+            let path = entry.unwrap().path();
+            let name = path.file_name().unwrap().to_string_lossy().into_owned();
+            (name, std::fs::read(&path).unwrap())
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+/// `authzd apply --dry-run -f new.yaml` against a server serving `old.yaml` prints, after the
+/// objects and the revision, exactly what `authzd diff` prints for the two (witnesses too), and
+/// leaves the server as it was: same revision, same answers, the policy directory byte for byte.
+#[tokio::test]
+async fn apply_dry_run_shows_the_delta_diff_shows_and_changes_nothing() {
+    use grpc_harness::{run_bin, Server};
+    use std::ffi::OsStr;
+    let timeout = std::time::Duration::from_secs(60);
+    for name in ["add", "rm", "neg", "deny", "agg"] {
+        let policy = tempfile::tempdir().unwrap();
+        std::fs::copy(case(name).join("old.yaml"), policy.path().join("old.yaml")).unwrap();
+        let before = snapshot(policy.path());
+        let server = Server::start_serving(policy.path(), &["--no-watch"]).await;
+        let url = server.url();
+        let new = case(name).join("new.yaml");
+        let status = |server: &str| {
+            let out = run_bin(
+                &[OsStr::new("status"), "--server".as_ref(), server.as_ref()],
+                timeout,
+            );
+            assert_eq!(out.status.code(), Some(0), "{out:?}");
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let revision_before = status(&url);
+        for extra in [&[][..], &["--witness"][..]] {
+            let mut args: Vec<&OsStr> = ["apply", "--dry-run", "-f"].map(OsStr::new).to_vec();
+            args.push(new.as_os_str());
+            args.extend(extra.iter().map(OsStr::new));
+            args.extend([OsStr::new("--server"), OsStr::new(&url)]);
+            let applied = run_bin(&args, timeout);
+            assert_eq!(applied.status.code(), Some(0), "{name}: {applied:?}");
+            let applied = stdout(&applied);
+            let (report, delta) = applied
+                .split_once("revision 1 (dry run)\n")
+                .unwrap_or_else(|| panic!("{name}: no revision line in {applied}"));
+            assert!(
+                report.lines().all(|l| l.ends_with(" applied (dry run)")),
+                "{name}: {report}"
+            );
+            assert_eq!(delta, stdout(&diff(name, extra)), "{name} {extra:?}");
+        }
+        // The text above is the expected delta checked by hand (the first test).
+        assert_ne!(
+            std::fs::read_to_string(case(name).join("expected.txt")).unwrap(),
+            "no access changes\n",
+            "{name}"
+        );
+        assert_eq!(status(&url), revision_before, "{name}: the server moved");
+        assert_eq!(
+            snapshot(policy.path()),
+            before,
+            "{name}: the directory changed"
+        );
+    }
 }

@@ -164,6 +164,25 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
         grpc_harness::cluster_role_binding("frank-read", "pod-reader", &[("User", "frank")]),
     )
     .unwrap();
+    // A dry run answers with the access delta and commits nothing.
+    let revision = |out: &str| {
+        out.lines()
+            .find_map(|l| l.strip_prefix("revision: "))
+            .map(str::to_string)
+            .unwrap_or_else(|| panic!("no revision in {out}"))
+    };
+    let before = revision(&cli_ok(&b, &["status"]));
+    let out = cli_ok(&a, &["apply", "--dry-run", "-f", grant.to_str().unwrap()]);
+    assert!(
+        out.starts_with("ClusterRoleBinding/frank-read applied (dry run)\nrevision ")
+            && out.contains("\ncluster-wide:\n  + get group=\"\" resource=pods subresource=\"\" name=*: user frank\n"),
+        "{out}"
+    );
+    assert_eq!(
+        revision(&cli_ok(&b, &["status"])),
+        before,
+        "a dry run committed"
+    );
     let out = cli_ok(
         &a,
         &["apply", "-f", grant.to_str().unwrap(), "--ack", "local"],

@@ -1415,3 +1415,85 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: imperson
         "impersonate-user",
     );
 }
+
+/// A dry run is checked like the write (escalation prevention included), and its access delta
+/// — who gains and loses what — goes only to callers who may ask who-can questions
+/// (`create resourceaccessreviews` cluster-wide); others get the dry run with the reason.
+#[tokio::test]
+async fn a_dry_run_delta_goes_to_who_can_callers_only() {
+    let f = Fixture::start().await;
+    let dry_run = |token: &'static str, manifest: String| {
+        let mut admin = f.admin();
+        async move {
+            admin
+                .apply(as_user(
+                    token,
+                    ApplyRequest {
+                        manifest,
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                ))
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    };
+    // nadia may create this binding (she holds what binding-creator grants in team-a).
+    let carol = role_binding(
+        "team-a",
+        "carol-creates",
+        "Role",
+        "binding-creator",
+        &[("User", "carol")],
+    );
+    let answer = dry_run("nadia-token", carol.clone()).await.unwrap();
+    assert_eq!(answer.delta, None);
+    assert!(
+        answer
+            .delta_withheld
+            .starts_with("the access delta names subjects as who-can answers do: ")
+            && answer.delta_withheld.contains("resourceaccessreviews"),
+        "{}",
+        answer.delta_withheld
+    );
+    // root may ask who-can questions: the delta names carol's gains in team-a.
+    let answer = dry_run("root-token", carol).await.unwrap();
+    assert_eq!(answer.delta_withheld, "");
+    let rows = answer.delta.unwrap().rows;
+    assert!(!rows.is_empty());
+    for row in &rows {
+        assert_eq!(
+            (row.cluster_wide, row.namespace.as_str()),
+            (false, "team-a")
+        );
+        assert_eq!(row.gains.as_ref().unwrap().users, ["carol"], "{row:?}");
+        assert!(row.losses.as_ref().unwrap().users.is_empty(), "{row:?}");
+    }
+    // A dry run nadia could not make for real is refused the same way.
+    let god = role_binding(
+        "team-a",
+        "nadia-is-god",
+        "ClusterRole",
+        "cluster-admin",
+        &[("User", "nadia")],
+    );
+    let refused = dry_run("nadia-token", god).await.unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    // rita may ask who-can questions but not write bindings.
+    let refused = dry_run(
+        "rita-token",
+        role_binding("team-a", "x", "Role", "binding-creator", &[("User", "x")]),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied, "{refused:?}");
+    // Nothing was written.
+    let revision = f
+        .admin()
+        .status(as_user("root-token", StatusRequest {}))
+        .await
+        .unwrap()
+        .into_inner()
+        .revision;
+    assert_eq!(revision, 1);
+}

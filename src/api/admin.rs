@@ -332,30 +332,87 @@ fn audited_manifest(manifest: &str) -> String {
     )
 }
 
+/// What an `Apply` did, or (dry run) would do.
+struct Applied {
+    revision: u64,
+    objects: Vec<ObjectRef>,
+    /// Dry run only: the access delta, or why it is not given.
+    delta: Option<std::result::Result<proto::AccessDelta, String>>,
+}
+
 impl AdminApi {
-    /// Parses and applies one manifest (the write itself, without the auditing around it).
+    /// Parses and applies one manifest (the write itself, without the auditing around it); a
+    /// dry run previews it and answers with its access delta.
     async fn apply_manifest(
         &self,
         caller: &Arc<crate::request::UserInfo>,
         wire: &proto::ApplyRequest,
-    ) -> std::result::Result<(u64, Vec<ObjectRef>), Status> {
+    ) -> std::result::Result<Applied, Status> {
         if wire.manifest.trim().is_empty() {
             return Err(ApiError::invalid("manifest", Invalid::Empty).into());
         }
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
-        let guard = AdminWriteGuard {
+        let guard = Some(Arc::new(AdminWriteGuard {
             state: Arc::clone(&self.state),
             caller: Arc::clone(caller),
             op: WriteOp::Apply,
-        };
-        let (revision, applied) = self
-            .store()?
-            .apply(objects, wire.dry_run, Some(Arc::new(guard)))
+        }) as Arc<dyn WriteGuard>);
+        let store = self.store()?;
+        if !wire.dry_run {
+            let (revision, objects) = store.apply(objects, guard).await.map_err(ApiError::from)?;
+            return Ok(Applied {
+                revision,
+                objects,
+                delta: None,
+            });
+        }
+        let preview = store
+            .preview(objects, guard)
             .await
             .map_err(ApiError::from)?;
-        Ok((revision, applied))
+        let (revision, objects) = (preview.revision, preview.applied.clone());
+        // The delta names who gains and loses access: a who-can answer, given to those who
+        // may ask for one.
+        let delta = match self.admit(caller, &[Privilege::RESOURCE_ACCESS_REVIEW]) {
+            Err(refused) => Err(format!(
+                "the access delta names subjects as who-can answers do: {refused}"
+            )),
+            Ok(()) => {
+                let state = Arc::clone(&self.state);
+                tokio::task::spawn_blocking(move || preview_delta(&state, &preview))
+                    .await
+                    .unwrap_or_else(|e| Err(e.to_string()))
+            }
+        };
+        Ok(Applied {
+            revision,
+            objects,
+            delta: Some(delta),
+        })
     }
+}
+
+/// The access delta of a previewed write, on the wire. The engine in force is reused when it
+/// is the one the preview was checked against, and the write's engine is an incremental update
+/// of it (both as a real apply builds them); either may be compiled in full otherwise.
+fn preview_delta(
+    state: &ServingState,
+    preview: &crate::store::Preview,
+) -> std::result::Result<proto::AccessDelta, String> {
+    use crate::engine::Engine;
+    let config = state.engine_config();
+    let before = match state.snapshot() {
+        Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
+        _ => Arc::new(Engine::new(&preview.before, config.clone())),
+    };
+    let changes = crate::policy::delta::PolicyDelta::for_changes(&preview.after, &preview.changed);
+    let after = before
+        .update(&changes)
+        .unwrap_or_else(|_| Engine::new(&preview.after, config.clone()));
+    crate::engine::delta::access_delta(&preview.before, &preview.after, &before, &after)
+        .map(|delta| crate::api::delta_wire::to_wire(&delta))
+        .map_err(|e| format!("the access delta could not be computed: {e}"))
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;
@@ -379,16 +436,20 @@ impl PolicyAdmin for AdminApi {
                 })
             },
             match &outcome {
-                Ok((revision, applied)) => Ok((
-                    *revision,
+                Ok(applied) => Ok((
+                    applied.revision,
                     serde_json::json!({
-                        "applied": applied.iter().map(ToString::to_string).collect::<Vec<_>>()
+                        "applied": applied.objects.iter().map(ToString::to_string).collect::<Vec<_>>()
                     }),
                 )),
                 Err(status) => Err(status),
             },
         );
-        let (revision, applied) = outcome?;
+        let Applied {
+            revision,
+            objects,
+            delta,
+        } = outcome?;
         let report = if wire.dry_run {
             AckReport::default()
         } else {
@@ -396,17 +457,24 @@ impl PolicyAdmin for AdminApi {
         };
         tracing::info!(
             revision,
-            objects = applied.len(),
+            objects = objects.len(),
             dry_run = wire.dry_run,
             confirmed = report.confirmed.len(),
             fenced = report.fenced.len(),
             "policy applied"
         );
+        let (delta, delta_withheld) = match delta {
+            None => (None, String::new()),
+            Some(Ok(delta)) => (Some(delta), String::new()),
+            Some(Err(why)) => (None, why),
+        };
         Ok(Response::new(proto::ApplyResponse {
             revision,
-            applied: applied.iter().map(wire_ref).collect(),
+            applied: objects.iter().map(wire_ref).collect(),
             replicas_confirmed: report.confirmed,
             replicas_fenced: report.fenced,
+            delta,
+            delta_withheld,
         }))
     }
 

@@ -770,6 +770,32 @@ pub fn resource_review_response(
     }
 }
 
+/// An action as the API writes one, without selectors.
+pub fn wire_action(action: &request::Action) -> proto::Action {
+    let kind = match action {
+        request::Action::Resource(r) => {
+            proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
+                namespace: r.namespace.clone(),
+                verb: r.verb.clone(),
+                group: r.group.clone(),
+                version: r.version.clone(),
+                resource: r.resource.clone(),
+                subresource: r.subresource.clone(),
+                name: r.name.clone(),
+                field_selector: None,
+                label_selector: None,
+            })
+        }
+        request::Action::NonResource(n) => {
+            proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
+                path: n.path.clone(),
+                verb: n.verb.clone(),
+            })
+        }
+    };
+    proto::Action { kind: Some(kind) }
+}
+
 /// A user as the API writes one.
 pub fn user_info(user: &request::UserInfo) -> proto::UserInfo {
     proto::UserInfo {

@@ -6,6 +6,7 @@
 //! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`serving`](crate::serving) core;
 //! * [`dispatch`]: the Authorizer's calls straight to it, the rest through the router;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
+//! * [`delta_wire`]: the access delta of a dry-run `Apply`, to the wire and back;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`authn`]: who the caller is (certificate, bearer token, local identity; the listener rule);
 //! * [`privilege`]: what each RPC needs the caller to be allowed, checked through the policy;
@@ -16,6 +17,7 @@
 pub mod admin;
 pub mod authn;
 pub mod convert;
+pub mod delta_wire;
 pub mod dispatch;
 pub mod envoy;
 pub mod error;

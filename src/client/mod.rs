@@ -97,7 +97,13 @@ pub async fn run(
     };
     let mut client = connect(server).await?;
     let result = match command {
-        ClientCommand::Apply { dry_run, ack, .. } => {
+        ClientCommand::Apply {
+            dry_run,
+            witness,
+            ack,
+            ..
+        } => {
+            let dry_run = dry_run.then_some(DryRun { witness });
             apply(&mut client, server, manifests, dry_run, ack, out).await
         }
         ClientCommand::Delete { object, ack } => {
@@ -324,16 +330,24 @@ async fn apply(
     client: &mut PolicyAdminClient<Channel>,
     server: &ClientSettings,
     manifests: Vec<(String, String)>,
-    dry_run: bool,
+    dry_run: Option<DryRun>,
     ack: Ack,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let suffix = if dry_run { " (dry run)" } else { "" };
+    let suffix = if dry_run.is_some() { " (dry run)" } else { "" };
     for (source_name, manifest) in manifests {
         // A file is one write (atomic) where the server can take it whole; an etcd-mode
         // server refuses more objects than one etcd transaction takes, and then the file goes
         // in chunks.
-        let response = match apply_one(client, server, &source_name, &manifest, dry_run, ack).await
+        let response = match apply_one(
+            client,
+            server,
+            &source_name,
+            &manifest,
+            dry_run.is_some(),
+            ack,
+        )
+        .await
         {
             Err(ClientError::Rpc { status, .. })
                 if status.code() == tonic::Code::InvalidArgument
@@ -341,7 +355,8 @@ async fn apply(
             {
                 let mut last = None;
                 for (name, chunk) in chunked(source_name.clone(), manifest) {
-                    let response = apply_one(client, server, &name, &chunk, dry_run, ack).await?;
+                    let response =
+                        apply_one(client, server, &name, &chunk, dry_run.is_some(), ack).await?;
                     for object in &response.applied {
                         writeln!(out, "{} applied{suffix}", object_label(object))?;
                     }
@@ -360,6 +375,15 @@ async fn apply(
                             )
                             .as_bytes(),
                         )?;
+                        if dry_run.is_some() {
+                            // Each chunk was compared with the policy in force alone, so
+                            // their deltas do not add up to the file's.
+                            writeln!(
+                                out,
+                                "access delta: not computed for a file sent in chunks; \
+                                 compare the policies with `authzd diff`"
+                            )?;
+                        }
                         out.flush()?;
                         continue;
                     }
@@ -375,6 +399,9 @@ async fn apply(
         out.write_all(
             acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
         )?;
+        if let Some(DryRun { witness }) = dry_run {
+            out.write_all(dry_run_delta(response, witness).as_bytes())?;
+        }
         // Each file is its own request: show its result before the next one can fail.
         out.flush()?;
     }
@@ -384,6 +411,26 @@ async fn apply(
 /// What an etcd-mode server says when one write holds more objects than etcd's transaction
 /// limit (`store::etcd::EtcdSink`): the client then sends the file in chunks.
 const TRANSACTION_LIMIT: &str = "etcd's transaction limit";
+
+/// A dry run's extra: the access delta is printed (with witnesses when asked).
+#[derive(Clone, Copy, Debug)]
+struct DryRun {
+    witness: bool,
+}
+
+/// A dry run's access delta as `authzd diff` prints it, or why the server withheld it.
+fn dry_run_delta(response: proto::ApplyResponse, witness: bool) -> String {
+    match response.delta {
+        Some(delta) => {
+            let delta = crate::api::delta_wire::from_wire(delta);
+            crate::client::text::delta(&delta, witness)
+        }
+        None if !response.delta_withheld.is_empty() => {
+            format!("access delta withheld: {}\n", response.delta_withheld)
+        }
+        None => "access delta: not reported by this server\n".to_string(),
+    }
+}
 
 async fn apply_one(
     client: &mut PolicyAdminClient<Channel>,

@@ -111,9 +111,16 @@ pub struct ApplyArgs {
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
 
-    /// Validate and report what would be applied without changing anything.
+    /// Validate and report what would be applied without changing anything, with the access
+    /// delta each file would make to the policy in force (as `authzd diff` prints it; the
+    /// files are separate writes, so each is compared with the policy in force, not with the
+    /// files before it).
     #[arg(long)]
     pub dry_run: bool,
+
+    /// With --dry-run: print one request per subject of the delta that shows its gain or loss.
+    #[arg(long, requires = "dry_run")]
+    pub witness: bool,
 
     /// etcd mode: how far the write must reach before the answer (the output then names the
     /// replicas that confirmed it and those taken as fenced).
@@ -216,6 +223,8 @@ pub enum ClientCommand {
     Apply {
         sources: Vec<ManifestSource>,
         dry_run: bool,
+        /// With `dry_run`: the delta's witnesses printed too.
+        witness: bool,
         ack: Ack,
     },
     Delete {
@@ -403,9 +412,11 @@ mod tests {
                     ManifestSource::Stdin
                 ],
                 dry_run: true,
+                witness: false,
                 ack: Ack::Cluster,
             }
         );
+        assert!(client(&["apply", "-f", "a.yaml", "--witness"]).is_err());
         assert!(client(&["apply"]).is_err());
         assert!(client(&["apply", "-f", "-", "-f", "-"]).is_err());
     }

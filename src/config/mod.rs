@@ -298,6 +298,7 @@ impl Cli {
                 ClientCommand::Apply {
                     sources: ApplyArgs::sources(args.files)?,
                     dry_run: args.dry_run,
+                    witness: args.witness,
                     ack: args.ack,
                 },
             ),

@@ -207,31 +207,6 @@ impl Rng {
     }
 }
 
-fn to_proto_action(action: &request::Action) -> proto::Action {
-    let kind = match action {
-        request::Action::Resource(r) => {
-            proto::action::Kind::ResourceAttributes(proto::ResourceAttributes {
-                namespace: r.namespace.clone(),
-                verb: r.verb.clone(),
-                group: r.group.clone(),
-                version: r.version.clone(),
-                resource: r.resource.clone(),
-                subresource: r.subresource.clone(),
-                name: r.name.clone(),
-                field_selector: None,
-                label_selector: None,
-            })
-        }
-        request::Action::NonResource(n) => {
-            proto::action::Kind::NonResourceAttributes(proto::NonResourceAttributes {
-                path: n.path.clone(),
-                verb: n.verb.clone(),
-            })
-        }
-    };
-    proto::Action { kind: Some(kind) }
-}
-
 fn with_name(mut action: request::Action, name: &str) -> request::Action {
     if let request::Action::Resource(r) = &mut action {
         r.name = name.to_string();
@@ -247,7 +222,10 @@ pub(crate) fn authorize_message(request: &request::Request, name: &str) -> proto
             groups: request.user.groups.clone(),
             ..Default::default()
         }),
-        action: Some(to_proto_action(&with_name(request.action.clone(), name))),
+        action: Some(crate::api::convert::wire_action(&with_name(
+            request.action.clone(),
+            name,
+        ))),
         min_revision: 0,
         content: None,
         conditions_mode: 0,
@@ -328,7 +306,10 @@ impl Workload {
             expects.push(*expect);
         }
         let who_can_message = |name: &str| proto::GetAllowedSubjectsRequest {
-            action: Some(to_proto_action(&with_name(synth::who_can_action(), name))),
+            action: Some(crate::api::convert::wire_action(&with_name(
+                synth::who_can_action(),
+                name,
+            ))),
             min_revision: 0,
             content: None,
             conditions_mode: 0,

@@ -127,18 +127,13 @@ pub(super) struct CommitQueue {
 
 impl Store {
     /// etcd mode's write: queued for the committer; answers the revision at which this
-    /// server has applied it (from its watch), or why it was not made. A dry run is checked
-    /// and answered here.
+    /// server has applied it (from its watch), or why it was not made.
     pub(super) async fn write_remote(
         &self,
         write: Write,
-        dry_run: bool,
         guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<u64> {
         let mut queued = QueuedWrite::new(write, guard);
-        if dry_run {
-            return self.check_remote(&queued).await;
-        }
         let (answer, answered) = oneshot::channel();
         queued.answer = Some(answer);
         let start_committer = {

@@ -33,6 +33,20 @@ use crate::policy::model::PolicyObject;
 use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
 use crate::policy::render;
 
+/// What an apply would do ([`Store::preview`]): nothing of it is written.
+#[derive(Debug)]
+pub struct Preview {
+    /// The revision the write was checked at.
+    pub revision: u64,
+    /// Every object the write names, changed or not.
+    pub applied: Vec<ObjectRef>,
+    /// The objects it would change, as the index names them.
+    pub changed: Vec<ChangedObject>,
+    /// The policy in force at `revision`, and the policy the write would make of it.
+    pub before: Arc<PolicySet>,
+    pub after: PolicySet,
+}
+
 /// The four kinds of object the admin API manages.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
@@ -557,14 +571,6 @@ impl Store {
         }
     }
 
-    /// etcd mode's dry run: the write checked (by `guard` too) against the policy in force,
-    /// nothing committed; the revision it was checked at.
-    async fn check_remote(&self, write: &commit::QueuedWrite) -> Result<u64> {
-        let writer = self.writer.lock().await;
-        commit::check(&self.policy.load_full(), write)?;
-        Ok(writer.revision)
-    }
-
     /// The revision the current policy was published at.
     pub fn revision(&self) -> u64 {
         *self.revision_tx.borrow()
@@ -706,13 +712,12 @@ impl Store {
     pub async fn apply(
         &self,
         objects: Vec<PolicyObject>,
-        dry_run: bool,
         guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<(u64, Vec<ObjectRef>)> {
         let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
         if self.remote.is_some() {
             let write = commit::Write::Apply(objects);
-            let revision = self.write_remote(write, dry_run, guard).await?;
+            let revision = self.write_remote(write, guard).await?;
             return Ok((revision, refs));
         }
         let mut writer = self.writer.lock().await;
@@ -721,7 +726,7 @@ impl Store {
             guard.check(&old, &objects).map_err(StoreError::Forbidden)?;
         }
         let changed = changed_objects(&old, &objects);
-        if dry_run || changed.is_empty() {
+        if changed.is_empty() {
             return Ok((writer.revision, refs));
         }
         let new = {
@@ -741,6 +746,41 @@ impl Store {
         Ok((revision, refs))
     }
 
+    /// A dry run of [`Store::apply`]: `objects` checked as the write would be (by `guard`
+    /// too), nothing written or published; the policy in force and the policy the write would
+    /// make, for the caller to compare. Both modes alike (in etcd mode a write is checked
+    /// against the policy this replica applied).
+    pub async fn preview(
+        &self,
+        objects: Vec<PolicyObject>,
+        guard: Option<Arc<dyn WriteGuard>>,
+    ) -> Result<Preview> {
+        let applied: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
+        let writer = self.writer.lock().await;
+        let before = self.policy.load_full();
+        if let Some(guard) = &guard {
+            guard
+                .check(&before, &objects)
+                .map_err(StoreError::Forbidden)?;
+        }
+        let changed = changed_objects(&before, &objects);
+        let mut after = PolicySet::clone(&before);
+        for object in &changed {
+            take_object(&mut after, &ObjectRef::of(object));
+            insert_object(&mut after, object.clone());
+        }
+        Ok(Preview {
+            revision: writer.revision,
+            applied,
+            changed: changed
+                .iter()
+                .map(|o| changed_object(&ObjectRef::of(o)))
+                .collect(),
+            before,
+            after,
+        })
+    }
+
     /// Deletes one object; returns the revision at which it is gone.
     pub async fn delete(
         &self,
@@ -749,7 +789,7 @@ impl Store {
     ) -> Result<u64> {
         if self.remote.is_some() {
             let write = commit::Write::Delete(object.clone());
-            return self.write_remote(write, false, guard).await;
+            return self.write_remote(write, guard).await;
         }
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();

@@ -97,7 +97,7 @@ async fn apply_creates_a_file_and_a_revision() {
     let (_dir, path, recorder, store) = setup();
     assert_eq!(store.revision(), 1);
     let (revision, applied) = store
-        .apply(objects_of(&binding("bob-reads", "bob")), false, None)
+        .apply(objects_of(&binding("bob-reads", "bob")), None)
         .await
         .unwrap();
     assert_eq!(revision, 2);
@@ -118,7 +118,7 @@ async fn apply_creates_a_file_and_a_revision() {
 
     // The same content again changes nothing and publishes nothing.
     let (again, _) = store
-        .apply(objects_of(&binding("bob-reads", "bob")), false, None)
+        .apply(objects_of(&binding("bob-reads", "bob")), None)
         .await
         .unwrap();
     assert_eq!(again, 2);
@@ -133,10 +133,7 @@ async fn apply_replaces_in_place_and_delete_removes() {
         .nth(1)
         .unwrap()
         .replace("alice", "carol");
-    let (revision, _) = store
-        .apply(objects_of(&replaced), false, None)
-        .await
-        .unwrap();
+    let (revision, _) = store.apply(objects_of(&replaced), None).await.unwrap();
     assert_eq!(revision, 2);
     assert_eq!(files(&path), vec!["roles.yaml"]);
     let text = std::fs::read_to_string(path.join("roles.yaml")).unwrap();
@@ -169,12 +166,18 @@ async fn apply_replaces_in_place_and_delete_removes() {
 #[tokio::test]
 async fn dry_run_and_rejected_reload_change_nothing() {
     let (_dir, path, _recorder, store) = setup();
-    let (revision, _) = store
-        .apply(objects_of(&binding("x", "bob")), true, None)
+    let before = store.policy();
+    let preview = store
+        .preview(objects_of(&binding("x", "bob")), None)
         .await
         .unwrap();
-    assert_eq!(revision, 1);
+    assert_eq!(preview.revision, 1);
+    assert_eq!(preview.before, before);
+    assert_eq!(preview.changed.len(), 1);
+    assert_eq!(preview.after.bindings.len(), before.bindings.len() + 1);
     assert_eq!(files(&path), vec!["roles.yaml"]);
+    assert_eq!(store.revision(), 1);
+    assert_eq!(store.policy(), before);
 
     std::fs::write(path.join("broken.yaml"), "kind: Role\nmetadata: {}\n").unwrap();
     let before = store.policy();
@@ -196,11 +199,11 @@ async fn dry_run_and_rejected_reload_change_nothing() {
 async fn watch_replays_kept_changes_and_streams_new_ones() {
     let (_dir, _path, _recorder, store) = setup();
     store
-        .apply(objects_of(&binding("a", "bob")), false, None)
+        .apply(objects_of(&binding("a", "bob")), None)
         .await
         .unwrap();
     store
-        .apply(objects_of(&binding("a", "carol")), false, None)
+        .apply(objects_of(&binding("a", "carol")), None)
         .await
         .unwrap();
     let (backlog, mut live) = store.watch(1).await.unwrap();
@@ -226,9 +229,7 @@ async fn a_store_without_a_directory_is_read_only() {
     let backend = DirectoryBackend::new(vec![file], LoadOptions::default());
     let store = Store::open(Box::new(backend), Arc::new(Recorder::default())).unwrap();
     assert!(matches!(
-        store
-            .apply(objects_of(&binding("x", "bob")), false, None)
-            .await,
+        store.apply(objects_of(&binding("x", "bob")), None).await,
         Err(StoreError::ReadOnly)
     ));
 }
@@ -452,7 +453,7 @@ async fn apply_concurrently(store: &Arc<Store>, manifests: Vec<String>) -> Vec<R
             let store = Arc::clone(store);
             tokio::spawn(async move {
                 let objects = parse_manifest("m.yaml", &manifest, &LoadOptions::default()).unwrap();
-                store.apply(objects, false, None).await.map(|(r, _)| r)
+                store.apply(objects, None).await.map(|(r, _)| r)
             })
         })
         .collect();
@@ -551,10 +552,7 @@ async fn a_refused_write_leaves_the_rest_of_its_commit() {
         writes.push(tokio::spawn(async move {
             let objects =
                 parse_manifest("m.yaml", &binding(name, name), &LoadOptions::default()).unwrap();
-            store
-                .apply(objects, false, Some(guard))
-                .await
-                .map(|(r, _)| r)
+            store.apply(objects, Some(guard)).await.map(|(r, _)| r)
         }));
     }
     let gone = ObjectRef {
