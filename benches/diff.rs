@@ -115,7 +115,10 @@ fn diff(c: &mut Criterion) {
         ),
         ("clusterrole-bound-10k", clusterrole_bound_10k()),
     ];
-    for (name, (old, new)) in cases {
+    for (name, (mut old, mut new)) in cases {
+        // In canonical order, as `authzd diff` loads them.
+        old.canonicalize();
+        new.canonicalize();
         let config = EngineConfig::default();
         let (old_engine, new_engine) =
             (Engine::new(&old, config.clone()), Engine::new(&new, config));

@@ -45,7 +45,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
-use crate::policy::model::{BindingKind, PolicyRule, PolicySet, RoleKind};
+use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
 use crate::policy::rbac::{is_negated, non_resource_url_entry_matches};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
@@ -513,25 +513,130 @@ enum Who {
 /// A role's key: (kind, namespace — empty for a ClusterRole —, name).
 type RoleKey<'a> = (RoleKind, &'a str, &'a str);
 
-/// The effective rules of every role, by key: borrowed, but for aggregated ClusterRoles.
-fn effective_rules(policy: &PolicySet) -> HashMap<RoleKey<'_>, std::borrow::Cow<'_, [PolicyRule]>> {
-    let mut aggregated = crate::policy::aggregate::aggregated_rules(policy);
-    policy
-        .roles
-        .iter()
-        .map(|role| {
-            let rules = match role.kind {
-                RoleKind::ClusterRole if role.aggregation_rule.is_some() => {
-                    std::borrow::Cow::Owned(aggregated.remove(&role.name).unwrap_or_default())
+fn role_key(role: &Role) -> RoleKey<'_> {
+    (role.kind, role.namespace.as_str(), role.name.as_str())
+}
+
+type BindingKey<'a> = (BindingKind, &'a str, &'a str);
+
+fn binding_key(binding: &Binding) -> BindingKey<'_> {
+    (
+        binding.kind,
+        binding.namespace.as_str(),
+        binding.name.as_str(),
+    )
+}
+
+/// `items` in key order, one per key (the last, as a map built in order would keep).
+fn by_key<'a, T, K: Ord>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
+    let mut sorted: Vec<&T> = items.iter().collect();
+    sorted.sort_by_key(|item| key(item));
+    sorted.dedup_by(|later, earlier| {
+        let same = key(later) == key(earlier);
+        if same {
+            *earlier = *later;
+        }
+        same
+    });
+    sorted
+}
+
+/// The items of two lists that differ, by key: each key present on one side only, or on both
+/// with items that are not `same`, once, with its item on either side, in key order. A
+/// canonical policy's lists are in key order already: they are walked together once, as they
+/// lie in memory; other lists are put in key order first.
+fn changed_pairs<'a, T, K: Ord>(
+    old: &'a [T],
+    new: &'a [T],
+    key: impl Fn(&'a T) -> K,
+    same: impl Fn(&T, &T) -> bool,
+) -> Vec<Pair<'a, T>> {
+    let (old_refs, new_refs): (Vec<&T>, Vec<&T>) = (old.iter().collect(), new.iter().collect());
+    match walk(&old_refs, &new_refs, &key, &same) {
+        Some(pairs) => pairs,
+        None => walk(&by_key(old, &key), &by_key(new, &key), &key, &same).unwrap_or_default(),
+    }
+}
+
+/// An item on either side of a comparison, or both.
+type Pair<'a, T> = (Option<&'a T>, Option<&'a T>);
+
+/// [`changed_pairs`] of two lists walked together; `None` as soon as either turns out not to
+/// be strictly in key order (never for lists from [`by_key`]).
+fn walk<'a, T, K: Ord>(
+    old: &[&'a T],
+    new: &[&'a T],
+    key: &impl Fn(&'a T) -> K,
+    same: &impl Fn(&T, &T) -> bool,
+) -> Option<Vec<Pair<'a, T>>> {
+    use std::cmp::Ordering;
+    let ordered = |list: &[&'a T], at: usize| at == 0 || key(list[at - 1]) < key(list[at]);
+    let (mut i, mut j) = (0, 0);
+    let mut out = Vec::new();
+    while i < old.len() || j < new.len() {
+        let order = match (old.get(i), new.get(j)) {
+            (Some(a), Some(b)) => key(a).cmp(&key(b)),
+            (Some(_), None) => Ordering::Less,
+            _ => Ordering::Greater,
+        };
+        if (order != Ordering::Greater && !ordered(old, i))
+            || (order != Ordering::Less && !ordered(new, j))
+        {
+            return None;
+        }
+        match order {
+            Ordering::Less => {
+                out.push((Some(old[i]), None));
+                i += 1;
+            }
+            Ordering::Greater => {
+                out.push((None, Some(new[j])));
+                j += 1;
+            }
+            Ordering::Equal => {
+                if !same(old[i], new[j]) {
+                    out.push((Some(old[i]), Some(new[j])));
                 }
-                _ => std::borrow::Cow::Borrowed(role.rules.as_slice()),
-            };
-            (
-                (role.kind, role.namespace.as_str(), role.name.as_str()),
-                rules,
-            )
-        })
-        .collect()
+                i += 1;
+                j += 1;
+            }
+        }
+    }
+    Some(out)
+}
+
+/// One policy's roles in key order, with the effective rules of its aggregated ClusterRoles.
+struct Roles<'a> {
+    sorted: Vec<&'a Role>,
+    aggregated: HashMap<String, Vec<PolicyRule>>,
+}
+
+impl<'a> Roles<'a> {
+    fn of(policy: &'a PolicySet) -> Self {
+        Roles {
+            sorted: by_key(&policy.roles, role_key),
+            aggregated: crate::policy::aggregate::aggregated_rules(policy),
+        }
+    }
+
+    /// A role's effective rules: its own, or for an aggregated ClusterRole those aggregated.
+    fn effective(&self, role: &'a Role) -> &[PolicyRule] {
+        match role.kind {
+            RoleKind::ClusterRole if role.aggregation_rule.is_some() => self
+                .aggregated
+                .get(&role.name)
+                .map_or(&[][..], Vec::as_slice),
+            _ => role.rules.as_slice(),
+        }
+    }
+
+    fn rules(&self, key: RoleKey<'_>) -> Option<&[PolicyRule]> {
+        let at = self
+            .sorted
+            .binary_search_by(|role| role_key(role).cmp(&key))
+            .ok()?;
+        Some(self.effective(self.sorted[at]))
+    }
 }
 
 /// One binding that may change answers: its scope, subjects and rules (old and new).
@@ -542,20 +647,8 @@ struct Region {
     rules: Vec<PolicyRule>,
 }
 
-type BindingKey<'a> = (BindingKind, &'a str, &'a str);
-
-fn binding_index(
-    policy: &PolicySet,
-) -> rustc_hash::FxHashMap<BindingKey<'_>, &crate::policy::model::Binding> {
-    policy
-        .bindings
-        .iter()
-        .map(|b| ((b.kind, b.namespace.as_str(), b.name.as_str()), b))
-        .collect()
-}
-
 /// The role a binding refers to.
-fn role_of(binding: &crate::policy::model::Binding) -> RoleKey<'_> {
+fn role_of(binding: &Binding) -> RoleKey<'_> {
     let namespace = match binding.role_ref.kind {
         RoleKind::Role => binding.namespace.as_str(),
         RoleKind::ClusterRole => "",
@@ -568,43 +661,31 @@ fn role_of(binding: &crate::policy::model::Binding) -> RoleKey<'_> {
 }
 
 /// The bindings whose subjects' answers may change, old and new versions together: those
-/// that changed, and those of roles whose effective rules changed. Comparing is linear in the
-/// policy (borrowed, no copies); what is collected is proportional to the change.
+/// that changed, and those of roles whose effective rules changed. Comparing walks both
+/// policies once in key order (borrowed, no copies; in memory order for a canonical policy);
+/// what is collected is proportional to the change.
 fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
-    let old_rules = effective_rules(old);
-    let new_rules = effective_rules(new);
-    let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> = old_rules
-        .keys()
-        .chain(new_rules.keys())
-        .filter(|key| old_rules.get(*key) != new_rules.get(*key))
-        .copied()
+    let (old_roles, new_roles) = (Roles::of(old), Roles::of(new));
+    let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> =
+        changed_pairs(&old.roles, &new.roles, role_key, |b, a| {
+            old_roles.effective(b) == new_roles.effective(a)
+        })
+        .into_iter()
+        .filter_map(|pair| match pair {
+            (Some(role), _) | (_, Some(role)) => Some(role_key(role)),
+            (None, None) => None,
+        })
         .collect();
-    let (old_bindings, new_bindings) = (binding_index(old), binding_index(new));
-    // Every key once: the old ones, then the new ones the old policy lacks.
-    let keys = old_bindings.keys().copied().chain(
-        new_bindings
-            .keys()
-            .copied()
-            .filter(|key| !old_bindings.contains_key(key)),
-    );
+    let same_binding = |b: &Binding, a: &Binding| {
+        b.subjects == a.subjects
+            && b.role_ref == a.role_ref
+            && (changed_roles.is_empty() || !changed_roles.contains(&role_of(b)))
+    };
     let mut out = Vec::new();
-    for key in keys {
-        let before = old_bindings.get(&key).copied();
-        let after = new_bindings.get(&key).copied();
-        let unchanged = match (before, after) {
-            (Some(b), Some(a)) => {
-                b.subjects == a.subjects
-                    && b.role_ref == a.role_ref
-                    && !changed_roles.contains(&role_of(b))
-            }
-            _ => false,
-        };
-        if unchanged {
-            continue;
-        }
+    for (before, after) in changed_pairs(&old.bindings, &new.bindings, binding_key, same_binding) {
         let mut subjects = BTreeSet::new();
         let mut rules = Vec::new();
-        for (binding, effective) in [(before, &old_rules), (after, &new_rules)] {
+        for (binding, roles) in [(before, &old_roles), (after, &new_roles)] {
             let Some(binding) = binding else { continue };
             for subject in &binding.subjects {
                 if let Some(user) = subject.user_name(&binding.namespace) {
@@ -613,12 +694,16 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
                     subjects.insert(Who::Group(group.to_string()));
                 }
             }
-            if let Some(role_rules) = effective.get(&role_of(binding)) {
+            if let Some(role_rules) = roles.rules(role_of(binding)) {
                 rules.extend(role_rules.iter().cloned());
             }
         }
+        let namespace = match (before, after) {
+            (Some(binding), _) | (_, Some(binding)) => binding_key(binding),
+            (None, None) => continue,
+        };
         out.push(Region {
-            namespace: (key.0 == BindingKind::RoleBinding).then(|| key.1.to_string()),
+            namespace: (namespace.0 == BindingKind::RoleBinding).then(|| namespace.1.to_string()),
             subjects,
             rules,
         });
@@ -703,15 +788,17 @@ fn outcome(
     let allowed = |engine: &Engine, request: &Request| {
         engine.authorize_shared(request.as_borrowed()).decision == Decision::Allow
     };
-    // Partners: every subject who-can names for the cell, one per kind.
+    // Partners: every subject who-can names for the cell, one per kind. A subject alone is
+    // matched only by the bindings naming it, and those that changed for this cell name a
+    // subject of `changed`: any other subject is decided alone as before, by the same rule. So
+    // the new engine's who-can adds only subjects of `changed`, and the old engine's kind of
+    // the others stands for both.
     let mut partners: Vec<Who> = Vec::new();
-    for engine in [old, new] {
-        let subjects = engine.who_can(action);
-        partners.extend(subjects.users.into_iter().map(Who::User));
-        partners.extend(subjects.denied_users.into_iter().map(Who::User));
-        partners.extend(subjects.groups.into_iter().map(Who::Group));
-        partners.extend(subjects.denied_groups.into_iter().map(Who::Group));
-    }
+    let subjects = old.who_can(action);
+    partners.extend(subjects.users.into_iter().map(Who::User));
+    partners.extend(subjects.denied_users.into_iter().map(Who::User));
+    partners.extend(subjects.groups.into_iter().map(Who::Group));
+    partners.extend(subjects.denied_groups.into_iter().map(Who::Group));
     partners.extend(changed.iter().cloned());
     partners.sort();
     partners.dedup();
@@ -722,11 +809,13 @@ fn outcome(
     let mut kinds: BTreeMap<(AloneKind, AloneKind), Who> = BTreeMap::new();
     for partner in partners {
         let request = alone(&partner);
-        let kind = (
-            kind_of(&old.authorize_shared(request.as_borrowed())),
-            kind_of(&new.authorize_shared(request.as_borrowed())),
-        );
-        kinds.entry(kind).or_insert(partner);
+        let before = kind_of(&old.authorize_shared(request.as_borrowed()));
+        let after = if changed.contains(&partner) {
+            kind_of(&new.authorize_shared(request.as_borrowed()))
+        } else {
+            before.clone()
+        };
+        kinds.entry((before, after)).or_insert(partner);
     }
     let mut out = Outcome::default();
     for subject in changed {
@@ -1043,7 +1132,29 @@ fn merge_dimension(rows: Vec<Row>, d: usize, atoms: &Atoms) -> Vec<Row> {
 
 #[cfg(test)]
 mod tests {
-    use super::glob_matches;
+    use super::{changed_pairs, glob_matches};
+
+    /// Lists in key order are walked as they are; others (out of order, a key twice: the last
+    /// counts) are ordered first, with the same answer.
+    #[test]
+    fn changed_pairs_are_the_same_in_any_order() {
+        let key = |item: &(u8, char)| item.0;
+        let same = |a: &(u8, char), b: &(u8, char)| a.1 == b.1;
+        let old = [(1, 'a'), (2, 'b'), (3, 'c'), (5, 'e')];
+        let new = [(1, 'a'), (2, 'x'), (4, 'd'), (5, 'e')];
+        let expected = vec![
+            (Some(&(2, 'b')), Some(&(2, 'x'))),
+            (Some(&(3, 'c')), None),
+            (None, Some(&(4, 'd'))),
+        ];
+        assert_eq!(changed_pairs(&old, &new, key, same), expected);
+        let shuffled_old = [(5, 'e'), (3, 'c'), (1, 'a'), (2, 'z'), (2, 'b')];
+        let shuffled_new = [(4, 'd'), (2, 'x'), (5, 'e'), (1, 'a')];
+        assert_eq!(
+            changed_pairs(&shuffled_old, &shuffled_new, key, same),
+            expected
+        );
+    }
 
     #[test]
     fn globs_match_as_a_shell_does() {
