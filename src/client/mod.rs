@@ -207,26 +207,54 @@ pub async fn run(
 }
 
 fn read_sources(sources: &[ManifestSource]) -> Result<Vec<(String, String)>> {
-    sources
-        .iter()
-        .map(|source| {
-            let read_error = |error| ClientError::Read {
-                source_name: source.to_string(),
-                error,
-            };
-            let text = match source {
-                ManifestSource::Stdin => {
-                    let mut text = String::new();
-                    std::io::stdin()
-                        .read_to_string(&mut text)
-                        .map_err(read_error)?;
-                    text
-                }
-                ManifestSource::File(path) => std::fs::read_to_string(path).map_err(read_error)?,
-            };
-            Ok((source.to_string(), text))
-        })
-        .collect()
+    let mut manifests = Vec::new();
+    for source in sources {
+        let read_error = |error| ClientError::Read {
+            source_name: source.to_string(),
+            error,
+        };
+        match source {
+            ManifestSource::Stdin => {
+                let mut text = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut text)
+                    .map_err(read_error)?;
+                manifests.push((source.to_string(), text));
+            }
+            ManifestSource::File(path) if path.is_dir() => {
+                manifests.extend(read_directory(path)?);
+            }
+            ManifestSource::File(path) => {
+                let text = std::fs::read_to_string(path).map_err(read_error)?;
+                manifests.push((source.to_string(), text));
+            }
+        }
+    }
+    Ok(manifests)
+}
+
+/// A directory's manifests, one per file, in the order the policy loader reads them. ABAC
+/// lines are not policy objects the server stores: their files are skipped, and said so.
+fn read_directory(dir: &std::path::Path) -> Result<Vec<(String, String)>> {
+    use crate::policy::load::{policy_files, Format};
+    let files = policy_files(dir).map_err(|errors| ClientError::Read {
+        source_name: dir.display().to_string(),
+        error: std::io::Error::other(errors.to_string()),
+    })?;
+    let mut manifests = Vec::new();
+    for (path, format) in files {
+        let name = path.display().to_string();
+        if format == Format::AbacLines {
+            eprintln!("authzd: skipping {name}: ABAC lines are read from a policy directory by the server, not applied");
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).map_err(|error| ClientError::Read {
+            source_name: name.clone(),
+            error,
+        })?;
+        manifests.push((name, text));
+    }
+    Ok(manifests)
 }
 
 /// TLS for an `https://` server: its CA (required: no system roots are used) and the client

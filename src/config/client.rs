@@ -106,8 +106,9 @@ pub struct ApplyArgs {
     #[command(flatten)]
     pub client: ClientArgs,
 
-    /// Manifest file (YAML or JSON, one or more objects), repeatable; `-` reads stdin. Each
-    /// file is applied as one request, in order.
+    /// Manifest file (YAML or JSON, one or more objects) or directory of them (read as the
+    /// policy loader reads one; ABAC `.jsonl` files are skipped), repeatable; `-` reads stdin.
+    /// Each file is applied as one request, in order.
     #[arg(short = 'f', long = "filename", value_name = "FILE", required = true)]
     pub files: Vec<PathBuf>,
 

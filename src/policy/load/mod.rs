@@ -175,6 +175,19 @@ pub fn load_paths(paths: &[PathBuf], options: &LoadOptions) -> Result<PolicySet,
     loader.finish()
 }
 
+/// The policy files `path` names, in the order [`load_paths`] reads them: the file itself, or
+/// a directory's files (recursively, in sorted name order, dot-entries and other extensions
+/// skipped).
+pub fn policy_files(path: &Path) -> Result<Vec<(PathBuf, Format)>, LoadErrors> {
+    let (mut files, mut errors) = (Vec::new(), Vec::new());
+    collect_files(path, true, 0, &mut files, &mut HashSet::new(), &mut errors);
+    if errors.is_empty() {
+        Ok(files)
+    } else {
+        Err(LoadErrors(errors))
+    }
+}
+
 /// Same, from in-memory (file name, content) pairs; the format is chosen by the name's
 /// extension.
 pub fn load_sources(
