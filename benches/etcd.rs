@@ -34,7 +34,7 @@ use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{Ack, ApplyRequest, AuthorizeRequest, DeleteRequest, ObjectRef};
 use authzd::store::etcd::client::rpc;
-use etcd_harness::{etcd_binary, Cluster};
+use etcd_harness::{etcd_binary, Cluster, Replica};
 use grpc_harness::{resource_request, Server};
 use tonic::transport::Channel;
 
@@ -54,39 +54,6 @@ fn grant(name: &str, user: &str) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {name}}}\nsubjects: [{{kind: User, name: {user}}}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}}\n"
     )
-}
-
-struct Replica {
-    server: Server,
-    authz: AuthorizerClient<Channel>,
-    admin: PolicyAdminClient<Channel>,
-}
-
-impl Replica {
-    async fn start(cluster: &Cluster, prefix: &str, id: &str) -> Replica {
-        let endpoints = cluster.endpoints();
-        let server = Server::start_without_policy(&[
-            "--etcd-servers",
-            &endpoints,
-            "--etcd-prefix",
-            prefix,
-            "--replica-id",
-            id,
-            "--max-staleness",
-            "1s",
-        ]);
-        server.wait_serving().await;
-        let channel = server.channel().await;
-        Replica {
-            authz: AuthorizerClient::new(channel.clone()),
-            admin: PolicyAdminClient::new(channel),
-            server,
-        }
-    }
-
-    fn signal(&self, signal: &str) {
-        etcd_harness::signal_process(self.server.pid(), signal);
-    }
 }
 
 /// Grants (`true`) or revokes frank's binding on `admin`, acknowledged as `ack`.
@@ -139,6 +106,9 @@ fn percentile(samples: &mut [Duration], p: f64) -> f64 {
     let i = ((samples.len() as f64 - 1.0) * p).round() as usize;
     samples[i].as_secs_f64() * 1000.0
 }
+
+/// Every replica's `--max-staleness` here.
+const STALENESS: &[&str] = &["--max-staleness", "1s"];
 
 /// How many times the etcd-mode vs directory-mode comparison is run: half with etcd mode as
 /// loadgen's target and directory mode as its baseline, half the other way round.
@@ -228,9 +198,9 @@ async fn import_directly(
 async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     let cluster = Cluster::start(binary);
     let prefix = "/authzd-bench/";
-    let mut a = Replica::start(&cluster, prefix, "a").await;
-    let b = Replica::start(&cluster, prefix, "b").await;
-    let mut c = Replica::start(&cluster, prefix, "c").await;
+    let mut a = Replica::start(&cluster, prefix, "a", STALENESS).await;
+    let b = Replica::start(&cluster, prefix, "b", STALENESS).await;
+    let mut c = Replica::start(&cluster, prefix, "c", STALENESS).await;
     a.admin
         .apply(ApplyRequest {
             manifest: READER.into(),
@@ -349,7 +319,7 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     // Authorize under load: etcd mode vs directory mode, same synthetic policy (loadgen's
     // --bindings 10000 is `synth::policy` of that shape, seed 42).
     let load_prefix = "/authzd-bench-load/";
-    let mut e = Replica::start(&cluster, load_prefix, "e").await;
+    let mut e = Replica::start(&cluster, load_prefix, "e", STALENESS).await;
     let policy = authzd::synth::policy(&authzd::synth::Shape::with_bindings(10_000), 42);
     import_directly(&cluster, load_prefix, &policy).await;
     // The import is many transactions: wait for the replica to have applied the last one.
@@ -380,7 +350,7 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     // A replica started on the imported policy (its index compiled in full from the listing,
     // as every replica's is after a restart).
     drop(e);
-    let e = Replica::start(&cluster, load_prefix, "e2").await;
+    let e = Replica::start(&cluster, load_prefix, "e2", STALENESS).await;
     // The same policy from a directory, served by the same harness (same logging).
     let dir = tempfile::tempdir().unwrap();
     let status = Command::new(LOADGEN)
@@ -418,7 +388,7 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     let mut restarts = Vec::new();
     for i in 0..3 {
         let started = Instant::now();
-        let replica = Replica::start(&cluster, big_prefix, &format!("r{i}")).await;
+        let replica = Replica::start(&cluster, big_prefix, &format!("r{i}"), STALENESS).await;
         restarts.push(started.elapsed());
         drop(replica);
     }

@@ -12,84 +12,11 @@ mod grpc_harness;
 
 use std::time::{Duration, Instant};
 
-use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
-use authzd::proto::{
-    ApplyRequest, AuthorizeRequest, AuthorizeResponse, DeleteRequest, ObjectRef, StatusRequest,
-};
-use etcd_harness::{etcd_binary, etcdctl_binary, Cluster};
-use grpc_harness::{resource_request, Server};
+use authzd::proto::{ApplyRequest, DeleteRequest, ObjectRef, StatusRequest};
+use etcd_harness::{etcd_binary, etcdctl_binary, Cluster, Replica};
+use grpc_harness::resource_request;
 use tonic::transport::Channel;
-
-/// One authzd replica in etcd mode.
-struct Replica {
-    server: Server,
-    authz: AuthorizerClient<Channel>,
-    admin: PolicyAdminClient<Channel>,
-}
-
-impl Replica {
-    async fn start(cluster: &Cluster, prefix: &str, id: &str, extra: &[&str]) -> Replica {
-        let endpoints = cluster.endpoints();
-        let mut args = vec![
-            "--etcd-servers",
-            &endpoints,
-            "--etcd-prefix",
-            prefix,
-            "--replica-id",
-            id,
-        ];
-        args.extend_from_slice(extra);
-        let server = Server::start_without_policy(&args);
-        server.wait_serving().await;
-        let channel = server.channel().await;
-        Replica {
-            authz: AuthorizerClient::new(channel.clone()),
-            admin: PolicyAdminClient::new(channel),
-            server,
-        }
-    }
-
-    async fn ask(
-        &mut self,
-        request: &AuthorizeRequest,
-    ) -> Result<AuthorizeResponse, tonic::Status> {
-        self.authz
-            .authorize(request.clone())
-            .await
-            .map(tonic::Response::into_inner)
-    }
-
-    async fn apply(&mut self, manifest: &str) -> authzd::proto::ApplyResponse {
-        self.admin
-            .apply(ApplyRequest {
-                manifest: manifest.into(),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|e| panic!("apply: {e:?}\n{}", self.server.stderr()))
-            .into_inner()
-    }
-
-    async fn delete_binding(&mut self, name: &str) -> authzd::proto::DeleteResponse {
-        self.admin
-            .delete(DeleteRequest {
-                object: Some(ObjectRef {
-                    kind: "ClusterRoleBinding".into(),
-                    namespace: String::new(),
-                    name: name.into(),
-                }),
-                ..Default::default()
-            })
-            .await
-            .unwrap_or_else(|e| panic!("delete: {e:?}\n{}", self.server.stderr()))
-            .into_inner()
-    }
-
-    fn signal(&self, signal: &str) {
-        etcd_harness::signal_process(self.server.pid(), signal);
-    }
-}
 
 const READER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole

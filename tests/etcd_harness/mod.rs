@@ -7,6 +7,12 @@ use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
+use authzd::proto::authorizer_client::AuthorizerClient;
+use authzd::proto::policy_admin_client::PolicyAdminClient;
+use tonic::transport::Channel;
+
+use crate::grpc_harness::Server;
+
 /// etcd from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`), else `etcd` on PATH; `None` (and
 /// why, on stderr) without one, except under `CI=true`, where a missing etcd is a failure.
 pub fn etcd_binary() -> Option<PathBuf> {
@@ -248,5 +254,76 @@ pub fn signal_process(pid: u32, signal: &str) {
             return;
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
+/// One authzd replica in etcd mode (a real `authzd serve --etcd-servers` process) and its
+/// clients. Needs the including crate to declare `mod grpc_harness` too.
+pub struct Replica {
+    pub server: Server,
+    pub authz: AuthorizerClient<Channel>,
+    pub admin: PolicyAdminClient<Channel>,
+}
+
+impl Replica {
+    pub async fn start(cluster: &Cluster, prefix: &str, id: &str, extra: &[&str]) -> Replica {
+        let endpoints = cluster.endpoints();
+        let mut args = vec![
+            "--etcd-servers",
+            &endpoints,
+            "--etcd-prefix",
+            prefix,
+            "--replica-id",
+            id,
+        ];
+        args.extend_from_slice(extra);
+        let server = Server::start_without_policy(&args);
+        server.wait_serving().await;
+        let channel = server.channel().await;
+        Replica {
+            authz: AuthorizerClient::new(channel.clone()),
+            admin: PolicyAdminClient::new(channel),
+            server,
+        }
+    }
+
+    pub async fn ask(
+        &mut self,
+        request: &authzd::proto::AuthorizeRequest,
+    ) -> Result<authzd::proto::AuthorizeResponse, tonic::Status> {
+        self.authz
+            .authorize(request.clone())
+            .await
+            .map(tonic::Response::into_inner)
+    }
+
+    pub async fn apply(&mut self, manifest: &str) -> authzd::proto::ApplyResponse {
+        self.admin
+            .apply(authzd::proto::ApplyRequest {
+                manifest: manifest.into(),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("apply: {e:?}\n{}", self.server.stderr()))
+            .into_inner()
+    }
+
+    pub async fn delete_binding(&mut self, name: &str) -> authzd::proto::DeleteResponse {
+        self.admin
+            .delete(authzd::proto::DeleteRequest {
+                object: Some(authzd::proto::ObjectRef {
+                    kind: "ClusterRoleBinding".into(),
+                    namespace: String::new(),
+                    name: name.into(),
+                }),
+                ..Default::default()
+            })
+            .await
+            .unwrap_or_else(|e| panic!("delete: {e:?}\n{}", self.server.stderr()))
+            .into_inner()
+    }
+
+    pub fn signal(&self, signal: &str) {
+        signal_process(self.server.pid(), signal);
     }
 }
