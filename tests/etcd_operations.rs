@@ -14,36 +14,13 @@ use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use etcd_harness::{etcd_binary, Cluster};
+use etcd_harness::{etcd_binary, unique_prefix, Cluster, Replica};
 use grpc_harness::{post_json, run_bin, Server, RBAC_YAML};
 use serde_json::{json, Value};
 
 /// One replica in etcd mode, fenced 1 s after its last proof of freshness.
-async fn replica(cluster: &Cluster, prefix: &str, id: &str) -> Server {
-    let endpoints = cluster.endpoints();
-    let server = Server::start_without_policy(&[
-        "--etcd-servers",
-        &endpoints,
-        "--etcd-prefix",
-        prefix,
-        "--replica-id",
-        id,
-        "--max-staleness",
-        "1s",
-    ]);
-    server.wait_serving().await;
-    server
-}
-
-fn unique_prefix() -> String {
-    format!(
-        "/authzd-ops-{}-{}/",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
+async fn replica(cluster: &Cluster, prefix: &str, id: &str) -> Replica {
+    Replica::start(cluster, prefix, id, &["--max-staleness", "1s"]).await
 }
 
 /// `authzd ARGS... --server URL`: (exit code, stdout, stderr).
@@ -145,9 +122,9 @@ async fn wait_fenced(server: &Server, want: f64, within: Duration) {
 async fn operating_replicas_and_the_webhook_while_fenced() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
-    let a = replica(&cluster, &prefix, "ops-a").await;
-    let b = replica(&cluster, &prefix, "ops-b").await;
+    let prefix = unique_prefix("ops");
+    let a = replica(&cluster, &prefix, "ops-a").await.server;
+    let b = replica(&cluster, &prefix, "ops-b").await.server;
     let dir = tempfile::tempdir().unwrap();
 
     // alice reads pods; interns are denied secrets in `dev` (a deny rule).

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{ApplyRequest, DeleteRequest, ObjectRef, StatusRequest};
-use etcd_harness::{etcd_binary, etcdctl_binary, Cluster, Replica};
+use etcd_harness::{etcd_binary, etcdctl_binary, unique_prefix, Cluster, Replica};
 use grpc_harness::resource_request;
 use tonic::transport::Channel;
 
@@ -31,24 +31,13 @@ fn grant(name: &str, user: &str) -> String {
     )
 }
 
-fn unique_prefix() -> String {
-    format!(
-        "/authzd-test-{}-{}/",
-        std::process::id(),
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_nanos()
-    )
-}
-
 /// A grant on one replica is an allow on the others at once, a revocation a deny at once: no
 /// `min_revision`, no sleep. Revisions are etcd's, the same on every replica.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_change_acknowledged_on_one_replica_holds_on_every_replica_at_once() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     let mut c = Replica::start(&cluster, &prefix, "c", &[]).await;
@@ -113,7 +102,7 @@ async fn a_change_acknowledged_on_one_replica_holds_on_every_replica_at_once() {
 async fn concurrent_writers_on_different_replicas_lose_nothing() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     a.apply(READER).await;
@@ -162,7 +151,7 @@ async fn concurrent_writers_on_different_replicas_lose_nothing() {
 async fn a_frozen_replica_delays_a_write_at_most_max_staleness_and_wakes_fenced() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let staleness = ["--max-staleness", "1s"];
     let mut a = Replica::start(&cluster, &prefix, "a", &staleness).await;
     let mut c = Replica::start(&cluster, &prefix, "c", &staleness).await;
@@ -221,7 +210,7 @@ async fn a_frozen_replica_delays_a_write_at_most_max_staleness_and_wakes_fenced(
 async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let staleness = ["--max-staleness", "1s"];
     let mut a = Replica::start(&cluster, &prefix, "a", &staleness).await;
     let frank = resource_request("frank", &[], "default", "get", "pods");
@@ -273,7 +262,7 @@ async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
 async fn a_bulk_import_through_one_replica_reaches_every_replica() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     let dir = tempfile::tempdir().unwrap();
@@ -403,7 +392,7 @@ fn leader(cluster: &Cluster) -> Option<usize> {
 async fn hammer(cache_size: &str, kill_leader: bool) {
     let Some(binary) = etcd_binary() else { return };
     let mut cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let args = ["--cache-size", cache_size];
     let mut a = Replica::start(&cluster, &prefix, "a", &args).await;
     let b = Replica::start(&cluster, &prefix, "b", &args).await;
@@ -565,7 +554,7 @@ async fn compaction_while_a_watch_is_behind_relists_precisely() {
     use authzd::store::etcd::{EtcdClient, EtcdConfig};
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     a.apply(READER).await;
@@ -704,7 +693,7 @@ async fn a_restore_from_a_snapshot_takes_the_revision_back_and_replicas_relist()
         return;
     };
     let mut cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     let frank = resource_request("frank", &[], "default", "get", "pods");
@@ -772,7 +761,7 @@ async fn a_restore_from_a_snapshot_takes_the_revision_back_and_replicas_relist()
 async fn a_frozen_etcd_member_is_left_for_another() {
     let Some(binary) = etcd_binary() else { return };
     let cluster = Cluster::start(binary);
-    let prefix = unique_prefix();
+    let prefix = unique_prefix("test");
     let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
     let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
     let frank = resource_request("frank", &[], "default", "get", "pods");

@@ -327,3 +327,15 @@ impl Replica {
         signal_process(self.server.pid(), signal);
     }
 }
+
+/// A key prefix no other run uses: `/authzd-TAG-PID-NANOS/`.
+pub fn unique_prefix(tag: &str) -> String {
+    format!(
+        "/authzd-{tag}-{}-{}/",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
