@@ -72,8 +72,8 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: cel-rules}}
 fn add(policy: &mut PolicySet, file: &str, text: &str) {
     for object in parse_manifest(file, text, &LoadOptions::default()).expect("rules load") {
         match object {
-            PolicyObject::Role(role) => policy.roles.push(role),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding),
+            PolicyObject::Role(role) => policy.roles.push(role.into()),
+            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
         }
     }
 }

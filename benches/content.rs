@@ -62,8 +62,8 @@ fn policy_of(bindings: usize) -> (Shape, PolicySet) {
         parse_manifest("content.yaml", RULES, &LoadOptions::default()).expect("rules load")
     {
         match object {
-            PolicyObject::Role(role) => policy.roles.push(role),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding),
+            PolicyObject::Role(role) => policy.roles.push(role.into()),
+            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
         }
     }
     (shape, policy)

@@ -47,13 +47,13 @@ fn role_binding(ns: &str, name: &str, subject: &str, kind: RoleKind, role: &str)
 fn one_binding(role_kind: RoleKind, role: &str) -> (PolicySet, PolicySet) {
     let old = policy(&Shape::with_bindings(100_000), 7);
     let mut new = old.clone();
-    new.bindings.push(role_binding(
+    new.bindings.push(std::sync::Arc::new(role_binding(
         &namespace(5),
         "diff-bench-new",
         "diff-bench-user",
         role_kind,
         role,
-    ));
+    )));
     (old, new)
 }
 
@@ -88,15 +88,16 @@ fn clusterrole_bound_10k() -> (PolicySet, PolicySet) {
                 RoleKind::ClusterRole,
                 "shared",
             )
+            .into()
         })
         .collect();
     let old = PolicySet {
-        roles: vec![shared_role(&["get", "list", "watch"])],
+        roles: vec![shared_role(&["get", "list", "watch"]).into()],
         bindings,
         ..Default::default()
     };
     let mut new = old.clone();
-    new.roles = vec![shared_role(&["get", "list"])];
+    new.roles = vec![shared_role(&["get", "list"]).into()];
     (old, new)
 }
 

@@ -164,13 +164,15 @@ async fn import_directly(
     })
     .unwrap();
     let keys = Keys::new(prefix);
-    let objects: Vec<PolicyObject> = policy
-        .roles
-        .iter()
-        .cloned()
-        .map(PolicyObject::Role)
-        .chain(policy.bindings.iter().cloned().map(PolicyObject::Binding))
-        .collect();
+    let objects: Vec<PolicyObject> =
+        policy
+            .roles
+            .iter()
+            .map(|role| PolicyObject::Role(authzd::policy::model::Role::clone(role)))
+            .chain(policy.bindings.iter().map(|binding| {
+                PolicyObject::Binding(authzd::policy::model::Binding::clone(binding))
+            }))
+            .collect();
     for chunk in objects.chunks(authzd::store::etcd::MAX_TXN_OPS) {
         let success = chunk
             .iter()

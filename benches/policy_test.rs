@@ -93,7 +93,7 @@ fn short_ref(r: &RuleRef) -> String {
 /// A request of a subject some binding names, in that binding's namespace, most of the time
 /// (so the answers are allows and denies as well as no opinion); a random pair otherwise, and
 /// now and then the probe user of `authzd::synth`.
-fn random_request(rng: &mut Rng, shape: &Shape, bindings: &[Binding]) -> Request {
+fn random_request(rng: &mut Rng, shape: &Shape, bindings: &[std::sync::Arc<Binding>]) -> Request {
     const VERBS: &[&str] = &["get", "list", "watch", "create", "update", "delete"];
     const RESOURCES: &[(&str, &str, &str)] = &[
         ("", "pods", ""),

@@ -4,7 +4,8 @@
 //! Every bench first checks that the updated engine's answer changed as expected and equals a
 //! full build of the new policy. Each measured update includes dropping the engine it made.
 //! `delta/for-changes` times the helper that finds a change's partitions by scanning the
-//! policy (the store can hand partitions over directly instead).
+//! policy (the store can hand partitions over directly instead); `policy-copy` the copy of the
+//! policy set the store makes for every applied change (and dropping it).
 //!
 //! Run: `cargo bench --bench update`.
 
@@ -71,7 +72,7 @@ fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
         },
     );
     let changed = ChangedObject::of_binding(&binding);
-    after.bindings.push(binding);
+    after.bindings.push(binding.into());
     let mut request = synth::allowed_request(shape);
     request.user.name = "new-user".to_string();
     request.user.groups.clear();
@@ -115,7 +116,7 @@ fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
         },
     );
     let changed = ChangedObject::of_binding(&binding);
-    after.bindings.push(binding);
+    after.bindings.push(binding.into());
     let mut request = synth::allowed_request(shape);
     if let authzd::request::Action::Resource(r) = &mut request.action {
         r.namespace = synth::namespace(shape.namespaces - 1);
@@ -133,7 +134,7 @@ fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
     let mut after = policy.clone();
     for role in &mut after.roles {
         if role.kind == RoleKind::ClusterRole && role.name == "no-secrets" {
-            role.rules = vec![PolicyRule {
+            std::sync::Arc::make_mut(role).rules = vec![PolicyRule {
                 verbs: vec!["*".to_string()],
                 api_groups: vec!["*".to_string()],
                 resources: vec!["configmaps".to_string()],
@@ -195,6 +196,11 @@ fn update(c: &mut Criterion) {
             group.sample_size(20);
             group.bench_function(format!("delta/for-changes/{SIZE}-bindings"), |b| {
                 b.iter(|| PolicyDelta::for_changes(black_box(&case.after), [&case.changed]))
+            });
+            // The store's copy of the policy per applied change (its objects are shared), and
+            // dropping it.
+            group.bench_function(format!("policy-copy/{SIZE}-bindings"), |b| {
+                b.iter(|| black_box(&case.after).clone())
             });
             group.sample_size(100);
         }

@@ -10,6 +10,7 @@
 //! secrets in `ns-0`, and with no opinion anywhere else.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
@@ -199,8 +200,8 @@ pub fn policy(shape: &Shape, seed: u64) -> PolicySet {
         });
     }
     let mut set = PolicySet {
-        roles,
-        bindings,
+        roles: roles.into_iter().map(Arc::new).collect(),
+        bindings: bindings.into_iter().map(Arc::new).collect(),
         ..PolicySet::default()
     };
     set.canonicalize();
@@ -325,7 +326,7 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
     binding.subjects = (0..wide)
         .map(|i| subject("User", format!("wide-user-{i}")))
         .collect();
-    set.bindings.push(binding);
+    set.bindings.push(binding.into());
     set.canonicalize();
     let last = format!("wide-user-{}", wide - 1);
     cases.push(ShapeCase {
@@ -369,17 +370,17 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
         );
         role.labels
             .insert("aggregate-to-admin".to_string(), "true".to_string());
-        set.roles.push(role);
+        set.roles.push(role.into());
     }
     let mut admin = cluster_role("agg-admin", Vec::new());
     admin.aggregation_rule = Some(vec![LabelSelector {
         match_labels: BTreeMap::from([("aggregate-to-admin".to_string(), "true".to_string())]),
         ..Default::default()
     }]);
-    set.roles.push(admin);
+    set.roles.push(admin.into());
     let mut binding = role_binding(&namespace(0), "agg", RoleKind::ClusterRole, "agg-admin");
     binding.subjects = vec![subject("User", "agg-user".to_string())];
-    set.bindings.push(binding);
+    set.bindings.push(binding.into());
     set.canonicalize();
     cases.push(ShapeCase {
         name: "aggregated-clusterrole",
@@ -400,7 +401,7 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
         .map(|i| rule(&["*"], &[""], &[&format!("forbidden-{i}")], true))
         .collect();
     rules.push(rule(&["*"], &[""], &["*"], false));
-    set.roles.push(cluster_role("deny-heavy", rules));
+    set.roles.push(cluster_role("deny-heavy", rules).into());
     let mut binding = role_binding(
         &namespace(0),
         "deny-heavy",
@@ -408,7 +409,7 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
         "deny-heavy",
     );
     binding.subjects = vec![subject("User", "deny-user".to_string())];
-    set.bindings.push(binding);
+    set.bindings.push(binding.into());
     set.canonicalize();
     cases.push(ShapeCase {
         name: "deny-heavy",
@@ -434,7 +435,7 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
         ..Default::default()
     };
     set.roles
-        .push(cluster_role("negation-heavy", vec![negated]));
+        .push(cluster_role("negation-heavy", vec![negated]).into());
     let mut binding = role_binding(
         &namespace(0),
         "negation-heavy",
@@ -442,7 +443,7 @@ pub fn shape_cases(bindings: usize, wide: usize, seed: u64) -> Vec<ShapeCase> {
         "negation-heavy",
     );
     binding.subjects = vec![subject("User", "negation-user".to_string())];
-    set.bindings.push(binding);
+    set.bindings.push(binding.into());
     set.canonicalize();
     cases.push(ShapeCase {
         name: "negation-heavy",

@@ -372,16 +372,19 @@ fn clause_heavy_policy() -> impl Strategy<Value = PolicySet> {
         .prop_map(|(mut policy, clauses, roles, bindings)| {
             let mut next = clauses.into_iter().cycle();
             for role in &mut policy.roles {
-                for rule in &mut role.rules {
+                for rule in &mut std::sync::Arc::make_mut(role).rules {
                     if let Some(Some(clauses)) = next.next() {
                         rule.clauses = Some(clauses);
                     }
                 }
             }
             let mut seen = std::collections::HashSet::new();
-            policy
-                .roles
-                .extend(roles.into_iter().filter(|r| seen.insert(r.name.clone())));
+            policy.roles.extend(
+                roles
+                    .into_iter()
+                    .filter(|r| seen.insert(r.name.clone()))
+                    .map(Into::into),
+            );
             let mut seen: std::collections::HashSet<(BindingKind, String)> = policy
                 .bindings
                 .iter()
@@ -390,7 +393,8 @@ fn clause_heavy_policy() -> impl Strategy<Value = PolicySet> {
             policy.bindings.extend(
                 bindings
                     .into_iter()
-                    .filter(|b| seen.insert((b.kind, b.name.clone()))),
+                    .filter(|b| seen.insert((b.kind, b.name.clone())))
+                    .map(Into::into),
             );
             policy
         })
@@ -425,8 +429,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web}
     let mut set = authzd::policy::model::PolicySet::default();
     for object in policy {
         match object {
-            authzd::policy::model::PolicyObject::Role(r) => set.roles.push(r),
-            authzd::policy::model::PolicyObject::Binding(b) => set.bindings.push(b),
+            authzd::policy::model::PolicyObject::Role(r) => set.roles.push(r.into()),
+            authzd::policy::model::PolicyObject::Binding(b) => set.bindings.push(b.into()),
         }
     }
     let engine = Engine::new(&set, authzd::engine::EngineConfig::default());

@@ -86,7 +86,7 @@ proptest! {
             .roles
             .iter()
             .filter(|r| r.kind == RoleKind::ClusterRole)
-            .map(ChangedObject::of_role)
+            .map(|role| ChangedObject::of_role(role))
             .collect();
         let engine = Engine::new(&without, config.clone())
             .update(&PolicyDelta::for_changes(&policy, &created))
@@ -117,8 +117,8 @@ fn big_role_policy() -> impl Strategy<Value = PolicySet> {
         .prop_map(|(mut roles, small, bindings, abac)| {
             roles.extend(small);
             let mut policy = PolicySet {
-                roles,
-                bindings,
+                roles: roles.into_iter().map(Into::into).collect(),
+                bindings: bindings.into_iter().map(Into::into).collect(),
                 abac,
                 ..PolicySet::default()
             };
@@ -262,7 +262,7 @@ fn agrees_with_reference(
 #[test]
 fn first_applying_subject_explains() {
     let policy = PolicySet {
-        roles: vec![Role {
+        roles: vec![std::sync::Arc::new(Role {
             kind: RoleKind::ClusterRole,
             namespace: String::new(),
             name: "view".into(),
@@ -275,8 +275,8 @@ fn first_applying_subject_explains() {
             }],
             aggregation_rule: None,
             source: Source::new("r.yaml", 1),
-        }],
-        bindings: vec![Binding {
+        })],
+        bindings: vec![std::sync::Arc::new(Binding {
             kind: BindingKind::ClusterRoleBinding,
             namespace: String::new(),
             name: "viewers".into(),
@@ -299,7 +299,7 @@ fn first_applying_subject_explains() {
                 name: "view".into(),
             },
             source: Source::new("b.yaml", 3),
-        }],
+        })],
         abac: Vec::new(),
         field_policies: Vec::new(),
     };
@@ -388,17 +388,17 @@ fn shared_responses_keep_the_overridden_deny() {
     };
     let policy = PolicySet {
         roles: vec![
-            role(RoleKind::ClusterRole, "", "view", get_pods(false)),
-            role(RoleKind::Role, "ns1", "no-pods", get_pods(true)),
+            role(RoleKind::ClusterRole, "", "view", get_pods(false)).into(),
+            role(RoleKind::Role, "ns1", "no-pods", get_pods(true)).into(),
         ],
         bindings: vec![
-            binding(
+            std::sync::Arc::new(binding(
                 BindingKind::ClusterRoleBinding,
                 "",
                 RoleKind::ClusterRole,
                 "view",
-            ),
-            binding(BindingKind::RoleBinding, "ns1", RoleKind::Role, "no-pods"),
+            )),
+            binding(BindingKind::RoleBinding, "ns1", RoleKind::Role, "no-pods").into(),
         ],
         abac: Vec::new(),
         field_policies: Vec::new(),

@@ -128,31 +128,31 @@ proptest! {
         let (roles, bindings): (RoleChanges, BindingChanges) = match change {
             // Apply (create or replace) a role.
             0 => {
-                let before = old.roles.iter().find(|r| key_of_role(r) == key_of_role(&replacement_role)).cloned();
+                let before = old.roles.iter().find(|r| key_of_role(r) == key_of_role(&replacement_role)).map(|r| Role::clone(r));
                 new.roles.retain(|r| key_of_role(r) != key_of_role(&replacement_role));
-                new.roles.push(replacement_role.clone());
+                new.roles.push(replacement_role.clone().into());
                 (vec![(before, Some(replacement_role))], vec![])
             }
             // Delete a role.
             1 => match old.roles.first().cloned() {
                 Some(gone) => {
                     new.roles.retain(|r| key_of_role(r) != key_of_role(&gone));
-                    (vec![(Some(gone), None)], vec![])
+                    (vec![(Some(Role::clone(&gone)), None)], vec![])
                 }
                 None => (vec![], vec![]),
             },
             // Apply a binding.
             2 => {
-                let before = old.bindings.iter().find(|b| key_of_binding(b) == key_of_binding(&replacement_binding)).cloned();
+                let before = old.bindings.iter().find(|b| key_of_binding(b) == key_of_binding(&replacement_binding)).map(|b| Binding::clone(b));
                 new.bindings.retain(|b| key_of_binding(b) != key_of_binding(&replacement_binding));
-                new.bindings.push(replacement_binding.clone());
+                new.bindings.push(replacement_binding.clone().into());
                 (vec![], vec![(before, Some(replacement_binding))])
             }
             // Delete a binding.
             _ => match old.bindings.first().cloned() {
                 Some(gone) => {
                     new.bindings.retain(|b| key_of_binding(b) != key_of_binding(&gone));
-                    (vec![], vec![(Some(gone), None)])
+                    (vec![], vec![(Some(Binding::clone(&gone)), None)])
                 }
                 None => (vec![], vec![]),
             },

@@ -74,8 +74,8 @@ fn apply(policy: &mut PolicySet, edit: &Edit) -> Vec<ChangedObject> {
         Edit::PutRole(role) => {
             let key = |r: &Role| (r.kind, r.namespace.clone(), r.name.clone());
             match policy.roles.iter_mut().find(|r| key(r) == key(role)) {
-                Some(existing) => *existing = role.clone(),
-                None => policy.roles.push(role.clone()),
+                Some(existing) => *existing = role.clone().into(),
+                None => policy.roles.push(role.clone().into()),
             }
             vec![ChangedObject::of_role(role)]
         }
@@ -86,8 +86,8 @@ fn apply(policy: &mut PolicySet, edit: &Edit) -> Vec<ChangedObject> {
         Edit::PutBinding(binding) => {
             let key = |b: &Binding| (b.kind, b.namespace.clone(), b.name.clone());
             match policy.bindings.iter_mut().find(|b| key(b) == key(binding)) {
-                Some(existing) => *existing = binding.clone(),
-                None => policy.bindings.push(binding.clone()),
+                Some(existing) => *existing = binding.clone().into(),
+                None => policy.bindings.push(binding.clone().into()),
             }
             vec![ChangedObject::of_binding(binding)]
         }
@@ -97,7 +97,7 @@ fn apply(policy: &mut PolicySet, edit: &Edit) -> Vec<ChangedObject> {
         }
         Edit::SetRules(i, rules) if !policy.roles.is_empty() => {
             let len = policy.roles.len();
-            let role = &mut policy.roles[i.index(len)];
+            let role = std::sync::Arc::make_mut(&mut policy.roles[i.index(len)]);
             role.rules = rules.clone();
             vec![ChangedObject::of_role(role)]
         }
@@ -212,12 +212,12 @@ fn role_binding(namespace: &str, name: &str, user: &str, role: (RoleKind, &str))
 fn untouched_partitions_are_shared() {
     let mut policy = small_policy();
     let engine = Engine::new(&policy, EngineConfig::default());
-    policy.bindings.push(role_binding(
+    policy.bindings.push(std::sync::Arc::new(role_binding(
         "ns-3",
         "new",
         "carol",
         (RoleKind::Role, "ns-reader"),
-    ));
+    )));
     let changed = [ChangedObject::new(ChangedKind::RoleBinding, "ns-3", "new")];
     let delta = PolicyDelta::for_changes(&policy, &changed);
     let updated = engine.update(&delta).unwrap();
@@ -242,18 +242,18 @@ fn untouched_partitions_are_shared() {
 #[test]
 fn cluster_role_slots_survive_delete_and_recreate() {
     let mut policy = small_policy();
-    policy.bindings.push(role_binding(
+    policy.bindings.push(std::sync::Arc::new(role_binding(
         "ns-2",
         "carol-view",
         "carol",
         (RoleKind::ClusterRole, "view"),
-    ));
-    policy.bindings.push(role_binding(
+    )));
+    policy.bindings.push(std::sync::Arc::new(role_binding(
         "ns-2",
         "carol-later",
         "carol",
         (RoleKind::ClusterRole, "later"),
-    ));
+    )));
     let config = EngineConfig::default();
     let mut engine = Engine::new(&policy, config.clone());
     let request = get_pods("carol", &[], "ns-2");
@@ -273,10 +273,10 @@ fn cluster_role_slots_survive_delete_and_recreate() {
     );
 
     policy.roles.push(view_role.clone());
-    policy.roles.push(Role {
+    policy.roles.push(std::sync::Arc::new(Role {
         name: "later".to_string(),
-        ..view_role
-    });
+        ..Role::clone(&view_role)
+    }));
     engine = engine
         .update(&PolicyDelta::for_changes(&policy, &cluster_roles))
         .unwrap();
@@ -358,7 +358,7 @@ fn cluster_binding_to_a_role_resolves_at_query_time() {
     };
     let mut policy = PolicySet {
         roles: Vec::new(),
-        bindings: vec![role_binding("", "odd", "carol", (RoleKind::Role, "odd"))],
+        bindings: vec![role_binding("", "odd", "carol", (RoleKind::Role, "odd")).into()],
         abac: Vec::new(),
         field_policies: Vec::new(),
     };
@@ -372,7 +372,7 @@ fn cluster_binding_to_a_role_resolves_at_query_time() {
         Vec::new(),
         vec![reader(vec![get_pods_rule.clone()])],
     ] {
-        policy.roles = roles;
+        policy.roles = roles.into_iter().map(Into::into).collect();
         engine = engine
             .update(&PolicyDelta::for_changes(&policy, &changed))
             .unwrap();

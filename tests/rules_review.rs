@@ -46,7 +46,7 @@ fn servable(action: &Action) -> bool {
 /// content are returned `conditional`, which the decision properties leave aside.
 fn plain(mut policy: PolicySet) -> PolicySet {
     for role in &mut policy.roles {
-        for rule in &mut role.rules {
+        for rule in &mut std::sync::Arc::make_mut(role).rules {
             rule.clauses = None;
         }
     }
@@ -163,8 +163,8 @@ fn load(text: &str) -> PolicySet {
     let mut policy = PolicySet::default();
     for object in objects {
         match object {
-            PolicyObject::Role(role) => policy.roles.push(role),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding),
+            PolicyObject::Role(role) => policy.roles.push(role.into()),
+            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
         }
     }
     policy.canonicalize();

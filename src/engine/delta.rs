@@ -607,14 +607,14 @@ fn walk<'a, T, K: Ord>(
 
 /// One policy's roles in key order, with the effective rules of its aggregated ClusterRoles.
 struct Roles<'a> {
-    sorted: Vec<&'a Role>,
+    sorted: Vec<&'a std::sync::Arc<Role>>,
     aggregated: HashMap<String, Vec<PolicyRule>>,
 }
 
 impl<'a> Roles<'a> {
     fn of(policy: &'a PolicySet) -> Self {
         Roles {
-            sorted: by_key(&policy.roles, role_key),
+            sorted: by_key(&policy.roles, |role| role_key(role)),
             aggregated: crate::policy::aggregate::aggregated_rules(policy),
         }
     }
@@ -666,23 +666,30 @@ fn role_of(binding: &Binding) -> RoleKey<'_> {
 /// what is collected is proportional to the change.
 fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     let (old_roles, new_roles) = (Roles::of(old), Roles::of(new));
-    let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> =
-        changed_pairs(&old.roles, &new.roles, role_key, |b, a| {
-            old_roles.effective(b) == new_roles.effective(a)
-        })
-        .into_iter()
-        .filter_map(|pair| match pair {
-            (Some(role), _) | (_, Some(role)) => Some(role_key(role)),
-            (None, None) => None,
-        })
-        .collect();
+    let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> = changed_pairs(
+        &old.roles,
+        &new.roles,
+        |role| role_key(role),
+        |b, a| old_roles.effective(b) == new_roles.effective(a),
+    )
+    .into_iter()
+    .filter_map(|pair| match pair {
+        (Some(role), _) | (_, Some(role)) => Some(role_key(role)),
+        (None, None) => None,
+    })
+    .collect();
     let same_binding = |b: &Binding, a: &Binding| {
         b.subjects == a.subjects
             && b.role_ref == a.role_ref
             && (changed_roles.is_empty() || !changed_roles.contains(&role_of(b)))
     };
     let mut out = Vec::new();
-    for (before, after) in changed_pairs(&old.bindings, &new.bindings, binding_key, same_binding) {
+    for (before, after) in changed_pairs(
+        &old.bindings,
+        &new.bindings,
+        |binding| binding_key(binding),
+        |b, a| same_binding(b, a),
+    ) {
         let mut subjects = BTreeSet::new();
         let mut rules = Vec::new();
         for (binding, roles) in [(before, &old_roles), (after, &new_roles)] {

@@ -24,6 +24,7 @@
 //! Super-users bypass the check, as upstream's super-user does (that is how policy bootstraps).
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use crate::engine::{Decision, Engine};
 use crate::policy::aggregate::aggregated_rules;
@@ -212,7 +213,7 @@ fn rules_for<'p>(
     pick: impl Fn(&PolicyRule) -> bool,
 ) -> Vec<(&'p Binding, &'p PolicyRule)> {
     let mut out = Vec::new();
-    for binding in &policy.bindings {
+    for binding in policy.bindings.iter().map(Arc::as_ref) {
         let in_scope = match binding.kind {
             BindingKind::ClusterRoleBinding => true,
             BindingKind::RoleBinding => !namespace.is_empty() && binding.namespace == namespace,

@@ -3,6 +3,7 @@
 //! against, and the baseline the benchmarks compare with. Never used to serve.
 
 use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use crate::engine::chain::{fold_chain, run_chain, FirstMatches, Verdict};
 use crate::engine::content::{aggregate, ChangeChecker, ContentError};
@@ -83,7 +84,7 @@ impl ReferenceEvaluator {
         // Every rule whose pattern matches, reached through an in-scope binding and the first
         // subject of it that applies, in binding order then rule order.
         let mut reached = Vec::new();
-        for binding in &self.policy.bindings {
+        for binding in self.policy.bindings.iter().map(Arc::as_ref) {
             if !Self::in_scope(binding, namespace) {
                 continue;
             }
@@ -212,7 +213,7 @@ impl ReferenceEvaluator {
         let rbac = || {
             let mut reached = Vec::new();
             let mut errors = Vec::new();
-            for binding in &self.policy.bindings {
+            for binding in self.policy.bindings.iter().map(Arc::as_ref) {
                 let applies = Self::in_scope(binding, namespace)
                     && binding
                         .subjects
@@ -288,7 +289,7 @@ impl ReferenceEvaluator {
     ) -> Result<AllowedSubjects, ContentError> {
         let mut users = BTreeSet::new();
         let mut groups = BTreeSet::new();
-        for binding in &self.policy.bindings {
+        for binding in self.policy.bindings.iter().map(Arc::as_ref) {
             for subject in &binding.subjects {
                 if let Some(user) = subject.user_name(&binding.namespace) {
                     users.insert(user);
@@ -367,7 +368,7 @@ impl ReferenceEvaluator {
         let target = MatchTarget::new(action.as_borrowed());
         let protects = self.diff.protects(action.as_borrowed());
         let mut conditional = Vec::new();
-        for binding in &self.policy.bindings {
+        for binding in self.policy.bindings.iter().map(Arc::as_ref) {
             if !Self::in_scope(binding, action.namespace()) {
                 continue;
             }

@@ -49,8 +49,17 @@ pub fn authzd_binary() -> Result<PathBuf, LoadgenError> {
 /// Writes the synthetic policy of `shape` (seed `seed`) as `synthetic.yaml` into `dir`.
 pub fn write_policy(dir: &Path, shape: &Shape, seed: u64) -> Result<PathBuf, LoadgenError> {
     let policy = synth::policy(shape, seed);
-    let mut values: Vec<Value> = policy.roles.iter().map(role_to_value).collect();
-    values.extend(policy.bindings.iter().map(binding_to_value));
+    let mut values: Vec<Value> = policy
+        .roles
+        .iter()
+        .map(|role| role_to_value(role))
+        .collect();
+    values.extend(
+        policy
+            .bindings
+            .iter()
+            .map(|binding| binding_to_value(binding)),
+    );
     let file = dir.join("synthetic.yaml");
     std::fs::write(&file, to_multi_yaml(&values)).map_err(|source| LoadgenError::Io {
         what: format!("cannot write `{}`", file.display()),

@@ -12,7 +12,7 @@ use crate::policy::model::{PolicyRule, PolicySet, Role, RoleKind};
 
 /// The effective rules of every ClusterRole that has an `aggregationRule`, by name.
 pub fn aggregated_rules(policy: &PolicySet) -> HashMap<String, Vec<PolicyRule>> {
-    aggregated_rules_of(&policy.roles)
+    aggregated_rules_of(policy.roles.iter().map(|role| &**role))
 }
 
 /// [`aggregated_rules`] over a list of roles (only its ClusterRoles are considered), e.g. the
@@ -108,7 +108,10 @@ mod tests {
                 cluster_role("view", Some("agg-admin"), None, "get"),
                 cluster_role("loop-a", Some("b"), Some("a"), "x"),
                 cluster_role("loop-b", Some("a"), Some("b"), "y"),
-            ],
+            ]
+            .into_iter()
+            .map(Into::into)
+            .collect(),
             ..Default::default()
         };
         let agg = aggregated_rules(&policy);

@@ -29,7 +29,7 @@ pub fn compile(policy: &PolicySet) -> Index {
     let mut cluster_bindings = Vec::new();
     type Parts<'a> = (Vec<&'a Role>, Vec<&'a Binding>);
     let mut namespaces: FxHashMap<&str, Parts<'_>> = FxHashMap::default();
-    for role in &policy.roles {
+    for role in policy.roles.iter().map(Arc::as_ref) {
         match role.kind {
             RoleKind::ClusterRole => cluster_roles.push(role),
             RoleKind::Role => namespaces
@@ -39,7 +39,7 @@ pub fn compile(policy: &PolicySet) -> Index {
                 .push(role),
         }
     }
-    for binding in &policy.bindings {
+    for binding in policy.bindings.iter().map(Arc::as_ref) {
         match binding.kind {
             BindingKind::ClusterRoleBinding => cluster_bindings.push(binding),
             BindingKind::RoleBinding => namespaces

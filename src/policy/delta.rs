@@ -145,14 +145,14 @@ impl PolicyDelta {
                 match role.kind {
                     RoleKind::ClusterRole => {
                         if let Some(roles) = &mut delta.cluster_roles {
-                            roles.push(role.clone());
+                            roles.push(Role::clone(role));
                         }
                     }
                     RoleKind::Role => {
                         if let Some(ns) =
                             slot(&role.namespace).and_then(|i| delta.namespaces.get_mut(i))
                         {
-                            ns.roles.push(role.clone());
+                            ns.roles.push(Role::clone(role));
                         }
                     }
                 }
@@ -163,14 +163,14 @@ impl PolicyDelta {
                 match binding.kind {
                     BindingKind::ClusterRoleBinding => {
                         if let Some(bindings) = &mut delta.cluster_bindings {
-                            bindings.push(binding.clone());
+                            bindings.push(Binding::clone(binding));
                         }
                     }
                     BindingKind::RoleBinding => {
                         if let Some(ns) =
                             slot(&binding.namespace).and_then(|i| delta.namespaces.get_mut(i))
                         {
-                            ns.bindings.push(binding.clone());
+                            ns.bindings.push(Binding::clone(binding));
                         }
                     }
                 }

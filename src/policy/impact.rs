@@ -114,7 +114,7 @@ fn roles_by_key(policy: &PolicySet) -> HashMap<RoleKey<'_>, &Role> {
     policy
         .roles
         .iter()
-        .map(|r| ((r.kind, r.namespace.as_str(), r.name.as_str()), r))
+        .map(|r| ((r.kind, r.namespace.as_str(), r.name.as_str()), &**r))
         .collect()
 }
 
@@ -122,7 +122,7 @@ fn bindings_by_key(policy: &PolicySet) -> HashMap<BindingKey<'_>, &Binding> {
     policy
         .bindings
         .iter()
-        .map(|b| ((b.kind, b.namespace.as_str(), b.name.as_str()), b))
+        .map(|b| ((b.kind, b.namespace.as_str(), b.name.as_str()), &**b))
         .collect()
 }
 

@@ -279,11 +279,14 @@ pub struct AbacRule {
 }
 
 /// Everything one policy state holds. Order is the canonical evaluation order: roles and
-/// bindings sorted by (kind, namespace, name), ABAC lines in file then line order.
+/// bindings sorted by (kind, namespace, name), ABAC lines in file then line order. Roles and
+/// bindings are shared (`Arc`): the policy after a change is a copy of the one before with the
+/// changed objects replaced, so copying it costs a reference count per object, not the
+/// objects themselves (the etcd applier and the store make one per applied change).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct PolicySet {
-    pub roles: Vec<Role>,
-    pub bindings: Vec<Binding>,
+    pub roles: Vec<Arc<Role>>,
+    pub bindings: Vec<Arc<Binding>>,
     pub abac: Vec<AbacRule>,
     /// How changed paths are computed (issue 16): read from policy files only, by name.
     pub field_policies: Vec<FieldPolicy>,

@@ -223,7 +223,11 @@ rules:
 "#;
         let policy =
             load_sources(&[("c.yaml".into(), text.into())], &LoadOptions::default()).unwrap();
-        let values: Vec<Value> = policy.roles.iter().map(role_to_value).collect();
+        let values: Vec<Value> = policy
+            .roles
+            .iter()
+            .map(|role| role_to_value(role))
+            .collect();
         let back = load_sources(
             &[("r.yaml".into(), to_multi_yaml(&values))],
             &LoadOptions::default(),
@@ -239,27 +243,34 @@ rules:
         let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/policy"));
         let policy = load_paths(&[dir], &LoadOptions::default()).unwrap();
         assert!(!policy.roles.is_empty() && !policy.bindings.is_empty());
-        let mut values: Vec<Value> = policy.roles.iter().map(role_to_value).collect();
-        values.extend(policy.bindings.iter().map(binding_to_value));
+        let mut values: Vec<Value> = policy
+            .roles
+            .iter()
+            .map(|role| role_to_value(role))
+            .collect();
+        values.extend(
+            policy
+                .bindings
+                .iter()
+                .map(|binding| binding_to_value(binding)),
+        );
         let text = to_multi_yaml(&values);
         let back = load_sources(&[("r.yaml".into(), text)], &LoadOptions::default()).unwrap();
-        let strip_roles = |roles: &[Role]| -> Vec<Role> {
+        let strip_roles = |roles: &[std::sync::Arc<Role>]| -> Vec<Role> {
             roles
                 .iter()
-                .cloned()
                 .map(|r| Role {
                     source: Source::default(),
-                    ..r
+                    ..Role::clone(r)
                 })
                 .collect()
         };
-        let strip_bindings = |bindings: &[Binding]| -> Vec<Binding> {
+        let strip_bindings = |bindings: &[std::sync::Arc<Binding>]| -> Vec<Binding> {
             bindings
                 .iter()
-                .cloned()
                 .map(|b| Binding {
                     source: Source::default(),
-                    ..b
+                    ..Binding::clone(b)
                 })
                 .collect()
         };

@@ -212,8 +212,8 @@ mod tests {
         .unwrap()
         {
             match object {
-                crate::policy::model::PolicyObject::Role(r) => policy.roles.push(r),
-                crate::policy::model::PolicyObject::Binding(b) => policy.bindings.push(b),
+                crate::policy::model::PolicyObject::Role(r) => policy.roles.push(r.into()),
+                crate::policy::model::PolicyObject::Binding(b) => policy.bindings.push(b.into()),
             }
         }
         policy.canonicalize();

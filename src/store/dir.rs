@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::policy::load::{load_paths, load_sources, Format, LoadErrors, LoadOptions};
-use crate::policy::model::{Binding, PolicyObject, PolicySet, Role};
+use crate::policy::model::{PolicyObject, PolicySet};
 use crate::policy::render;
 use crate::store::{objects, Backend, ObjectRef, ObjectView, Result, StoreError};
 
@@ -267,13 +267,13 @@ impl Backend for DirectoryBackend {
                 .iter()
                 .filter(|r| untouched(&r.source.file))
                 .cloned()
-                .collect::<Vec<Role>>(),
+                .collect(),
             bindings: current
                 .bindings
                 .iter()
                 .filter(|b| untouched(&b.source.file))
                 .cloned()
-                .collect::<Vec<Binding>>(),
+                .collect(),
             abac: current.abac.clone(),
             field_policies: current
                 .field_policies

@@ -314,8 +314,8 @@ async fn applied_changes_equal_a_full_load_of_the_same_objects() {
     let mut full = PolicySet::default();
     for o in expected {
         match o {
-            PolicyObject::Role(r) => full.roles.push(r),
-            PolicyObject::Binding(b) => full.bindings.push(b),
+            PolicyObject::Role(r) => full.roles.push(r.into()),
+            PolicyObject::Binding(b) => full.bindings.push(b.into()),
         }
     }
     full.canonicalize();

@@ -253,8 +253,11 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
         0u8..4,
     )
         .prop_map(|(roles, bindings, abac, field_policy)| PolicySet {
-            roles: dedup_roles(roles),
-            bindings: dedup_bindings(bindings),
+            roles: dedup_roles(roles).into_iter().map(Into::into).collect(),
+            bindings: dedup_bindings(bindings)
+                .into_iter()
+                .map(Into::into)
+                .collect(),
             abac,
             field_policies: match field_policy {
                 0 | 1 => Vec::new(),

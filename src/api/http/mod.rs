@@ -262,8 +262,8 @@ mod tests {
         .unwrap();
         for object in objects {
             match object {
-                PolicyObject::Role(role) => policy.roles.push(role),
-                PolicyObject::Binding(binding) => policy.bindings.push(binding),
+                PolicyObject::Role(role) => policy.roles.push(role.into()),
+                PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
             }
         }
         policy.canonicalize();

@@ -340,8 +340,8 @@ impl<'a> Loader<'a> {
         for object in cx.objects {
             if check_duplicate(&object, &mut self.first_seen, &mut self.errors) {
                 match object {
-                    PolicyObject::Role(r) => self.set.roles.push(r),
-                    PolicyObject::Binding(b) => self.set.bindings.push(b),
+                    PolicyObject::Role(r) => self.set.roles.push(r.into()),
+                    PolicyObject::Binding(b) => self.set.bindings.push(b.into()),
                 }
             }
         }

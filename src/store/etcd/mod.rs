@@ -273,8 +273,8 @@ fn decode_all(kvs: &[rpc::KeyValue], options: &LoadOptions) -> (PolicySet, Vec<S
     let mut errors = Vec::new();
     for result in parts.into_iter().flatten() {
         match result {
-            Ok(PolicyObject::Role(role)) => policy.roles.push(role),
-            Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding),
+            Ok(PolicyObject::Role(role)) => policy.roles.push(role.into()),
+            Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding.into()),
             Err(error) => errors.push(error),
         }
     }
@@ -640,8 +640,14 @@ mod tests {
             .roles
             .iter()
             .cloned()
-            .map(PolicyObject::Role)
-            .chain(policy.bindings.iter().cloned().map(PolicyObject::Binding));
+            .map(|role| PolicyObject::Role(Arc::unwrap_or_clone(role)))
+            .chain(
+                policy
+                    .bindings
+                    .iter()
+                    .cloned()
+                    .map(|binding| PolicyObject::Binding(Arc::unwrap_or_clone(binding))),
+            );
         for object in objects {
             let key = keys.object(&ObjectRef::of(&object));
             let decoded = decode(&key, &encode(&object), &options).unwrap();

@@ -67,8 +67,8 @@ fn policy_of(manifest: &str) -> PolicySet {
     let mut policy = PolicySet::default();
     for object in objects {
         match object {
-            PolicyObject::Role(role) => policy.roles.push(role),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding),
+            PolicyObject::Role(role) => policy.roles.push(role.into()),
+            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
         }
     }
     policy.canonicalize();
