@@ -10,6 +10,8 @@
 //!   while it is registered (its lease lasts 2 x that), and the frozen replica's first answer
 //!   after SIGCONT (never a stale allow);
 //! * write throughput: single-object applies through A, 8 writers, `ACK_CLUSTER`;
+//! * propagation at 100k bindings: the same, 50 writes, three replicas on the synthetic
+//!   100k-binding policy;
 //! * restart to ready at 100k bindings: a replica started on a prefix holding the synthetic
 //!   100k-binding policy, until gRPC health says SERVING;
 //! * Authorize under load, etcd mode vs directory mode: one `authzd-loadgen` run against a
@@ -197,31 +199,24 @@ async fn import_directly(
     }
 }
 
-async fn run(binary: std::path::PathBuf) -> serde_json::Value {
-    let cluster = Cluster::start(binary);
-    let prefix = "/authzd-bench/";
-    let mut a = Replica::start(&cluster, prefix, "a", STALENESS).await;
-    let b = Replica::start(&cluster, prefix, "b", STALENESS).await;
-    let mut c = Replica::start(&cluster, prefix, "c", STALENESS).await;
-    a.admin
-        .apply(ApplyRequest {
-            manifest: READER.into(),
-            ..Default::default()
-        })
-        .await
-        .unwrap();
-    let frank = resource_request("frank", &[], "default", "get", "pods");
-
-    // Propagation: written on A, published by B and C. Each replica's policy watch sends a
-    // change after publishing it; a task per replica records when each revision arrived, so
-    // nobody polls (busy polling would take CPU from the replicas and etcd on 2 cores).
+/// Propagation, `writes` times: frank's grant toggled on A (`ACK_COMMITTED`) until B and C have
+/// both published it. Each replica's policy watch sends a change after publishing it; a task
+/// per replica records when each revision arrived, so nobody polls (busy polling would take
+/// CPU from the replicas and etcd on 2 cores). B and C then answer it (checked, not timed).
+async fn measure_propagation(
+    a: &mut Replica,
+    b: &Replica,
+    c: &Replica,
+    frank: &AuthorizeRequest,
+    writes: usize,
+) -> Vec<Duration> {
     let published = |replica: &Replica| {
         let arrivals = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
             u64,
             Instant,
         >::new()));
         let (mut admin, record) = (replica.admin.clone(), std::sync::Arc::clone(&arrivals));
-        tokio::spawn(async move {
+        let task = tokio::spawn(async move {
             let mut stream = admin
                 .watch(authzd::proto::WatchRequest { from_revision: 0 })
                 .await
@@ -235,12 +230,12 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
                     .or_insert_with(Instant::now);
             }
         });
-        arrivals
+        (arrivals, task)
     };
-    let (published_b, published_c) = (published(&b), published(&c));
+    let ((published_b, task_b), (published_c, task_c)) = (published(b), published(c));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let mut propagation = Vec::new();
-    for i in 0..200 {
+    for i in 0..writes {
         let grant_it = i % 2 == 0;
         let sent = Instant::now();
         let (revision, _) = toggle(&mut a.admin, grant_it, Ack::Committed).await;
@@ -255,13 +250,32 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
             tokio::time::sleep(Duration::from_millis(1)).await;
         };
         propagation.push(last.duration_since(sent));
-        // And they answer it (not timed).
         let (mut cb, mut cc) = (b.authz.clone(), c.authz.clone());
         tokio::join!(
-            until(&mut cb, &frank, grant_it),
-            until(&mut cc, &frank, grant_it)
+            until(&mut cb, frank, grant_it),
+            until(&mut cc, frank, grant_it)
         );
     }
+    task_b.abort();
+    task_c.abort();
+    propagation
+}
+
+async fn run(binary: std::path::PathBuf) -> serde_json::Value {
+    let cluster = Cluster::start(binary);
+    let prefix = "/authzd-bench/";
+    let mut a = Replica::start(&cluster, prefix, "a", STALENESS).await;
+    let b = Replica::start(&cluster, prefix, "b", STALENESS).await;
+    let mut c = Replica::start(&cluster, prefix, "c", STALENESS).await;
+    a.admin
+        .apply(ApplyRequest {
+            manifest: READER.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    let mut propagation = measure_propagation(&mut a, &b, &c, &frank, 200).await;
     // Cluster-wide acknowledgement, all healthy.
     let mut acknowledged = Vec::new();
     for i in 0..200 {
@@ -394,6 +408,13 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
         restarts.push(started.elapsed());
         drop(replica);
     }
+    // Propagation at 100k bindings: three replicas on the big policy, the same toggles.
+    let mut big_a = Replica::start(&cluster, big_prefix, "big-a", STALENESS).await;
+    let big_b = Replica::start(&cluster, big_prefix, "big-b", STALENESS).await;
+    let big_c = Replica::start(&cluster, big_prefix, "big-c", STALENESS).await;
+    big_a.apply(READER).await;
+    let mut propagation_100k = measure_propagation(&mut big_a, &big_b, &big_c, &frank, 50).await;
+    drop((big_a, big_b, big_c));
 
     // loadgen reports the target as `authzd` and the baseline in the no-op's place.
     let runs: Vec<serde_json::Value> = loads
@@ -421,6 +442,7 @@ async fn run(binary: std::path::PathBuf) -> serde_json::Value {
     let rounds = loads[0].1["settings"]["rounds"].clone();
     serde_json::json!({
         "propagation_ms": {"p50": percentile(&mut propagation, 0.5), "p99": percentile(&mut propagation, 0.99), "n": propagation.len()},
+        "propagation_100k_ms": {"p50": percentile(&mut propagation_100k, 0.5), "p99": percentile(&mut propagation_100k, 0.99), "n": propagation_100k.len(), "bindings": big.bindings.len()},
         "ack_cluster_ms": {"p50": percentile(&mut acknowledged, 0.5), "p99": percentile(&mut acknowledged, 0.99), "n": acknowledged.len()},
         "frozen_ack_ms": {"max": percentile(&mut frozen, 1.0), "n": frozen.len(), "max_staleness_ms": 1000, "stale_allows": stale_allows},
         "writes_per_s": writes_per_s,
