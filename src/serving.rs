@@ -88,9 +88,24 @@ impl ServingState {
         }
     }
 
-    /// The chain's configuration every engine of this server is compiled with.
-    pub fn engine_config(&self) -> &EngineConfig {
-        &self.engine_config
+    /// What a previewed write ([`crate::store::Store::preview`]) would change in who may do
+    /// what. The engine in force is reused when it is the one the preview was checked
+    /// against, and the write's engine is an incremental update of it, both as a real apply
+    /// builds them; either is compiled in full otherwise. Blocking: call it off the async
+    /// workers.
+    pub fn access_delta(
+        &self,
+        preview: &crate::store::Preview,
+    ) -> Result<crate::engine::delta::Delta, crate::engine::delta::DeltaError> {
+        let before = match self.snapshot() {
+            Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
+            _ => Arc::new(Engine::new(&preview.before, self.engine_config.clone())),
+        };
+        let changes = PolicyDelta::for_changes(&preview.after, &preview.changed);
+        let after = before
+            .update(&changes)
+            .unwrap_or_else(|_| Engine::new(&preview.after, self.engine_config.clone()));
+        crate::engine::delta::access_delta(&preview.before, &preview.after, &before, &after)
     }
 
     /// The chain delegates to these webhooks from now on.

@@ -380,9 +380,14 @@ impl AdminApi {
             )),
             Ok(()) => {
                 let state = Arc::clone(&self.state);
-                tokio::task::spawn_blocking(move || preview_delta(&state, &preview))
+                tokio::task::spawn_blocking(move || state.access_delta(&preview))
                     .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
+                    .map_err(|e| e.to_string())
+                    .and_then(|delta| {
+                        delta
+                            .map(|delta| crate::api::delta_wire::to_wire(&delta))
+                            .map_err(|e| format!("the access delta could not be computed: {e}"))
+                    })
             }
         };
         Ok(Applied {
@@ -391,28 +396,6 @@ impl AdminApi {
             delta: Some(delta),
         })
     }
-}
-
-/// The access delta of a previewed write, on the wire. The engine in force is reused when it
-/// is the one the preview was checked against, and the write's engine is an incremental update
-/// of it (both as a real apply builds them); either may be compiled in full otherwise.
-fn preview_delta(
-    state: &ServingState,
-    preview: &crate::store::Preview,
-) -> std::result::Result<proto::AccessDelta, String> {
-    use crate::engine::Engine;
-    let config = state.engine_config();
-    let before = match state.snapshot() {
-        Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
-        _ => Arc::new(Engine::new(&preview.before, config.clone())),
-    };
-    let changes = crate::policy::delta::PolicyDelta::for_changes(&preview.after, &preview.changed);
-    let after = before
-        .update(&changes)
-        .unwrap_or_else(|_| Engine::new(&preview.after, config.clone()));
-    crate::engine::delta::access_delta(&preview.before, &preview.after, &before, &after)
-        .map(|delta| crate::api::delta_wire::to_wire(&delta))
-        .map_err(|e| format!("the access delta could not be computed: {e}"))
 }
 
 type WatchStream = Pin<Box<dyn Stream<Item = Result<proto::WatchEvent, Status>> + Send>>;

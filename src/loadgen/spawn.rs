@@ -9,14 +9,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use serde_json::Value;
 use tonic::transport::Endpoint;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_client::HealthClient;
 use tonic_health::pb::HealthCheckRequest;
 
 use super::LoadgenError;
-use crate::policy::render::{binding_to_value, role_to_value, to_multi_yaml};
+use crate::policy::render::policy_to_multi_yaml;
 use crate::synth::{self, Shape};
 
 /// How long authzd may take to print its address, and then to compile the policy.
@@ -49,19 +48,8 @@ pub fn authzd_binary() -> Result<PathBuf, LoadgenError> {
 /// Writes the synthetic policy of `shape` (seed `seed`) as `synthetic.yaml` into `dir`.
 pub fn write_policy(dir: &Path, shape: &Shape, seed: u64) -> Result<PathBuf, LoadgenError> {
     let policy = synth::policy(shape, seed);
-    let mut values: Vec<Value> = policy
-        .roles
-        .iter()
-        .map(|role| role_to_value(role))
-        .collect();
-    values.extend(
-        policy
-            .bindings
-            .iter()
-            .map(|binding| binding_to_value(binding)),
-    );
     let file = dir.join("synthetic.yaml");
-    std::fs::write(&file, to_multi_yaml(&values)).map_err(|source| LoadgenError::Io {
+    std::fs::write(&file, policy_to_multi_yaml(&policy)).map_err(|source| LoadgenError::Io {
         what: format!("cannot write `{}`", file.display()),
         source,
     })?;

@@ -6,7 +6,9 @@
 use serde_json::{json, Map, Value};
 
 use crate::policy::content::Clauses;
-use crate::policy::model::{Binding, BindingKind, LabelSelector, PolicyRule, Role, RoleKind};
+use crate::policy::model::{
+    Binding, BindingKind, LabelSelector, PolicyRule, PolicySet, Role, RoleKind,
+};
 
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
 const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
@@ -191,6 +193,17 @@ pub fn to_multi_yaml(values: &[Value]) -> String {
     out
 }
 
+/// Every role and binding of `policy` as one multi-document YAML text, roles first (ABAC
+/// lines and FieldPolicies are not RBAC manifests and are left out).
+pub fn policy_to_multi_yaml(policy: &PolicySet) -> String {
+    let roles = policy.roles.iter().map(|role| role_to_value(role));
+    let bindings = policy
+        .bindings
+        .iter()
+        .map(|binding| binding_to_value(binding));
+    to_multi_yaml(&roles.chain(bindings).collect::<Vec<_>>())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -243,18 +256,7 @@ rules:
         let dir = std::path::PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/policy"));
         let policy = load_paths(&[dir], &LoadOptions::default()).unwrap();
         assert!(!policy.roles.is_empty() && !policy.bindings.is_empty());
-        let mut values: Vec<Value> = policy
-            .roles
-            .iter()
-            .map(|role| role_to_value(role))
-            .collect();
-        values.extend(
-            policy
-                .bindings
-                .iter()
-                .map(|binding| binding_to_value(binding)),
-        );
-        let text = to_multi_yaml(&values);
+        let text = policy_to_multi_yaml(&policy);
         let back = load_sources(&[("r.yaml".into(), text)], &LoadOptions::default()).unwrap();
         let strip_roles = |roles: &[std::sync::Arc<Role>]| -> Vec<Role> {
             roles
