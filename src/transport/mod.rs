@@ -23,7 +23,9 @@ use tokio::net::{TcpListener, UnixListener};
 use tower::ServiceExt as _;
 
 pub use addr::ListenAddr;
-pub use connection::{handshake, BoxedIo, ClientIdentity, ConnectionInfo, ConnectionIo};
+pub use connection::{
+    handshake, BoxedIo, ClientIdentity, CoalescedWrites, ConnectionInfo, ConnectionIo,
+};
 
 /// A bound listener, ready to serve.
 pub struct Listener {
@@ -337,7 +339,7 @@ async fn serve_connection(
         request.extensions_mut().insert(Arc::clone(&info));
         service.clone().oneshot(request)
     });
-    let connection = builder.serve_connection(TokioIo::new(io), service);
+    let connection = builder.serve_connection(TokioIo::new(CoalescedWrites::new(io)), service);
     let mut connection = std::pin::pin!(connection);
     let aged = async {
         match max_age {
@@ -455,6 +457,145 @@ mod tests {
         stop.send(()).unwrap();
         server.await.unwrap();
         pinged
+    }
+
+    /// A stream that says it takes vectored writes, as TCP does, and counts the writes that
+    /// reach it.
+    struct CountedWrites {
+        io: tokio::io::DuplexStream,
+        writes: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl CountedWrites {
+        fn counted(&self, written: &std::task::Poll<io::Result<usize>>) {
+            if matches!(written, std::task::Poll::Ready(Ok(n)) if *n > 0) {
+                self.writes
+                    .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+        }
+    }
+
+    impl tokio::io::AsyncRead for CountedWrites {
+        fn poll_read(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &mut tokio::io::ReadBuf<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+        }
+    }
+
+    impl tokio::io::AsyncWrite for CountedWrites {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            let written = std::pin::Pin::new(&mut self.io).poll_write(cx, buf);
+            self.counted(&written);
+            written
+        }
+
+        fn poll_write_vectored(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            bufs: &[io::IoSlice<'_>],
+        ) -> std::task::Poll<io::Result<usize>> {
+            // The duplex pipe has no vectored write: gather, as the kernel would.
+            let gathered: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+            let written = std::pin::Pin::new(&mut self.io).poll_write(cx, &gathered);
+            self.counted(&written);
+            written
+        }
+
+        fn is_write_vectored(&self) -> bool {
+            true
+        }
+
+        fn poll_flush(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.io).poll_flush(cx)
+        }
+
+        fn poll_shutdown(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+        }
+    }
+
+    /// Answers a little over h2's 256-byte chain threshold (an Authorize answer naming an etcd
+    /// key as its source is one) to many streams at once share the connection's writes, as
+    /// smaller answers do, instead of costing one write each.
+    #[tokio::test]
+    async fn answers_over_256_bytes_share_writes() {
+        use http_body_util::BodyExt as _;
+        const STREAMS: usize = 64;
+        const ANSWER: usize = 300;
+        let (client_end, server_end) = tokio::io::duplex(1 << 20);
+        let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let service = tower::service_fn(|_: http::Request<hyper::body::Incoming>| async {
+            Ok::<_, Infallible>(http::Response::new(axum::body::Body::from(vec![
+                b'x';
+                ANSWER
+            ])))
+        });
+        let info = ConnectionInfo {
+            listener: Arc::new(ListenAddr::Tcp("127.0.0.1:1".parse().unwrap())),
+            remote_addr: None,
+            local_addr: None,
+            client_identity: None,
+        };
+        let (_stop, stopped) = tokio::sync::watch::channel(false);
+        let server = tokio::spawn(serve_connection(
+            auto::Builder::new(TokioExecutor::new()),
+            Box::new(CountedWrites {
+                io: server_end,
+                writes: Arc::clone(&writes),
+            }),
+            info,
+            None,
+            service,
+            None,
+            stopped,
+        ));
+        let (sender, connection) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(client_end))
+                .await
+                .unwrap();
+        let client = tokio::spawn(connection);
+        let before = writes.load(std::sync::atomic::Ordering::Relaxed);
+        let mut streams = tokio::task::JoinSet::new();
+        for _ in 0..STREAMS {
+            let mut sender = sender.clone();
+            streams.spawn(async move {
+                let request = http::Request::post("/")
+                    .body(axum::body::Body::empty())
+                    .unwrap();
+                let response = sender.send_request(request).await.unwrap();
+                response
+                    .into_body()
+                    .collect()
+                    .await
+                    .unwrap()
+                    .to_bytes()
+                    .len()
+            });
+        }
+        while let Some(length) = streams.join_next().await {
+            assert_eq!(length.unwrap(), ANSWER);
+        }
+        let used = writes.load(std::sync::atomic::Ordering::Relaxed) - before;
+        assert!(
+            used <= STREAMS / 4,
+            "{STREAMS} answers of {ANSWER} bytes took {used} writes"
+        );
+        drop(sender);
+        client.abort();
+        server.abort();
     }
 
     #[tokio::test]
