@@ -197,6 +197,25 @@ fn update(c: &mut Criterion) {
             group.bench_function(format!("delta/for-changes/{SIZE}-bindings"), |b| {
                 b.iter(|| PolicyDelta::for_changes(black_box(&case.after), [&case.changed]))
             });
+            // The store's way: its policy is in canonical order, and the changed partition is
+            // found by binary search.
+            let mut canonical = case.after.clone();
+            canonical.canonicalize();
+            assert_eq!(
+                PolicyDelta::for_changes_in_canonical(&canonical, [&case.changed]),
+                PolicyDelta::for_changes(&canonical, [&case.changed])
+            );
+            group.bench_function(
+                format!("delta/for-changes-in-canonical/{SIZE}-bindings"),
+                |b| {
+                    b.iter(|| {
+                        PolicyDelta::for_changes_in_canonical(
+                            black_box(&canonical),
+                            [&case.changed],
+                        )
+                    })
+                },
+            );
             // The store's copy of the policy per applied change (its objects are shared), and
             // dropping it.
             group.bench_function(format!("policy-copy/{SIZE}-bindings"), |b| {

@@ -101,7 +101,7 @@ impl ServingState {
             Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
             _ => Arc::new(Engine::new(&preview.before, self.engine_config.clone())),
         };
-        let changes = PolicyDelta::for_changes(&preview.after, &preview.changed);
+        let changes = PolicyDelta::for_changes_in_canonical(&preview.after, &preview.changed);
         let after = before
             .update(&changes)
             .unwrap_or_else(|_| Engine::new(&preview.after, self.engine_config.clone()));
@@ -279,7 +279,7 @@ impl Publisher for ServingState {
         // (which may change anything) compile in full. Either way, before the swap below.
         let engine = match (changed, self.snapshot()) {
             (Some(changed), Some(current)) => {
-                let delta = PolicyDelta::for_changes(policy, changed);
+                let delta = PolicyDelta::for_changes_in_canonical(policy, changed);
                 current.engine.update(&delta).unwrap_or_else(|error| {
                     tracing::warn!(%error, "incremental index update refused; compiling in full");
                     Engine::new(policy, self.engine_config.clone())

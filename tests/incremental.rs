@@ -126,6 +126,23 @@ fn request(user: &UserInfo, action: &Action) -> Request {
 proptest! {
     #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
 
+    /// On a policy in canonical order (every policy the store holds is), the delta found by
+    /// binary search is the one the scan finds, whatever partitions the edits touch.
+    #[test]
+    fn canonical_delta_is_the_scanned_delta(
+        policy in policy(),
+        edits in proptest::collection::vec(edit(), 1..=6),
+    ) {
+        let mut current = policy;
+        let changed: Vec<ChangedObject> =
+            edits.iter().flat_map(|e| apply(&mut current, e)).collect();
+        current.canonicalize();
+        prop_assert_eq!(
+            PolicyDelta::for_changes_in_canonical(&current, &changed),
+            PolicyDelta::for_changes(&current, &changed)
+        );
+    }
+
     #[test]
     fn updated_engine_answers_as_full_build(
         policy in policy(),

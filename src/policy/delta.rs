@@ -9,8 +9,9 @@
 //! the policy costs.
 //!
 //! [`PolicyDelta::for_changes`] computes a delta from the new policy and the keys of the
-//! objects that changed (it scans the policy; a store that keeps policy grouped by partition
-//! can build the delta directly).
+//! objects that changed by scanning the policy; [`PolicyDelta::for_changes_in_canonical`],
+//! for a policy in canonical order (as the store keeps it), finds each changed partition by
+//! binary search instead.
 
 use std::collections::BTreeSet;
 
@@ -100,47 +101,72 @@ impl ChangedObject {
     }
 }
 
-impl PolicyDelta {
-    /// The delta that takes an index of the policy before the change to an index of `policy`
-    /// (the policy after it), given the keys of every object that changed. Scans `policy` once.
-    pub fn for_changes<'a>(
-        policy: &PolicySet,
-        changed: impl IntoIterator<Item = &'a ChangedObject>,
-    ) -> Self {
-        let mut cluster_roles = false;
-        let mut cluster_bindings = false;
-        let mut abac = false;
-        let mut namespaces: BTreeSet<&str> = BTreeSet::new();
+/// Which partitions a set of changed objects touches.
+struct Touched<'a> {
+    cluster_roles: bool,
+    cluster_bindings: bool,
+    abac: bool,
+    /// Changed namespaces, in order.
+    namespaces: BTreeSet<&'a str>,
+}
+
+impl<'a> Touched<'a> {
+    fn of(changed: impl IntoIterator<Item = &'a ChangedObject>) -> Self {
+        let mut touched = Touched {
+            cluster_roles: false,
+            cluster_bindings: false,
+            abac: false,
+            namespaces: BTreeSet::new(),
+        };
         for object in changed {
             match object.kind {
-                ChangedKind::ClusterRole => cluster_roles = true,
-                ChangedKind::ClusterRoleBinding => cluster_bindings = true,
-                ChangedKind::Abac => abac = true,
+                ChangedKind::ClusterRole => touched.cluster_roles = true,
+                ChangedKind::ClusterRoleBinding => touched.cluster_bindings = true,
+                ChangedKind::Abac => touched.abac = true,
                 ChangedKind::Role | ChangedKind::RoleBinding => {
-                    namespaces.insert(object.namespace.as_str());
+                    touched.namespaces.insert(object.namespace.as_str());
                 }
             }
         }
+        touched
+    }
 
-        let mut delta = PolicyDelta {
-            cluster_roles: cluster_roles.then(Vec::new),
-            cluster_bindings: cluster_bindings.then(Vec::new),
-            namespaces: namespaces
+    /// The delta's frame: every touched partition present and still empty (ABAC whole).
+    fn empty_delta(&self, policy: &PolicySet) -> PolicyDelta {
+        PolicyDelta {
+            cluster_roles: self.cluster_roles.then(Vec::new),
+            cluster_bindings: self.cluster_bindings.then(Vec::new),
+            namespaces: self
+                .namespaces
                 .iter()
                 .map(|ns| NamespaceDelta {
                     namespace: ns.to_string(),
                     ..Default::default()
                 })
                 .collect(),
-            abac: abac.then(|| policy.abac.clone()),
-        };
-        let positions: FxHashMap<&str, usize> = namespaces
+            abac: self.abac.then(|| policy.abac.clone()),
+        }
+    }
+}
+
+impl PolicyDelta {
+    /// The delta that takes an index of the policy before the change to an index of `policy`
+    /// (the policy after it), given the keys of every object that changed. Scans `policy` once;
+    /// [`for_changes_in_canonical`](Self::for_changes_in_canonical) does not.
+    pub fn for_changes<'a>(
+        policy: &PolicySet,
+        changed: impl IntoIterator<Item = &'a ChangedObject>,
+    ) -> Self {
+        let touched = Touched::of(changed);
+        let mut delta = touched.empty_delta(policy);
+        let positions: FxHashMap<&str, usize> = touched
+            .namespaces
             .iter()
             .enumerate()
             .map(|(i, ns)| (*ns, i))
             .collect();
         let slot = |namespace: &str| positions.get(namespace).copied();
-        if cluster_roles || !namespaces.is_empty() {
+        if touched.cluster_roles || !touched.namespaces.is_empty() {
             for role in &policy.roles {
                 match role.kind {
                     RoleKind::ClusterRole => {
@@ -158,7 +184,7 @@ impl PolicyDelta {
                 }
             }
         }
-        if cluster_bindings || !namespaces.is_empty() {
+        if touched.cluster_bindings || !touched.namespaces.is_empty() {
             for binding in &policy.bindings {
                 match binding.kind {
                     BindingKind::ClusterRoleBinding => {
@@ -175,6 +201,51 @@ impl PolicyDelta {
                     }
                 }
             }
+        }
+        delta
+    }
+
+    /// [`for_changes`](Self::for_changes) for a policy in canonical order
+    /// ([`PolicySet::canonicalize`]; every policy the store holds is): each touched partition
+    /// is a run of that order, found by binary search, so this costs what the touched
+    /// partitions hold, not what the policy holds. On such a policy the result is
+    /// `for_changes`'s (property-tested); on any other it would miss objects, so debug builds
+    /// check the order.
+    pub fn for_changes_in_canonical<'a>(
+        policy: &PolicySet,
+        changed: impl IntoIterator<Item = &'a ChangedObject>,
+    ) -> Self {
+        debug_assert!(policy.is_canonical(), "policy not in canonical order");
+        let touched = Touched::of(changed);
+        let mut delta = touched.empty_delta(policy);
+        let roles = policy.roles.as_slice();
+        let bindings = policy.bindings.as_slice();
+        // Cluster-scoped kinds sort first.
+        let cluster_roles = roles.partition_point(|r| r.kind == RoleKind::ClusterRole);
+        let cluster_bindings =
+            bindings.partition_point(|b| b.kind == BindingKind::ClusterRoleBinding);
+        if let Some(out) = &mut delta.cluster_roles {
+            out.extend(roles[..cluster_roles].iter().map(|r| Role::clone(r)));
+        }
+        if let Some(out) = &mut delta.cluster_bindings {
+            out.extend(
+                bindings[..cluster_bindings]
+                    .iter()
+                    .map(|b| Binding::clone(b)),
+            );
+        }
+        for ns in &mut delta.namespaces {
+            let namespace = ns.namespace.as_str();
+            let in_roles = &roles[cluster_roles..];
+            let from = in_roles.partition_point(|r| r.namespace.as_str() < namespace);
+            let to = from + in_roles[from..].partition_point(|r| r.namespace == namespace);
+            ns.roles
+                .extend(in_roles[from..to].iter().map(|r| Role::clone(r)));
+            let in_bindings = &bindings[cluster_bindings..];
+            let from = in_bindings.partition_point(|b| b.namespace.as_str() < namespace);
+            let to = from + in_bindings[from..].partition_point(|b| b.namespace == namespace);
+            ns.bindings
+                .extend(in_bindings[from..to].iter().map(|b| Binding::clone(b)));
         }
         delta
     }

@@ -346,6 +346,24 @@ impl PolicySet {
             .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
         self.field_policies.sort_by(|a, b| a.name.cmp(&b.name));
     }
+
+    /// Whether roles and bindings are in the order [`canonicalize`](Self::canonicalize) puts
+    /// them in (a scan: for checks, not for the hot path).
+    pub fn is_canonical(&self) -> bool {
+        fn role_key(r: &Role) -> (RoleKind, &str, &str) {
+            (r.kind, r.namespace.as_str(), r.name.as_str())
+        }
+        fn binding_key(b: &Binding) -> (BindingKind, &str, &str) {
+            (b.kind, b.namespace.as_str(), b.name.as_str())
+        }
+        self.roles
+            .windows(2)
+            .all(|w| role_key(&w[0]) <= role_key(&w[1]))
+            && self
+                .bindings
+                .windows(2)
+                .all(|w| binding_key(&w[0]) <= binding_key(&w[1]))
+    }
 }
 
 /// A role or binding read from a manifest.
