@@ -23,9 +23,8 @@ use tokio::net::{TcpListener, UnixListener};
 use tower::ServiceExt as _;
 
 pub use addr::ListenAddr;
-pub use connection::{
-    handshake, BoxedIo, ClientIdentity, CoalescedWrites, ConnectionInfo, ConnectionIo,
-};
+use connection::CoalescedWrites;
+pub use connection::{handshake, BoxedIo, ClientIdentity, ConnectionInfo, ConnectionIo};
 
 /// A bound listener, ready to serve.
 pub struct Listener {
