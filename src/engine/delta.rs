@@ -45,7 +45,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
-use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
+use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind};
 use crate::policy::rbac::{is_negated, non_resource_url_entry_matches};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
@@ -510,23 +510,6 @@ enum Who {
     Group(String),
 }
 
-/// A role's key: (kind, namespace — empty for a ClusterRole —, name).
-type RoleKey<'a> = (RoleKind, &'a str, &'a str);
-
-fn role_key(role: &Role) -> RoleKey<'_> {
-    (role.kind, role.namespace.as_str(), role.name.as_str())
-}
-
-type BindingKey<'a> = (BindingKind, &'a str, &'a str);
-
-fn binding_key(binding: &Binding) -> BindingKey<'_> {
-    (
-        binding.kind,
-        binding.namespace.as_str(),
-        binding.name.as_str(),
-    )
-}
-
 /// `items` in key order, one per key (the last, as a map built in order would keep).
 fn by_key<'a, T, K: Ord>(items: &'a [T], key: impl Fn(&'a T) -> K) -> Vec<&'a T> {
     let mut sorted: Vec<&T> = items.iter().collect();
@@ -614,7 +597,7 @@ struct Roles<'a> {
 impl<'a> Roles<'a> {
     fn of(policy: &'a PolicySet) -> Self {
         Roles {
-            sorted: by_key(&policy.roles, |role| role_key(role)),
+            sorted: by_key(&policy.roles, |role| role.key()),
             aggregated: crate::policy::aggregate::aggregated_rules(policy),
         }
     }
@@ -633,7 +616,7 @@ impl<'a> Roles<'a> {
     fn rules(&self, key: RoleKey<'_>) -> Option<&[PolicyRule]> {
         let at = self
             .sorted
-            .binary_search_by(|role| role_key(role).cmp(&key))
+            .binary_search_by(|role| role.key().cmp(&key))
             .ok()?;
         Some(self.effective(self.sorted[at]))
     }
@@ -669,12 +652,12 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     let changed_roles: rustc_hash::FxHashSet<RoleKey<'_>> = changed_pairs(
         &old.roles,
         &new.roles,
-        |role| role_key(role),
+        |role| role.key(),
         |b, a| old_roles.effective(b) == new_roles.effective(a),
     )
     .into_iter()
     .filter_map(|pair| match pair {
-        (Some(role), _) | (_, Some(role)) => Some(role_key(role)),
+        (Some(role), _) | (_, Some(role)) => Some(role.key()),
         (None, None) => None,
     })
     .collect();
@@ -687,7 +670,7 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     for (before, after) in changed_pairs(
         &old.bindings,
         &new.bindings,
-        |binding| binding_key(binding),
+        |binding| binding.key(),
         |b, a| same_binding(b, a),
     ) {
         let mut subjects = BTreeSet::new();
@@ -706,7 +689,7 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
             }
         }
         let namespace = match (before, after) {
-            (Some(binding), _) | (_, Some(binding)) => binding_key(binding),
+            (Some(binding), _) | (_, Some(binding)) => binding.key(),
             (None, None) => continue,
         };
         out.push(Region {

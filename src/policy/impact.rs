@@ -14,7 +14,9 @@ use std::collections::{BTreeMap, HashMap};
 use rustc_hash::FxHashSet;
 
 use crate::policy::aggregate::aggregated_rules;
-use crate::policy::model::{AbacRule, Binding, BindingKind, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    AbacRule, Binding, BindingKey, BindingKind, PolicySet, Role, RoleKey, RoleKind,
+};
 
 /// A subject as cache keys see it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,23 +109,12 @@ impl Impact {
     }
 }
 
-type RoleKey<'a> = (RoleKind, &'a str, &'a str);
-type BindingKey<'a> = (BindingKind, &'a str, &'a str);
-
 fn roles_by_key(policy: &PolicySet) -> HashMap<RoleKey<'_>, &Role> {
-    policy
-        .roles
-        .iter()
-        .map(|r| ((r.kind, r.namespace.as_str(), r.name.as_str()), &**r))
-        .collect()
+    policy.roles.iter().map(|r| (r.key(), &**r)).collect()
 }
 
 fn bindings_by_key(policy: &PolicySet) -> HashMap<BindingKey<'_>, &Binding> {
-    policy
-        .bindings
-        .iter()
-        .map(|b| ((b.kind, b.namespace.as_str(), b.name.as_str()), &**b))
-        .collect()
+    policy.bindings.iter().map(|b| (b.key(), &**b)).collect()
 }
 
 /// The key of the role a binding references.

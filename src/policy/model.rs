@@ -114,7 +114,18 @@ pub struct Role {
     pub source: Source,
 }
 
+/// A role's key in canonical order: (kind, namespace — empty for a ClusterRole —, name).
+pub type RoleKey<'a> = (RoleKind, &'a str, &'a str);
+/// A binding's key in canonical order: (kind, namespace — empty for a ClusterRoleBinding —,
+/// name).
+pub type BindingKey<'a> = (BindingKind, &'a str, &'a str);
+
 impl Role {
+    /// Its key: [`PolicySet::canonicalize`] sorts roles by it.
+    pub fn key(&self) -> RoleKey<'_> {
+        (self.kind, self.namespace.as_str(), self.name.as_str())
+    }
+
     /// `ClusterRole "NAME"` / `Role "NAME/NS"`, in the style of upstream's binding descriptions.
     pub fn describe(&self) -> String {
         if self.namespace.is_empty() {
@@ -203,6 +214,11 @@ pub struct Binding {
 }
 
 impl Binding {
+    /// Its key: [`PolicySet::canonicalize`] sorts bindings by it.
+    pub fn key(&self) -> BindingKey<'_> {
+        (self.kind, self.namespace.as_str(), self.name.as_str())
+    }
+
     /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
     pub fn describe(&self) -> String {
         describe_binding(self.kind, &self.name, &self.namespace)
@@ -340,29 +356,16 @@ impl PolicySet {
     /// Puts roles and bindings into canonical order so that explanations ("first rule that
     /// allowed") do not depend on file layout.
     pub fn canonicalize(&mut self) {
-        self.roles
-            .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
-        self.bindings
-            .sort_by(|a, b| (a.kind, &a.namespace, &a.name).cmp(&(b.kind, &b.namespace, &b.name)));
+        self.roles.sort_by(|a, b| a.key().cmp(&b.key()));
+        self.bindings.sort_by(|a, b| a.key().cmp(&b.key()));
         self.field_policies.sort_by(|a, b| a.name.cmp(&b.name));
     }
 
     /// Whether roles and bindings are in the order [`canonicalize`](Self::canonicalize) puts
     /// them in (a scan: for checks, not for the hot path).
     pub fn is_canonical(&self) -> bool {
-        fn role_key(r: &Role) -> (RoleKind, &str, &str) {
-            (r.kind, r.namespace.as_str(), r.name.as_str())
-        }
-        fn binding_key(b: &Binding) -> (BindingKind, &str, &str) {
-            (b.kind, b.namespace.as_str(), b.name.as_str())
-        }
-        self.roles
-            .windows(2)
-            .all(|w| role_key(&w[0]) <= role_key(&w[1]))
-            && self
-                .bindings
-                .windows(2)
-                .all(|w| binding_key(&w[0]) <= binding_key(&w[1]))
+        self.roles.windows(2).all(|w| w[0].key() <= w[1].key())
+            && self.bindings.windows(2).all(|w| w[0].key() <= w[1].key())
     }
 }
 

@@ -974,9 +974,9 @@ fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize
             } else {
                 RoleKind::ClusterRole
             };
-            policy.roles.binary_search_by(|r| {
-                (r.kind, r.namespace.as_str(), r.name.as_str()).cmp(&(kind, namespace, name))
-            })
+            policy
+                .roles
+                .binary_search_by(|r| r.key().cmp(&(kind, namespace, name)))
         }
         ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
             let kind = if object.kind == ObjectKind::RoleBinding {
@@ -984,9 +984,9 @@ fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize
             } else {
                 BindingKind::ClusterRoleBinding
             };
-            policy.bindings.binary_search_by(|b| {
-                (b.kind, b.namespace.as_str(), b.name.as_str()).cmp(&(kind, namespace, name))
-            })
+            policy
+                .bindings
+                .binary_search_by(|b| b.key().cmp(&(kind, namespace, name)))
         }
     }
 }

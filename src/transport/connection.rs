@@ -72,11 +72,11 @@ pub async fn handshake(
 /// naming its rule and the rule's source (a file path and line, an etcd key) is often just over
 /// 256 bytes, and each such answer then cost a system call of its own, where smaller answers
 /// share one per batch of streams the connection finished together: over the same load, etcd
-/// mode's longer sources made 0.28 writes per decision against directory mode's 0.19, and its
-/// throughput fell behind with them (BENCHMARKS.md, "Replicas on etcd"). Told the stream takes
-/// no vectored writes, h2 copies answers under 1 KiB into its buffer; a larger payload (a batch
-/// answer) is then written by h2 as two plain writes, its buffer and the payload, which this
-/// stream turns back into one vectored write of both.
+/// mode's longer sources made 0.24–0.28 writes per decision against directory mode's
+/// 0.18–0.20, and its throughput fell behind with them (BENCHMARKS.md, "Replicas on etcd").
+/// Told the stream takes no vectored writes, h2 copies answers under 1 KiB into its buffer; a
+/// larger payload (a batch answer) is then written by h2 as two plain writes, its buffer and
+/// the payload, which this stream turns back into one vectored write of both.
 pub struct CoalescedWrites<T> {
     io: T,
     /// Bytes accepted but not yet written: `pending[written..]` remain.
