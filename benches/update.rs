@@ -7,17 +7,31 @@
 //! policy (the store can hand partitions over directly instead); `policy-copy` the copy of the
 //! policy set the store makes for every applied change (and dropping it).
 //!
+//! `applier/*` times etcd mode's applier (`Store::apply_changes`) publishing into the serving
+//! core, a RoleBinding created and deleted in turn: `in-place` as it runs (it edits its spare
+//! copy of the policy), `copy` with a reader holding that spare so that the applier must copy
+//! the policy and drop the previous one, as it did for every change before the spare copy.
+//! `impact/clusterrole-*` the impact analysis of a ClusterRole change: scanning every binding
+//! of both policies against the index of the ClusterRole's bindings.
+//!
 //! Run: `cargo bench --bench update`.
 
 use std::hint::black_box;
 use std::time::Duration;
 
 use authzd::engine::{Decision, Engine, EngineConfig};
+use std::sync::Arc;
+
+use authzd::cache::CacheConfig;
 use authzd::policy::delta::{ChangedKind, ChangedObject, PolicyDelta};
+use authzd::policy::impact::{impact_of_applied_objects, impact_of_objects, ClusterRoleReferrers};
 use authzd::policy::model::{
-    Binding, BindingKind, PolicyRule, PolicySet, RoleKind, RoleRef, Source, Subject,
+    Binding, BindingKind, PolicyObject, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source,
+    Subject,
 };
 use authzd::request::Request;
+use authzd::serving::ServingState;
+use authzd::store::{CommitError, ObjectRef, Publisher, RemoteSink, Store};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -233,5 +247,122 @@ fn update(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, update);
+/// `value`, or the bench stops saying what was missing.
+fn or_exit<T>(value: Option<T>, what: &str) -> T {
+    value.unwrap_or_else(|| {
+        eprintln!("missing: {what}");
+        std::process::exit(1)
+    })
+}
+
+/// The applier is fed directly: nothing is committed.
+struct NoSink;
+
+#[tonic::async_trait]
+impl RemoteSink for NoSink {
+    async fn commit(
+        &self,
+        _: u64,
+        _: &[PolicyObject],
+        _: &[ObjectRef],
+    ) -> Result<u64, CommitError> {
+        Err(CommitError::Refused("benchmark".into()))
+    }
+}
+
+fn applier(c: &mut Criterion) {
+    let shape = Shape::with_bindings(SIZE);
+    let policy = synth::policy(&shape, 42);
+    let runtime = or_exit(
+        tokio::runtime::Builder::new_current_thread().build().ok(),
+        "a tokio runtime",
+    );
+    let serving = Arc::new(ServingState::new(
+        EngineConfig::default(),
+        CacheConfig::default(),
+    ));
+    let store = Store::open_remote(
+        policy.clone(),
+        1,
+        Arc::new(NoSink),
+        Arc::clone(&serving) as Arc<dyn Publisher>,
+    );
+    let binding = PolicyObject::Binding(user_binding(
+        BindingKind::RoleBinding,
+        &synth::namespace(0),
+        "rb-toggled",
+        "new-user",
+        RoleRef {
+            kind: RoleKind::Role,
+            name: "ns-reader".to_string(),
+        },
+    ));
+    let key = ObjectRef::of(&binding);
+    let mut revision = 1;
+    // Creates the binding on odd revisions, deletes it on even ones.
+    let mut toggle = || {
+        revision += 1;
+        let state = (revision % 2 == 0).then(|| binding.clone());
+        runtime.block_on(store.apply_changes(revision, vec![(key.clone(), state)]));
+    };
+    let mut request = synth::allowed_request(&shape);
+    request.user.name = "new-user".to_string();
+    request.user.groups.clear();
+    let decision = |serving: &ServingState| {
+        let snapshot = or_exit(serving.snapshot(), "a published policy");
+        snapshot.engine.authorize(&request).decision
+    };
+    toggle();
+    assert_eq!(decision(&serving), Decision::Allow, "not created");
+    toggle();
+    assert_eq!(decision(&serving), Decision::NoOpinion, "not deleted");
+
+    let mut group = c.benchmark_group("update");
+    group.measurement_time(Duration::from_secs(5));
+    group.bench_function(format!("applier/in-place/{SIZE}-bindings"), |b| {
+        b.iter(&mut toggle)
+    });
+    let mut reader = None;
+    group.bench_function(format!("applier/copy/{SIZE}-bindings"), |b| {
+        b.iter(|| {
+            // Held across the next change, when this policy is the applier's spare.
+            let held = store.policy();
+            toggle();
+            reader = Some(held);
+        })
+    });
+    drop(reader);
+
+    // `no-secrets` changes, as in `clusterrole-change` above.
+    let before = policy.clone();
+    let mut after = policy;
+    let at = or_exit(
+        after
+            .roles
+            .iter()
+            .position(|r| r.kind == RoleKind::ClusterRole && r.name == "no-secrets"),
+        "the no-secrets ClusterRole",
+    );
+    let old_role = Role::clone(&after.roles[at]);
+    let mut new_role = old_role.clone();
+    new_role.rules.truncate(0);
+    after.roles[at] = Arc::new(new_role.clone());
+    let roles = [(Some(&old_role), Some(&new_role))];
+    let referrers = ClusterRoleReferrers::of(&after);
+    let scanned = impact_of_objects(&after, &before, &roles, &[]);
+    assert!(!scanned.is_empty());
+    assert_eq!(
+        impact_of_applied_objects(&after, &before, &roles, &[], &referrers),
+        scanned
+    );
+    group.bench_function(format!("impact/clusterrole-scan/{SIZE}-bindings"), |b| {
+        b.iter(|| impact_of_objects(black_box(&after), &before, &roles, &[]))
+    });
+    group.bench_function(format!("impact/clusterrole-indexed/{SIZE}-bindings"), |b| {
+        b.iter(|| impact_of_applied_objects(black_box(&after), &before, &roles, &[], &referrers))
+    });
+    group.finish();
+}
+
+criterion_group!(benches, update, applier);
 criterion_main!(benches);

@@ -2,12 +2,15 @@
 //! (decision, reason, explanation or errors), the change's computed impact must cover that
 //! request's subject and namespace — otherwise the cache would keep serving the old answer.
 //! Checked on random policies and random edits, for whole-policy diffs (directory reloads) and
-//! for single-object changes (admin writes).
+//! for single-object changes (admin writes), where the applier's indexed impact must equal the
+//! scanned one.
 
 mod common;
 
 use authzd::engine::Engine;
-use authzd::policy::impact::{impact_of_change, impact_of_objects, Impact};
+use authzd::policy::impact::{
+    impact_of_applied_objects, impact_of_change, impact_of_objects, ClusterRoleReferrers, Impact,
+};
 use authzd::policy::model::{Binding, PolicySet, Role};
 use authzd::request::Request;
 use common::*;
@@ -162,5 +165,12 @@ proptest! {
         let binding_refs: Vec<(Option<&Binding>, Option<&Binding>)> = bindings.iter().map(|(a, b)| (a.as_ref(), b.as_ref())).collect();
         let impact = impact_of_objects(&new, &old, &role_refs, &binding_refs);
         assert_covered(&old, &new, &impact, &config, &requests)?;
+        // The store's applier finds a changed role's bindings through its index and the
+        // canonical order instead of scanning both policies: the same impact.
+        let referrers = ClusterRoleReferrers::of(&new);
+        prop_assert_eq!(
+            impact_of_applied_objects(&new, &old, &role_refs, &binding_refs, &referrers),
+            impact
+        );
     }
 }

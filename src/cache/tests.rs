@@ -116,10 +116,8 @@ fn invalidation_is_precise_by_subject_and_namespace() {
     put(&c, &request("carol", &["ops"], "a"), 1);
 
     let mut impact = Impact::default();
-    impact
-        .namespaced
-        .insert(("a".into(), SubjectKey::User("alice".into())));
-    impact.cluster.insert(SubjectKey::Group("dev".into()));
+    impact.insert_namespaced("a", SubjectKey::User("alice"));
+    impact.insert_cluster(SubjectKey::Group("dev"));
     c.begin_revision(2);
     assert_eq!(c.invalidate(&impact, InvalidationCause::Apply), 2);
 
@@ -194,9 +192,7 @@ fn compaction_keeps_every_surviving_key() {
     // so some shards compact and others only collect garbage.
     for team in 0..6 {
         let mut impact = Impact::default();
-        impact
-            .cluster
-            .insert(SubjectKey::Group(format!("team-{team}").into()));
+        impact.insert_cluster(SubjectKey::Group(&format!("team-{team}")));
         c.begin_revision(2 + team as u64);
         let removed = c.invalidate(&impact, InvalidationCause::Apply);
         assert_eq!(
@@ -263,7 +259,7 @@ fn a_poisoned_shard_is_emptied_by_its_next_writer() {
     assert!(is_hit(&c, &req));
     // An invalidation that does not touch alice still writes every shard.
     let mut impact = Impact::default();
-    impact.cluster.insert(SubjectKey::User("carol".into()));
+    impact.insert_cluster(SubjectKey::User("carol"));
     c.begin_revision(2);
     c.invalidate(&impact, InvalidationCause::Apply);
     assert!(!is_hit(&c, &req));
@@ -342,7 +338,7 @@ fn racing_inserts_never_survive_an_invalidation() {
             .collect();
         std::thread::sleep(Duration::from_millis(2));
         let mut impact = Impact::default();
-        impact.cluster.insert(SubjectKey::User("alice".into()));
+        impact.insert_cluster(SubjectKey::User("alice"));
         c.begin_revision(2);
         c.invalidate(&impact, InvalidationCause::Apply);
         let after_ack = c.len();

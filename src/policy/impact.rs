@@ -10,30 +10,81 @@
 //! the entries whose subject and namespace fall in the impact; everything else stays warm.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 
-use rustc_hash::FxHashSet;
+use std::hash::BuildHasher;
 
-use crate::policy::aggregate::aggregated_rules;
+use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use smallvec::SmallVec;
+
+use crate::policy::aggregate::{aggregated_rules, aggregated_rules_of};
 use crate::policy::model::{
-    AbacRule, Binding, BindingKey, BindingKind, PolicySet, Role, RoleKey, RoleKind,
+    AbacRule, Binding, BindingKey, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind,
 };
 
 /// A subject as cache keys see it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum SubjectKey {
-    User(Box<str>),
-    Group(Box<str>),
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SubjectKey<'a> {
+    User(&'a str),
+    Group(&'a str),
 }
 
 /// The decisions a change can affect.
+///
+/// Subjects are kept as 64-bit hashes of (scope, subject), never as strings: an impact of tens
+/// of thousands of subjects (a ClusterRole bound in every namespace changed) is then built
+/// without an allocation per subject, and the cache probes it for every entry it holds without
+/// allocating either. Two subjects whose hashes collide are both affected when one is, which
+/// costs a cache miss, never a stale answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Impact {
     /// Every decision (used when precision is not worth it, e.g. configuration changes).
     pub everything: bool,
     /// Subjects affected in every namespace and at cluster scope.
-    pub cluster: FxHashSet<SubjectKey>,
-    /// Subjects affected only for requests in one namespace.
-    pub namespaced: FxHashSet<(Box<str>, SubjectKey)>,
+    cluster: FxHashSet<u64>,
+    /// Subjects affected only for requests in one namespace, with that namespace.
+    namespaced: FxHashSet<u64>,
+}
+
+/// The hash an impact keeps for `subject` in `scope` (a namespace, or empty for every scope).
+fn key_hash(scope: &str, subject: SubjectKey<'_>) -> u64 {
+    FxBuildHasher.hash_one((scope, subject))
+}
+
+/// A binding's subjects as an impact keeps them: hashed in the binding's scope.
+#[derive(Clone, Debug)]
+struct BindingKeys {
+    /// A ClusterRoleBinding's (affected everywhere), or a RoleBinding's (in its namespace).
+    cluster: bool,
+    hashes: SmallVec<[u64; 2]>,
+}
+
+impl BindingKeys {
+    fn of(binding: &Binding) -> Self {
+        let scope = match binding.kind {
+            BindingKind::ClusterRoleBinding => "",
+            BindingKind::RoleBinding => binding.namespace.as_str(),
+        };
+        let hashes = binding
+            .subjects
+            .iter()
+            .filter_map(|subject| {
+                // A `User`'s name is its own; a service account's is composed.
+                if subject.kind == "User" {
+                    Some(key_hash(scope, SubjectKey::User(&subject.name)))
+                } else if let Some(group) = subject.group_name() {
+                    Some(key_hash(scope, SubjectKey::Group(group)))
+                } else {
+                    let user = subject.user_name(&binding.namespace)?;
+                    Some(key_hash(scope, SubjectKey::User(&user)))
+                }
+            })
+            .collect();
+        BindingKeys {
+            cluster: binding.kind == BindingKind::ClusterRoleBinding,
+            hashes,
+        }
+    }
 }
 
 impl Impact {
@@ -48,6 +99,16 @@ impl Impact {
         !self.everything && self.cluster.is_empty() && self.namespaced.is_empty()
     }
 
+    /// Marks `subject`'s decisions in every namespace and at cluster scope.
+    pub fn insert_cluster(&mut self, subject: SubjectKey<'_>) {
+        self.cluster.insert(key_hash("", subject));
+    }
+
+    /// Marks `subject`'s decisions for requests in `namespace`.
+    pub fn insert_namespaced(&mut self, namespace: &str, subject: SubjectKey<'_>) {
+        self.namespaced.insert(key_hash(namespace, subject));
+    }
+
     /// Whether a decision for `user` with `groups` in `namespace` may have changed.
     pub fn affects<'a>(
         &self,
@@ -58,46 +119,34 @@ impl Impact {
         if self.everything {
             return true;
         }
-        let hit = |key: SubjectKey| {
-            self.cluster.contains(&key)
-                || (!namespace.is_empty()
-                    && !self.namespaced.is_empty()
-                    && self.namespaced.contains(&(namespace.into(), key)))
+        let probe_namespace = !namespace.is_empty() && !self.namespaced.is_empty();
+        let hit = |key: SubjectKey<'_>| {
+            self.cluster.contains(&key_hash("", key))
+                || (probe_namespace && self.namespaced.contains(&key_hash(namespace, key)))
         };
-        hit(SubjectKey::User(user.into()))
-            || groups.into_iter().any(|g| hit(SubjectKey::Group(g.into())))
+        hit(SubjectKey::User(user)) || groups.into_iter().any(|g| hit(SubjectKey::Group(g)))
     }
 
     fn add_binding(&mut self, binding: &Binding) {
-        for subject in &binding.subjects {
-            let key = if let Some(user) = subject.user_name(&binding.namespace) {
-                SubjectKey::User(user.into())
-            } else if let Some(group) = subject.group_name() {
-                SubjectKey::Group(group.into())
-            } else {
-                continue;
-            };
-            match binding.kind {
-                BindingKind::ClusterRoleBinding => {
-                    self.cluster.insert(key);
-                }
-                BindingKind::RoleBinding => {
-                    self.namespaced
-                        .insert((binding.namespace.as_str().into(), key));
-                }
-            }
-        }
+        self.add_keys(&BindingKeys::of(binding));
+    }
+
+    fn add_keys(&mut self, keys: &BindingKeys) {
+        let set = if keys.cluster {
+            &mut self.cluster
+        } else {
+            &mut self.namespaced
+        };
+        set.extend(keys.hashes.iter().copied());
     }
 
     fn add_abac(&mut self, rule: &AbacRule) {
         // ABAC lines are not namespaced in a way worth tracking: affect the subject everywhere.
         if !rule.user.is_empty() {
-            self.cluster
-                .insert(SubjectKey::User(rule.user.as_str().into()));
+            self.insert_cluster(SubjectKey::User(&rule.user));
         }
         if !rule.group.is_empty() {
-            self.cluster
-                .insert(SubjectKey::Group(rule.group.as_str().into()));
+            self.insert_cluster(SubjectKey::Group(&rule.group));
         }
     }
 
@@ -201,12 +250,91 @@ pub fn impact_of_change(old: &PolicySet, new: &PolicySet) -> Impact {
 
 /// The impact of a set of role/binding objects changing from `before` to `after` (either may be
 /// absent), given the policy as it is after the change. Used for single-object admin writes,
-/// where diffing the whole policy would be wasteful.
+/// where diffing the whole policy would be wasteful. A changed role is followed to its
+/// bindings by scanning both policies; [`impact_of_applied_objects`] uses an index instead.
 pub fn impact_of_objects(
     policy_after: &PolicySet,
     policy_before: &PolicySet,
     roles: &[(Option<&Role>, Option<&Role>)],
     bindings: &[(Option<&Binding>, Option<&Binding>)],
+) -> Impact {
+    let aggregated = || {
+        (
+            aggregated_rules(policy_before),
+            aggregated_rules(policy_after),
+        )
+    };
+    impact_with_referrers(roles, bindings, aggregated, |changed, impact| {
+        let changed: Vec<RoleKey<'_>> = changed
+            .iter()
+            .map(|(kind, namespace, name)| (*kind, &**namespace, &**name))
+            .collect();
+        for policy in [policy_before, policy_after] {
+            for binding in &policy.bindings {
+                if changed.contains(&referenced_role(binding)) {
+                    impact.add_binding(binding);
+                }
+            }
+        }
+    })
+}
+
+/// [`impact_of_objects`] at a cost proportional to the change, for policies in canonical order
+/// ([`PolicySet::canonicalize`]) whose bindings `referrers` indexes as they are after the
+/// change. `bindings` must list every binding that differs between the two policies (the
+/// store's applier passes every object of the change): then a binding that referenced a changed
+/// role before the change and does not after is among them, and the bindings referencing it
+/// after are all a changed role needs. A changed ClusterRole's bindings come from `referrers`;
+/// a changed Role's are its namespace's RoleBindings, a run of the canonical order. Aggregation
+/// is resolved over the ClusterRoles only (the run canonical order puts first).
+pub fn impact_of_applied_objects(
+    policy_after: &PolicySet,
+    policy_before: &PolicySet,
+    roles: &[(Option<&Role>, Option<&Role>)],
+    bindings: &[(Option<&Binding>, Option<&Binding>)],
+    referrers: &ClusterRoleReferrers,
+) -> Impact {
+    let cluster_roles = |policy: &PolicySet| {
+        let roles = policy.roles.as_slice();
+        let end = roles.partition_point(|r| r.kind == RoleKind::ClusterRole);
+        aggregated_rules_of(roles[..end].iter().map(|r| &**r))
+    };
+    let aggregated = || (cluster_roles(policy_before), cluster_roles(policy_after));
+    impact_with_referrers(roles, bindings, aggregated, |changed, impact| {
+        for (kind, namespace, name) in changed {
+            match kind {
+                RoleKind::ClusterRole => referrers.add_referrers_of(name, impact),
+                RoleKind::Role => {
+                    for binding in role_bindings_in(policy_after, namespace) {
+                        if binding.role_ref.kind == RoleKind::Role
+                            && binding.role_ref.name.as_str() == &**name
+                        {
+                            impact.add_binding(binding);
+                        }
+                    }
+                }
+            }
+        }
+    })
+}
+
+/// A role's key, owned.
+type OwnedRoleKey = (RoleKind, Box<str>, Box<str>);
+
+fn owned_role_key((kind, namespace, name): (RoleKind, &str, &str)) -> OwnedRoleKey {
+    (kind, namespace.into(), name.into())
+}
+
+/// The impact of changed objects, with the bindings of changed roles found by `referrers`
+/// (given every role whose effective rules may have changed, it adds those roles' bindings).
+fn impact_with_referrers(
+    roles: &[(Option<&Role>, Option<&Role>)],
+    bindings: &[(Option<&Binding>, Option<&Binding>)],
+    aggregated: impl FnOnce() -> (
+        HashMap<String, Vec<PolicyRule>>,
+        HashMap<String, Vec<PolicyRule>>,
+    ),
+    referrers: impl FnOnce(&FxHashSet<OwnedRoleKey>, &mut Impact),
 ) -> Impact {
     let mut impact = Impact::default();
     for (before, after) in bindings {
@@ -219,18 +347,17 @@ pub fn impact_of_objects(
     }
     // A changed role affects every binding that references it, and through aggregation every
     // binding of an aggregator whose effective rules changed.
-    let mut changed: Vec<(RoleKind, String, String)> = Vec::new();
+    let mut changed: FxHashSet<OwnedRoleKey> = FxHashSet::default();
     for (before, after) in roles {
         for role in before.iter().chain(after.iter()) {
-            changed.push((role.kind, role.namespace.clone(), role.name.clone()));
+            changed.insert(owned_role_key(role.key()));
         }
     }
     if changed
         .iter()
         .any(|(kind, _, _)| *kind == RoleKind::ClusterRole)
     {
-        let old_agg = aggregated_rules(policy_before);
-        let new_agg = aggregated_rules(policy_after);
+        let (old_agg, new_agg) = aggregated();
         let names: BTreeMap<&String, ()> = old_agg
             .keys()
             .chain(new_agg.keys())
@@ -238,20 +365,121 @@ pub fn impact_of_objects(
             .collect();
         for name in names.keys() {
             if old_agg.get(*name) != new_agg.get(*name) {
-                changed.push((RoleKind::ClusterRole, String::new(), (*name).clone()));
+                changed.insert((RoleKind::ClusterRole, "".into(), name.as_str().into()));
             }
         }
     }
-    for policy in [policy_before, policy_after] {
-        for binding in &policy.bindings {
-            let (kind, ns, name) = referenced_role(binding);
-            if changed
-                .iter()
-                .any(|(k, n, r)| *k == kind && n == ns && r == name)
-            {
-                impact.add_binding(binding);
-            }
-        }
-    }
+    referrers(&changed, &mut impact);
     impact
+}
+
+/// The RoleBindings of `namespace` in a canonical policy: a run of its order, found by binary
+/// search.
+fn role_bindings_in<'a>(policy: &'a PolicySet, namespace: &str) -> &'a [Arc<Binding>] {
+    let bindings = policy.bindings.as_slice();
+    let from = bindings.partition_point(|b| {
+        (b.kind, b.namespace.as_str()) < (BindingKind::RoleBinding, namespace)
+    });
+    let len = bindings[from..]
+        .partition_point(|b| b.kind == BindingKind::RoleBinding && b.namespace == namespace);
+    &bindings[from..from + len]
+}
+
+/// The bindings of a policy that reference each ClusterRole (ClusterRoleBindings and
+/// RoleBindings alike), so that a ClusterRole's change reaches its bindings without a scan of
+/// every binding, each with its subjects already hashed as the impact keeps them: a ClusterRole
+/// bound in every namespace changes, and its impact is built from this index alone, without
+/// reading the bindings' names again. Holds the policy's own `Arc`s, keyed by their address:
+/// the store inserts and removes exactly the `Arc`s it puts into and takes out of its policy,
+/// so an entry is found again by the object itself, without a copy of its key.
+#[derive(Default)]
+pub struct ClusterRoleReferrers {
+    by_name: FxHashMap<Box<str>, Referrers>,
+}
+
+/// One ClusterRole's bindings, by address (see [`ClusterRoleReferrers`]).
+type Referrers = FxHashMap<usize, (Arc<Binding>, BindingKeys)>;
+
+impl ClusterRoleReferrers {
+    /// The index of every binding of `policy`.
+    pub fn of(policy: &PolicySet) -> Self {
+        let mut referrers = Self::default();
+        for binding in &policy.bindings {
+            referrers.insert(binding);
+        }
+        referrers
+    }
+
+    /// Files `binding` (nothing for a binding to a namespaced Role).
+    pub fn insert(&mut self, binding: &Arc<Binding>) {
+        if binding.role_ref.kind == RoleKind::ClusterRole {
+            self.by_name
+                .entry(binding.role_ref.name.as_str().into())
+                .or_default()
+                .insert(
+                    Self::address(binding),
+                    (Arc::clone(binding), BindingKeys::of(binding)),
+                );
+        }
+    }
+
+    /// Removes `binding`, the `Arc` that was inserted.
+    pub fn remove(&mut self, binding: &Arc<Binding>) {
+        if binding.role_ref.kind != RoleKind::ClusterRole {
+            return;
+        }
+        let name = binding.role_ref.name.as_str();
+        let Some(referrers) = self.by_name.get_mut(name) else {
+            debug_assert!(false, "{} was never filed", binding.describe());
+            return;
+        };
+        let removed = referrers.remove(&Self::address(binding));
+        debug_assert!(removed.is_some(), "{} was never filed", binding.describe());
+        if referrers.is_empty() {
+            self.by_name.remove(name);
+        }
+    }
+
+    /// Adds the subjects of every binding referencing the ClusterRole `name` to `impact`.
+    fn add_referrers_of(&self, name: &str, impact: &mut Impact) {
+        for (_, keys) in self.by_name.get(name).into_iter().flat_map(|r| r.values()) {
+            impact.add_keys(keys);
+        }
+    }
+
+    /// How many bindings are filed.
+    pub fn len(&self) -> usize {
+        self.by_name.values().map(|r| r.len()).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_name.is_empty()
+    }
+
+    fn address(binding: &Arc<Binding>) -> usize {
+        Arc::as_ptr(binding) as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Scope and kind are part of the key: a namespaced subject is affected in its namespace
+    /// only, a cluster one everywhere, and a user never stands for a group of the same name.
+    #[test]
+    fn affects_by_scope_and_kind() {
+        let mut impact = Impact::default();
+        impact.insert_namespaced("team-a", SubjectKey::User("alice"));
+        impact.insert_cluster(SubjectKey::Group("ops"));
+        assert!(impact.affects("alice", [], "team-a"));
+        assert!(!impact.affects("alice", [], "team-b"));
+        assert!(!impact.affects("alice", [], ""));
+        assert!(!impact.affects("bob", ["alice"], "team-a"));
+        assert!(impact.affects("bob", ["dev", "ops"], ""));
+        assert!(impact.affects("bob", ["ops"], "team-b"));
+        assert!(!impact.affects("ops", [], "team-b"));
+        assert!(!Impact::default().affects("alice", [], "team-a"));
+        assert!(Impact::everything().affects("anyone", [], ""));
+    }
 }

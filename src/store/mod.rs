@@ -14,6 +14,7 @@
 
 mod commit;
 pub mod dir;
+mod edit;
 pub mod etcd;
 pub mod watch;
 
@@ -27,11 +28,16 @@ use thiserror::Error;
 use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 
 use crate::policy::delta::{ChangedKind, ChangedObject};
-use crate::policy::impact::{impact_of_change, impact_of_objects, Impact};
+use crate::policy::impact::{
+    impact_of_applied_objects, impact_of_change, impact_of_objects, ClusterRoleReferrers, Impact,
+};
 use crate::policy::load::LoadErrors;
 use crate::policy::model::PolicyObject;
 use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
 use crate::policy::render;
+
+pub use edit::find_object;
+use edit::{apply_change, AppliedChange, SharedObject, SpareCopy};
 
 /// What an apply would do ([`Store::preview`]): nothing of it is written.
 #[derive(Debug)]
@@ -353,6 +359,23 @@ const HISTORY: usize = 4096;
 struct WriterState {
     revision: u64,
     history: VecDeque<ChangeEvent>,
+    /// The applier's spare copy of the policy (etcd mode; see `edit`). Whatever publishes
+    /// other than the applier drops it.
+    spare: Option<SpareCopy>,
+    /// The applier's index of the current policy's ClusterRole bindings, for the impact of a
+    /// role change; dropped like `spare` and built again when needed.
+    referrers: Option<ClusterRoleReferrers>,
+}
+
+impl WriterState {
+    fn at(revision: u64) -> Self {
+        WriterState {
+            revision,
+            history: VecDeque::new(),
+            spare: None,
+            referrers: None,
+        }
+    }
 }
 
 pub struct Store {
@@ -392,10 +415,7 @@ impl Store {
             commits: StdMutex::default(),
             this: std::sync::Weak::new(),
             publisher,
-            writer: Mutex::new(WriterState {
-                revision: 1,
-                history: VecDeque::new(),
-            }),
+            writer: Mutex::new(WriterState::at(1)),
             policy: ArcSwap::from_pointee(policy),
             revision_tx,
             events_tx,
@@ -428,8 +448,8 @@ impl Store {
             commits: StdMutex::default(),
             publisher,
             writer: Mutex::new(WriterState {
-                revision,
-                history: VecDeque::new(),
+                referrers: Some(ClusterRoleReferrers::of(&policy)),
+                ..WriterState::at(revision)
             }),
             policy: ArcSwap::from_pointee(policy),
             revision_tx,
@@ -453,35 +473,36 @@ impl Store {
             return;
         }
         let old = self.policy.load_full();
-        // Each change is found by binary search in the canonical order; only the changed
-        // objects are compared, rendered for events and given to the impact analysis. The copy
-        // of the set shares every object (a reference count each: 1.6 ms at 100k bindings,
-        // where copying the objects took 93 ms, `cargo bench --bench update -- policy-copy`).
-        let mut new = PolicySet::clone(&old);
-        let mut touched: Vec<(ObjectRef, Option<PolicyObject>, Option<PolicyObject>)> =
-            Vec::with_capacity(changes.len());
-        for (object, state) in changes {
-            let before = take_object(&mut new, &object);
-            if let Some(after) = &state {
-                insert_object(&mut new, after.clone());
+        // Each change is found by binary search in the canonical order and made in place in
+        // the spare copy (see `edit`); only the changed objects are compared, rendered for
+        // events and given to the impact analysis, whose index of ClusterRole bindings is kept
+        // up to date the same way.
+        let mut new = SpareCopy::into_current(writer.spare.take(), &old);
+        let change: AppliedChange = changes
+            .into_iter()
+            .map(|(object, state)| (object, state.map(SharedObject::from)))
+            .collect();
+        let before = apply_change(&mut new, &change);
+        let referrers = writer
+            .referrers
+            .get_or_insert_with(|| ClusterRoleReferrers::of(&old));
+        for (before, (_, after)) in before.iter().zip(&change) {
+            if let Some(binding) = before.as_ref().and_then(SharedObject::binding) {
+                referrers.remove(binding);
             }
-            touched.push((object, before, state));
+            if let Some(binding) = after.as_ref().and_then(SharedObject::binding) {
+                referrers.insert(binding);
+            }
         }
         let mut roles = Vec::new();
         let mut bindings = Vec::new();
-        fn role(o: &Option<PolicyObject>) -> Option<&Role> {
-            match o {
-                Some(PolicyObject::Role(r)) => Some(r),
-                _ => None,
-            }
+        fn role(o: &Option<SharedObject>) -> Option<&Role> {
+            o.as_ref().and_then(SharedObject::role).map(|r| &**r)
         }
-        fn binding(o: &Option<PolicyObject>) -> Option<&Binding> {
-            match o {
-                Some(PolicyObject::Binding(b)) => Some(b),
-                _ => None,
-            }
+        fn binding(o: &Option<SharedObject>) -> Option<&Binding> {
+            o.as_ref().and_then(SharedObject::binding).map(|b| &**b)
         }
-        for (_, before, after) in &touched {
+        for (before, (_, after)) in before.iter().zip(&change) {
             if role(before).is_some() || role(after).is_some() {
                 roles.push((role(before), role(after)));
             }
@@ -489,26 +510,22 @@ impl Store {
                 bindings.push((binding(before), binding(after)));
             }
         }
-        let impact = impact_of_objects(&new, &old, &roles, &bindings);
-        let changed: Vec<ChangedObject> =
-            touched.iter().map(|(r, _, _)| changed_object(r)).collect();
-        let events = touched
+        let impact = impact_of_applied_objects(&new, &old, &roles, &bindings, referrers);
+        let changed: Vec<ChangedObject> = change.iter().map(|(r, _)| changed_object(r)).collect();
+        let events = before
             .iter()
-            .filter_map(|(r, before, after)| {
-                let view = |o: &PolicyObject| match o {
-                    PolicyObject::Role(role) => ObjectView::Role(role).manifest(),
-                    PolicyObject::Binding(binding) => ObjectView::Binding(binding).manifest(),
-                };
+            .zip(&change)
+            .filter_map(|(before, (r, after))| {
                 let (kind, manifest) = match (before, after) {
-                    (None, Some(after)) => (EventType::Added, view(after)),
+                    (None, Some(after)) => (EventType::Added, after.view().manifest()),
                     (Some(before), Some(after)) => {
-                        let manifest = view(after);
-                        if view(before) == manifest {
+                        let manifest = after.view().manifest();
+                        if before.view().manifest() == manifest {
                             return None;
                         }
                         (EventType::Modified, manifest)
                     }
-                    (Some(before), None) => (EventType::Deleted, view(before)),
+                    (Some(before), None) => (EventType::Deleted, before.view().manifest()),
                     (None, None) => return None,
                 };
                 Some(ChangeEvent {
@@ -519,6 +536,7 @@ impl Store {
                 })
             })
             .collect();
+        let referrers = writer.referrers.take();
         self.publish_with(
             &mut writer,
             (&old, new),
@@ -528,6 +546,11 @@ impl Store {
             revision,
             Some(events),
         );
+        writer.referrers = referrers;
+        writer.spare = Some(SpareCopy {
+            previous: old,
+            change,
+        });
     }
 
     /// etcd mode: the whole policy as relisted at `revision` (after a compaction, or etcd
@@ -545,6 +568,8 @@ impl Store {
             );
             writer.revision = revision.saturating_sub(1);
         }
+        // Built before the swap, so that the next change's impact does not pay for it.
+        let referrers = ClusterRoleReferrers::of(&policy);
         self.publish_at(
             &mut writer,
             &old,
@@ -554,6 +579,7 @@ impl Store {
             None,
             revision,
         );
+        writer.referrers = Some(referrers);
     }
 
     /// Waits until the policy published is at least `revision`.
@@ -642,6 +668,8 @@ impl Store {
     ) -> u64 {
         self.publisher
             .publish(&new, revision, impact, cause, changed);
+        writer.spare = None;
+        writer.referrers = None;
         let events = events.unwrap_or_else(|| diff_events(old, &new, revision));
         self.policy.store(Arc::new(new));
         writer.revision = revision;
@@ -766,10 +794,11 @@ impl Store {
         }
         let changed = changed_objects(&before, &objects);
         let mut after = PolicySet::clone(&before);
-        for object in &changed {
-            take_object(&mut after, &ObjectRef::of(object));
-            insert_object(&mut after, object.clone());
-        }
+        let change: AppliedChange = changed
+            .iter()
+            .map(|o| (ObjectRef::of(o), Some(SharedObject::from(o.clone()))))
+            .collect();
+        apply_change(&mut after, &change);
         Ok(Preview {
             revision: writer.revision,
             applied,
@@ -817,8 +846,7 @@ impl Store {
     }
 
     pub fn get(&self, object: &ObjectRef) -> Option<String> {
-        let policy = self.policy();
-        objects(&policy).get(object).map(ObjectView::manifest)
+        find_object(&self.policy(), object).map(|view| view.manifest())
     }
 
     /// Manifests of every object of `kind` (all kinds when `None`) in `namespace` (all when
@@ -961,70 +989,6 @@ fn changed_object(r: &ObjectRef) -> ChangedObject {
         ObjectKind::RoleBinding => ChangedKind::RoleBinding,
     };
     ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
-}
-
-/// Where `object` is (`Ok`) or would be inserted (`Err`) in its list (roles or bindings) of a
-/// canonical policy: a binary search, so finding one object does not scan the policy.
-fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize, usize> {
-    let (namespace, name) = (object.namespace.as_str(), object.name.as_str());
-    match object.kind {
-        ObjectKind::ClusterRole | ObjectKind::Role => {
-            let kind = if object.kind == ObjectKind::Role {
-                RoleKind::Role
-            } else {
-                RoleKind::ClusterRole
-            };
-            policy
-                .roles
-                .binary_search_by(|r| r.key().cmp(&(kind, namespace, name)))
-        }
-        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
-            let kind = if object.kind == ObjectKind::RoleBinding {
-                BindingKind::RoleBinding
-            } else {
-                BindingKind::ClusterRoleBinding
-            };
-            policy
-                .bindings
-                .binary_search_by(|b| b.key().cmp(&(kind, namespace, name)))
-        }
-    }
-}
-
-/// `object` in a canonical policy (every policy the store holds is), found by binary search.
-pub fn find_object<'a>(policy: &'a PolicySet, object: &ObjectRef) -> Option<ObjectView<'a>> {
-    let at = position(policy, object).ok()?;
-    match object.kind {
-        ObjectKind::ClusterRole | ObjectKind::Role => {
-            policy.roles.get(at).map(|role| ObjectView::Role(role))
-        }
-        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => policy
-            .bindings
-            .get(at)
-            .map(|binding| ObjectView::Binding(binding)),
-    }
-}
-
-/// Removes and returns `object` from a canonical policy.
-fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<PolicyObject> {
-    let at = position(policy, object).ok()?;
-    Some(match object.kind {
-        ObjectKind::ClusterRole | ObjectKind::Role => {
-            PolicyObject::Role(Arc::unwrap_or_clone(policy.roles.remove(at)))
-        }
-        ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
-            PolicyObject::Binding(Arc::unwrap_or_clone(policy.bindings.remove(at)))
-        }
-    })
-}
-
-/// Inserts `object` into a canonical policy at its place (it is not there).
-fn insert_object(policy: &mut PolicySet, object: PolicyObject) {
-    let at = position(policy, &ObjectRef::of(&object)).unwrap_or_else(|at| at);
-    match object {
-        PolicyObject::Role(role) => policy.roles.insert(at, role.into()),
-        PolicyObject::Binding(binding) => policy.bindings.insert(at, binding.into()),
-    }
 }
 
 /// ADDED / MODIFIED / DELETED events between two policies, in canonical object order.

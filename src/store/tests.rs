@@ -433,7 +433,7 @@ fn loopback_store(sink: &Arc<LoopbackSink>) -> Arc<Store> {
     let options = LoadOptions::default();
     let mut roles = PolicySet::default();
     for object in parse_manifest("roles.yaml", ROLES, &options).unwrap() {
-        insert_object(&mut roles, object);
+        edit::put_object(&mut roles, object.into());
     }
     let store = Store::open_remote(
         roles,
