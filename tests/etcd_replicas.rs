@@ -343,6 +343,33 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
         (0..4).all(|i| names.contains(&format!("large-{i}"))),
         "large roles missing on b"
     );
+
+    // An export larger than one request may be (4 MiB): sent in chunks from the start, not
+    // refused whole.
+    let members: Vec<String> = (0..40)
+        .map(|m| format!("{{kind: User, name: exported-member-{m:02}-with-a-long-enough-name}}"))
+        .collect();
+    let export: Vec<String> = (0..1_600)
+        .map(|i| {
+            format!(
+                "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: exported-{i}}}\nsubjects: [{}, {{kind: User, name: exported-{i}}}]\nroleRef: {{apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-reader}}\n",
+                members.join(", ")
+            )
+        })
+        .collect();
+    let export = export.join("---\n");
+    assert!(export.len() > 4 * 1024 * 1024, "{} bytes", export.len());
+    let file = dir.path().join("export-large.yaml");
+    std::fs::write(&file, export).unwrap();
+    let stdout = apply_file(&file);
+    assert_eq!(stdout.matches(" applied").count(), 1_600, "{stdout}");
+    for i in [0, 777, 1_599] {
+        let ask = resource_request(&format!("exported-{i}"), &[], "default", "get", "pods");
+        assert!(
+            b.ask(&ask).await.unwrap().allowed,
+            "exported-{i} missing on b"
+        );
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

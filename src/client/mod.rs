@@ -364,59 +364,32 @@ async fn apply(
 ) -> Result<()> {
     let suffix = if dry_run.is_some() { " (dry run)" } else { "" };
     for (source_name, manifest) in manifests {
-        // A file is one write (atomic) where the server can take it whole; an etcd-mode
-        // server refuses more objects than one etcd transaction takes, and then the file goes
-        // in chunks.
-        let response = match apply_one(
-            client,
-            server,
-            &source_name,
-            &manifest,
-            dry_run.is_some(),
-            ack,
-        )
-        .await
-        {
-            Err(ClientError::Rpc { status, .. })
-                if status.code() == tonic::Code::InvalidArgument
-                    && status.message().contains(TRANSACTION_LIMIT) =>
-            {
-                let mut last = None;
-                for (name, chunk) in chunked(source_name.clone(), manifest) {
-                    let response =
-                        apply_one(client, server, &name, &chunk, dry_run.is_some(), ack).await?;
-                    for object in &response.applied {
-                        writeln!(out, "{} applied{suffix}", object_label(object))?;
-                    }
-                    out.flush()?;
-                    last = Some(response);
-                }
-                match last {
-                    Some(response) => {
-                        writeln!(out, "revision {}{suffix}", response.revision)?;
-                        // The last chunk's acknowledgement covers the earlier ones: a replica
-                        // that applied its revision applied theirs (revisions only grow).
-                        out.write_all(
-                            acknowledgement(
-                                &response.replicas_confirmed,
-                                &response.replicas_fenced,
-                            )
-                            .as_bytes(),
-                        )?;
-                        if dry_run.is_some() {
-                            // Each chunk was compared with the policy in force alone, so
-                            // their deltas do not add up to the file's.
-                            writeln!(
-                                out,
-                                "access delta: not computed for a file sent in chunks; \
-                                 compare the policies with `authzd diff`"
-                            )?;
-                        }
-                        out.flush()?;
-                        continue;
-                    }
-                    None => continue,
-                }
+        // A file is one write (atomic) where the server can take it whole. It goes in chunks
+        // when it is larger than one request may be (an export of a large cluster), and when
+        // the server refuses it whole: an etcd-mode server takes no more objects than one
+        // etcd transaction holds, and a server may read smaller requests than this client
+        // assumes.
+        let whole = if manifest.len() <= MAX_WHOLE_APPLY_BYTES {
+            apply_one(
+                client,
+                server,
+                &source_name,
+                &manifest,
+                dry_run.is_some(),
+                ack,
+            )
+            .await
+        } else {
+            Err(ClientError::Rpc {
+                status: Status::resource_exhausted("larger than one request"),
+                context: None,
+            })
+        };
+        let response = match whole {
+            Err(ClientError::Rpc { status, .. }) if needs_chunks(&status) => {
+                let chunks = chunked(source_name, manifest);
+                apply_in_chunks(client, server, chunks, dry_run, ack, out).await?;
+                continue;
             }
             other => other?,
         };
@@ -433,6 +406,62 @@ async fn apply(
         // Each file is its own request: show its result before the next one can fail.
         out.flush()?;
     }
+    Ok(())
+}
+
+/// The largest file sent as one `Apply`: the server reads requests of up to
+/// `MAX_REQUEST_BYTES`, and the request carries a little more than the manifest.
+const MAX_WHOLE_APPLY_BYTES: usize = crate::api::limits::MAX_REQUEST_BYTES - 64 * 1024;
+
+/// Whether a refusal of a whole file means "send it in chunks": more objects than one etcd
+/// transaction takes, or a request larger than the server reads.
+fn needs_chunks(status: &Status) -> bool {
+    match status.code() {
+        Code::InvalidArgument => status.message().contains(TRANSACTION_LIMIT),
+        Code::ResourceExhausted => true,
+        _ => false,
+    }
+}
+
+/// Applies a file's chunks one after another, printing each one's objects, then the last
+/// revision and its acknowledgement.
+async fn apply_in_chunks(
+    client: &mut PolicyAdminClient<Channel>,
+    server: &ClientSettings,
+    chunks: Vec<(String, String)>,
+    dry_run: Option<DryRun>,
+    ack: Ack,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let suffix = if dry_run.is_some() { " (dry run)" } else { "" };
+    let mut last = None;
+    for (name, chunk) in chunks {
+        let response = apply_one(client, server, &name, &chunk, dry_run.is_some(), ack).await?;
+        for object in &response.applied {
+            writeln!(out, "{} applied{suffix}", object_label(object))?;
+        }
+        out.flush()?;
+        last = Some(response);
+    }
+    let Some(response) = last else {
+        return Ok(());
+    };
+    writeln!(out, "revision {}{suffix}", response.revision)?;
+    // The last chunk's acknowledgement covers the earlier ones: a replica that applied its
+    // revision applied theirs (revisions only grow).
+    out.write_all(
+        acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
+    )?;
+    if dry_run.is_some() {
+        // Each chunk was compared with the policy in force alone, so their deltas do not add
+        // up to the file's.
+        writeln!(
+            out,
+            "access delta: not computed for a file sent in chunks; \
+             compare the policies with `authzd diff`"
+        )?;
+    }
+    out.flush()?;
     Ok(())
 }
 
