@@ -104,12 +104,15 @@ pub(crate) struct SyntaxError {
 
 /// Every YAML document of `text` that is not empty, in order.
 pub(crate) fn parse_yaml(text: &str) -> Result<Vec<Node>, SyntaxError> {
+    // The budget bounds the work per byte read. It is set for a file of the default size limit
+    // (16 MiB of small objects: many documents); a larger file — the limit is a flag,
+    // `--max-policy-file-bytes`, raised for a large cluster's export — gets it in proportion.
+    let scale = (text.len() as u64).div_ceil(super::MAX_FILE_BYTES).max(1) as usize;
     let options = serde_saphyr::Options {
         budget: Some(serde_saphyr::Budget {
-            // A 16 MiB file of small objects: allow many documents, bound the work.
-            max_documents: 100_000,
-            max_events: 20_000_000,
-            max_nodes: 8_000_000,
+            max_documents: 100_000 * scale,
+            max_events: 20_000_000 * scale,
+            max_nodes: 8_000_000 * scale,
             max_depth: MAX_DEPTH,
             ..serde_saphyr::Budget::default()
         }),
@@ -636,6 +639,24 @@ pub(crate) fn string_map(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A file over the default size limit (allowed by a raised `--max-policy-file-bytes`) gets
+    /// a budget in proportion: 160,000 documents in 16.8 MB parse, where a file of the default
+    /// limit's budget stops at 100,000.
+    #[test]
+    fn a_larger_file_gets_a_larger_budget() {
+        let document = format!("k: {}\n---\n", "x".repeat(97));
+        let text = document.repeat(160_000);
+        assert!(text.len() as u64 > crate::policy::load::MAX_FILE_BYTES);
+        assert_eq!(parse_yaml(&text).map(|nodes| nodes.len()), Ok(160_000));
+        // The same documents in a file under the limit: the default budget.
+        let small = "k: v\n---\n".repeat(100_001);
+        let refused = parse_yaml(&small).err().map(|e| e.message);
+        assert!(
+            refused.as_deref().is_some_and(|m| m.contains("budget")),
+            "{refused:?}"
+        );
+    }
 
     /// "Billion laughs": ten levels of ten aliases, 10^10 nodes if expanded.
     fn alias_bomb() -> String {
