@@ -78,6 +78,8 @@ use std::sync::Arc;
 use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 
+pub use crate::policy::namespace_map::NamespaceMap;
+
 use crate::policy::describe::{self, BindingFacts};
 use crate::policy::model::{
     AbacRule, BindingKind, PolicyRule, RoleKind, Subject, SERVICE_ACCOUNT_PREFIX,
@@ -917,7 +919,7 @@ pub struct Index {
     /// The ClusterRoleBindings.
     pub cluster: Arc<ScopeBindings>,
     /// Non-empty namespaces only.
-    pub namespaces: FxHashMap<Arc<str>, Arc<NamespacePartition>>,
+    pub namespaces: NamespaceMap,
     pub abac: Arc<AbacPartition>,
 }
 

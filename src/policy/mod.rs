@@ -10,5 +10,6 @@ pub mod impact;
 pub mod index;
 pub mod load;
 pub mod model;
+pub mod namespace_map;
 pub mod rbac;
 pub mod render;

@@ -440,8 +440,8 @@ impl PolicyResources {
         let cluster_roles = index.cluster_roles.roles.iter().flatten();
         let namespaced_roles = index
             .namespaces
-            .values()
-            .flat_map(|partition| partition.roles.iter());
+            .iter()
+            .flat_map(|(_, partition)| partition.roles.iter());
         for role in cluster_roles.chain(namespaced_roles) {
             for rule in role.rules() {
                 named.add_rule(rule);
