@@ -381,7 +381,7 @@ async fn apply(
             .await
         } else {
             Err(ClientError::Rpc {
-                status: Status::resource_exhausted("larger than one request"),
+                status: Status::resource_exhausted(LARGER_THAN_ONE_REQUEST),
                 context: None,
             })
         };
@@ -414,14 +414,24 @@ async fn apply(
 const MAX_WHOLE_APPLY_BYTES: usize = crate::api::limits::MAX_REQUEST_BYTES - 64 * 1024;
 
 /// Whether a refusal of a whole file means "send it in chunks": more objects than one etcd
-/// transaction takes, or a request larger than the server reads.
+/// transaction takes, or a request larger than the server reads (tonic's decoding limit, or
+/// authzd's own). Other `RESOURCE_EXHAUSTED` refusals (an overloaded server shedding load) are
+/// not about size: the file is not split for them, the error stands.
 fn needs_chunks(status: &Status) -> bool {
+    let message = status.message();
     match status.code() {
-        Code::InvalidArgument => status.message().contains(TRANSACTION_LIMIT),
-        Code::ResourceExhausted => true,
+        Code::InvalidArgument => message.contains(TRANSACTION_LIMIT),
+        Code::ResourceExhausted => {
+            message.contains("message length too large")
+                || message.contains("larger than the limit")
+                || message == LARGER_THAN_ONE_REQUEST
+        }
         _ => false,
     }
 }
+
+/// Why a file is not sent whole (it never reaches the server).
+const LARGER_THAN_ONE_REQUEST: &str = "larger than one request";
 
 /// Applies a file's chunks one after another, printing each one's objects, then the last
 /// revision and its acknowledgement.
@@ -851,6 +861,32 @@ fn human(duration: Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Size refusals split a file; an overloaded server's refusal does not (the write stays
+    /// atomic and the error is reported).
+    #[test]
+    fn only_size_refusals_split_a_file() {
+        let split = |code, message: &str| needs_chunks(&Status::new(code, message));
+        assert!(split(
+            Code::ResourceExhausted,
+            "Error, decoded message length too large: found 4464981 bytes, the limit is: 4194304 bytes"
+        ));
+        assert!(split(
+            Code::ResourceExhausted,
+            &crate::api::error::ApiError::TooLarge.to_string()
+        ));
+        assert!(split(Code::ResourceExhausted, LARGER_THAN_ONE_REQUEST));
+        assert!(split(
+            Code::InvalidArgument,
+            "too many objects (etcd's transaction limit); split it"
+        ));
+        assert!(!split(
+            Code::ResourceExhausted,
+            "server overloaded: 1024 requests already in flight (--max-concurrent-requests); retry with backoff"
+        ));
+        assert!(!split(Code::InvalidArgument, "no such kind"));
+        assert!(!split(Code::Unavailable, "message length too large"));
+    }
 
     fn event(revision: u64, kind: &str, ns: &str, name: &str, manifest: &str) -> proto::WatchEvent {
         proto::WatchEvent {
