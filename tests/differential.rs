@@ -228,8 +228,11 @@ fn agrees_with_reference(
             }
         }
         for group in GROUPS {
+            // Who-can decides a group as one member would be decided: a member bound nowhere,
+            // named `WHO_CAN_PROBE` (a condition may read the user name, so the name matters:
+            // `unbound-member` here once disagreed with a deny on names starting with `a`).
             let member = UserInfo {
-                name: UNBOUND.to_string(),
+                name: authzd::engine::content::WHO_CAN_PROBE.to_string(),
                 groups: vec![group.to_string()],
                 ..Default::default()
             };
