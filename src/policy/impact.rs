@@ -447,15 +447,6 @@ impl ClusterRoleReferrers {
         }
     }
 
-    /// How many bindings are filed.
-    pub fn len(&self) -> usize {
-        self.by_name.values().map(|r| r.len()).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.by_name.is_empty()
-    }
-
     fn address(binding: &Arc<Binding>) -> usize {
         Arc::as_ptr(binding) as usize
     }
