@@ -32,7 +32,7 @@ use authzd::engine::conditional::{returned, Returned};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig};
 use authzd::policy::content::condition::{Condition, Input, RequestInput};
 use authzd::policy::load::{parse_manifest, LoadOptions};
-use authzd::policy::model::{PolicyObject, PolicySet};
+use authzd::policy::model::PolicySet;
 use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo, Which};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
@@ -71,10 +71,7 @@ roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: cel-rules}}
 
 fn add(policy: &mut PolicySet, file: &str, text: &str) {
     for object in parse_manifest(file, text, &LoadOptions::default()).expect("rules load") {
-        match object {
-            PolicyObject::Role(role) => policy.roles.push(role.into()),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-        }
+        policy.push(object)
     }
 }
 

@@ -31,7 +31,7 @@ use std::time::Duration;
 use authzd::cache::{CacheConfig, CachedEngine, DecisionCache};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig};
 use authzd::policy::load::{parse_manifest, LoadOptions};
-use authzd::policy::model::{PolicyObject, PolicySet};
+use authzd::policy::model::PolicySet;
 use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo, Which};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
@@ -61,10 +61,7 @@ fn policy_of(bindings: usize) -> (Shape, PolicySet) {
     for object in
         parse_manifest("content.yaml", RULES, &LoadOptions::default()).expect("rules load")
     {
-        match object {
-            PolicyObject::Role(role) => policy.roles.push(role.into()),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-        }
+        policy.push(object)
     }
     (shape, policy)
 }

@@ -16,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use authzd::policy::delta::ChangedObject;
 use authzd::policy::impact::{impact_of_change, impact_of_objects, Impact};
+use authzd::policy::load::{parse_manifest, LoadOptions};
 use authzd::policy::model::{Binding, PolicyObject, PolicySet, Role};
 use authzd::store::{ChangeCause, CommitError, ObjectRef, Publisher, RemoteSink, Store};
 use common::*;
@@ -63,6 +64,8 @@ impl RemoteSink for NoSink {
 enum Edit {
     PutRole(Role),
     PutBinding(Binding),
+    /// A FieldPolicy, as a manifest.
+    PutFieldPolicy(PolicyObject),
     /// Deletes the role or binding at this index of all objects (if any).
     Delete(Index),
 }
@@ -80,6 +83,7 @@ fn step() -> impl Strategy<Value = Step> {
     let edit = prop_oneof![
         role().prop_map(Edit::PutRole),
         binding().prop_map(Edit::PutBinding),
+        field_policy().prop_map(Edit::PutFieldPolicy),
         any::<Index>().prop_map(Edit::Delete),
     ];
     prop_oneof![
@@ -87,6 +91,33 @@ fn step() -> impl Strategy<Value = Step> {
             .prop_map(|(edits, held)| Step::Change { edits, held }),
         1 => policy().prop_map(Step::Relist),
     ]
+}
+
+/// A FieldPolicy of two names, which may protect a path and may ignore one: changes that
+/// do and do not change the protected paths.
+fn field_policy() -> impl Strategy<Value = PolicyObject> {
+    (
+        prop_oneof![Just("a"), Just("b")],
+        prop_oneof![Just(None), Just(Some(".data")), Just(Some(".metadata.finalizers"))],
+        any::<bool>(),
+    )
+        .prop_map(|(name, protected, ignore)| {
+            let mut text = format!(
+                "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {{name: {name}}}\nspec:\n"
+            );
+            if let Some(path) = protected {
+                text.push_str(&format!("  protected: [\"{path}\"]\n"));
+            }
+            if ignore {
+                text.push_str("  ignore: [\".status\"]\n");
+            }
+            if protected.is_none() && !ignore {
+                text = text.replace("spec:\n", "spec: {}\n");
+            }
+            let mut objects =
+                parse_manifest("fp.yaml", &text, &LoadOptions::default()).unwrap();
+            objects.pop().unwrap()
+        })
 }
 
 /// The model: every object by its key.
@@ -99,8 +130,13 @@ fn objects_of(policy: &PolicySet) -> BTreeMap<ObjectRef, PolicyObject> {
         .bindings
         .iter()
         .map(|b| PolicyObject::Binding(Binding::clone(b)));
+    let field_policies = policy
+        .field_policies
+        .iter()
+        .map(|f| PolicyObject::FieldPolicy(f.clone()));
     roles
         .chain(bindings)
+        .chain(field_policies)
         .map(|o| (ObjectRef::of(&o), o))
         .collect()
 }
@@ -108,10 +144,7 @@ fn objects_of(policy: &PolicySet) -> BTreeMap<ObjectRef, PolicyObject> {
 fn policy_of(objects: &BTreeMap<ObjectRef, PolicyObject>) -> PolicySet {
     let mut policy = PolicySet::default();
     for object in objects.values() {
-        match object.clone() {
-            PolicyObject::Role(role) => policy.roles.push(role.into()),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-        }
+        policy.push(object.clone());
     }
     policy.canonicalize();
     policy
@@ -160,6 +193,9 @@ fn run(initial: PolicySet, steps: Vec<Step>) -> Result<(), TestCaseError> {
                             }
                             Edit::PutBinding(binding) => {
                                 let object = PolicyObject::Binding(binding);
+                                change.insert(ObjectRef::of(&object), Some(object));
+                            }
+                            Edit::PutFieldPolicy(object) => {
                                 change.insert(ObjectRef::of(&object), Some(object));
                             }
                             Edit::Delete(index) if !model.is_empty() => {
@@ -217,10 +253,15 @@ fn run(initial: PolicySet, steps: Vec<Step>) -> Result<(), TestCaseError> {
                 .iter()
                 .map(|(a, b)| (a.as_ref(), b.as_ref()))
                 .collect();
-            prop_assert_eq!(
-                impact,
+            // Protected paths decide which plain allows need content: changing them may
+            // change any cached answer. Nothing else of a FieldPolicy is cached.
+            let protected_changed = !before.protected_paths().eq(after.protected_paths());
+            let expected = if protected_changed {
+                Impact::everything()
+            } else {
                 impact_of_objects(&after, &before, &role_refs, &binding_refs)
-            );
+            };
+            prop_assert_eq!(impact, expected);
             // What a reader held is untouched by the edits since.
             if let Some((held, as_taken)) = previous_reader {
                 prop_assert_eq!(&*held, &as_taken);

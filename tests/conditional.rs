@@ -428,10 +428,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web}
     .unwrap();
     let mut set = authzd::policy::model::PolicySet::default();
     for object in policy {
-        match object {
-            authzd::policy::model::PolicyObject::Role(r) => set.roles.push(r.into()),
-            authzd::policy::model::PolicyObject::Binding(b) => set.bindings.push(b.into()),
-        }
+        set.push(object)
     }
     let engine = Engine::new(&set, authzd::engine::EngineConfig::default());
     let ask = |name: &str| Request {

@@ -29,13 +29,20 @@ fn allowed(engine: &Engine, request: &Request) -> bool {
 /// `new`: `old` with some of its roles and bindings dropped and some of `other`'s added (an
 /// object of the same kind and name replaces the old one): bindings added and removed,
 /// subjects changed, rules narrowed or widened, denies and negations added, labels changed.
+/// `other`'s FieldPolicies replace `old`'s when they protect the same paths (a change of
+/// protected paths is refused, tested apart): ignored paths change no fold.
 fn changed(old: &PolicySet, other: PolicySet, keep: &[bool]) -> PolicySet {
     let mut keep = keep.iter().cycle();
+    let field_policies = if old.protected_paths().eq(other.protected_paths()) {
+        other.field_policies.clone()
+    } else {
+        old.field_policies.clone()
+    };
     let mut new = PolicySet {
         roles: Vec::new(),
         bindings: Vec::new(),
         abac: old.abac.clone(),
-        field_policies: old.field_policies.clone(),
+        field_policies,
     };
     for role in &old.roles {
         if *keep.next().unwrap_or(&true) {
@@ -216,5 +223,28 @@ fn changes_are_found() {
     assert!(
         changed_requests >= 10,
         "{changed_requests} changed requests"
+    );
+}
+
+/// Protecting a path changes the fold of every plain allow on writes, which the delta does not
+/// analyse: it is refused, saying so, rather than reported as no change.
+#[test]
+fn a_change_of_protected_paths_is_refused() {
+    let old = PolicySet::default();
+    let new = PolicySet {
+        field_policies: vec![protect_some()],
+        ..PolicySet::default()
+    };
+    let config = EngineConfig::default();
+    let refused = access_delta(
+        &old,
+        &new,
+        &Engine::new(&old, config.clone()),
+        &Engine::new(&new, config),
+    )
+    .unwrap_err();
+    assert!(
+        refused.to_string().contains("protect different paths"),
+        "{refused}"
     );
 }

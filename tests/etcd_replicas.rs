@@ -96,6 +96,80 @@ async fn a_change_acknowledged_on_one_replica_holds_on_every_replica_at_once() {
     assert_eq!(ids, ["a", "b", "c"], "{status:?}");
 }
 
+/// FieldPolicies live in etcd too (etcd mode has no policy files): one applied on one replica
+/// protects its paths on every replica at once, a replica that starts later reads it from its
+/// listing, and deleting it on another replica opens the paths again everywhere.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_field_policy_written_on_one_replica_holds_on_every_replica_at_once() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix("fields");
+    let mut a = Replica::start(&cluster, &prefix, "a", &[]).await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    let dora = resource_request("dora", &[], "dev", "update", "secrets");
+    let folded = |answer: &authzd::proto::AuthorizeResponse| {
+        !answer.allowed
+            && !answer.denied
+            && answer
+                .evaluation_error
+                .contains("may change protected paths (.data)")
+    };
+
+    a.apply("apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: secret-editor}\nrules:\n- {apiGroups: [\"\"], resources: [secrets], verbs: [update]}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: dora-edits}\nsubjects: [{kind: User, name: dora}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: secret-editor}\n").await;
+    for _ in 0..2 {
+        assert!(b.ask(&dora).await.unwrap().allowed, "warming the cache");
+    }
+    let protected = a
+        .apply("apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: special}\nspec:\n  protected:\n  - {path: \".data\", resources: [secrets]}\n")
+        .await;
+    let mut confirmed = protected.replicas_confirmed.clone();
+    confirmed.sort();
+    assert_eq!(confirmed, ["a", "b"], "{protected:?}");
+    let answer = b.ask(&dora).await.unwrap();
+    assert!(
+        folded(&answer),
+        "the cached plain allow survived: {answer:?}"
+    );
+    assert_eq!(answer.revision, protected.revision);
+
+    let mut c = Replica::start(&cluster, &prefix, "c", &[]).await;
+    let answer = c.ask(&dora).await.unwrap();
+    assert!(folded(&answer), "a replica started later: {answer:?}");
+    let listed = c
+        .admin
+        .list(authzd::proto::ListRequest {
+            kind: "fieldpolicies".into(),
+            namespace: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(listed.manifests.len(), 1, "{listed:?}");
+    assert!(listed.manifests[0].contains("name: special"), "{listed:?}");
+
+    let opened = c
+        .admin
+        .delete(DeleteRequest {
+            object: Some(ObjectRef {
+                kind: "FieldPolicy".into(),
+                namespace: String::new(),
+                name: "special".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    for replica in [&mut a, &mut b] {
+        let answer = replica.ask(&dora).await.unwrap();
+        assert!(
+            answer.allowed,
+            "still protected after the delete: {answer:?}"
+        );
+        assert_eq!(answer.revision, opened.revision);
+    }
+}
+
 /// Writers on different replicas at once never lose an update: each write catches up and
 /// retries on a conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

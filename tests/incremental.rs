@@ -41,6 +41,9 @@ enum Edit {
     SetRules(Index, Vec<PolicyRule>),
     /// Replaces every ABAC line.
     SetAbac(Vec<AbacRule>),
+    /// Replaces every FieldPolicy: none, one that ignores paths, one that protects them, or
+    /// both.
+    SetFieldPolicies(u8),
     /// Names a partition as changed without changing it.
     Touch(ChangedKind, &'static str),
 }
@@ -54,6 +57,7 @@ fn edit() -> impl Strategy<Value = Edit> {
         2 => (any::<Index>(), proptest::collection::vec(rule(), 0..=3))
             .prop_map(|(i, rules)| Edit::SetRules(i, rules)),
         1 => proptest::collection::vec(abac_rule(), 0..=4).prop_map(Edit::SetAbac),
+        1 => (0u8..4).prop_map(Edit::SetFieldPolicies),
         1 => (
             select(&[
                 ChangedKind::ClusterRole,
@@ -61,6 +65,7 @@ fn edit() -> impl Strategy<Value = Edit> {
                 ChangedKind::ClusterRoleBinding,
                 ChangedKind::RoleBinding,
                 ChangedKind::Abac,
+                ChangedKind::FieldPolicy,
             ][..]),
             select(&["ns1", "ns2", "ns3", "*"][..]),
         )
@@ -104,6 +109,15 @@ fn apply(policy: &mut PolicySet, edit: &Edit) -> Vec<ChangedObject> {
         Edit::SetAbac(lines) => {
             policy.abac = lines.clone();
             vec![ChangedObject::new(ChangedKind::Abac, "", "")]
+        }
+        Edit::SetFieldPolicies(which) => {
+            policy.field_policies = match which {
+                0 => Vec::new(),
+                1 => vec![ignore_data()],
+                2 => vec![protect_some()],
+                _ => vec![ignore_data(), protect_some()],
+            };
+            vec![ChangedObject::new(ChangedKind::FieldPolicy, "", "")]
         }
         Edit::Touch(kind, ns) => {
             let ns = match kind {
@@ -166,6 +180,7 @@ proptest! {
                 Err(e) => return Err(TestCaseError::fail(format!("delta refused: {e}"))),
             };
             let full = Engine::new(&current, config.clone());
+            prop_assert_eq!(engine.diff(), full.diff());
             for (user, action) in requests {
                 let req = request(user, action);
                 prop_assert_eq!(engine.authorize(&req), full.authorize(&req), "authorize {:?}", req);

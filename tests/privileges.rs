@@ -816,6 +816,49 @@ async fn a_namespace_admin_cannot_escalate_without_bind_or_escalate() {
     );
 }
 
+/// A FieldPolicy decides what every content rule covers: writing or deleting one needs the
+/// verb on `fieldpolicies.authzd.io` and, beyond it, `escalate` on the FieldPolicy (or
+/// cluster-admin).
+#[tokio::test]
+async fn field_policy_writes_need_the_verb_and_escalate() {
+    let f = Fixture::start().await;
+    let field_policy = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: open}\nspec:\n  ignore: [\".data\"]\n";
+    let grant = |name: &str, verbs: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {{name: {name}}}\nrules:\n- apiGroups: [authzd.io]\n  resources: [fieldpolicies]\n  verbs: [{verbs}]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {{name: {name}}}\nsubjects: [{{kind: User, name: nadia, apiGroup: rbac.authorization.k8s.io}}]\nroleRef: {{kind: ClusterRole, name: {name}, apiGroup: rbac.authorization.k8s.io}}\n"
+        )
+    };
+    assert_refused(
+        f.apply_as("nadia-token", field_policy).await,
+        Code::PermissionDenied,
+        "user \"nadia\" cannot create fieldpolicies.authzd.io \"open\" at cluster scope",
+    );
+    f.apply_as("root-token", &grant("fp-writer", "create, update, delete"))
+        .await
+        .unwrap();
+    assert_refused(
+        f.apply_as("nadia-token", field_policy).await,
+        Code::PermissionDenied,
+        "FieldPolicy \"open\": you cannot grant what you do not hold:\n  - a FieldPolicy decides what content rules cover, which needs cluster-admin privileges (`*` on everything)\n  (holding `escalate` on fieldpolicies `open` (authzd.io) would allow it)",
+    );
+    f.apply_as("root-token", &grant("fp-escalator", "escalate"))
+        .await
+        .unwrap();
+    f.apply_as("nadia-token", field_policy).await.unwrap();
+    // Deleting one can open protected paths: checked the same way.
+    f.delete_as("root-token", "ClusterRoleBinding", "", "fp-escalator")
+        .await
+        .unwrap();
+    assert_refused(
+        f.delete_as("nadia-token", "FieldPolicy", "", "open").await,
+        Code::PermissionDenied,
+        "(holding `escalate` on fieldpolicies `open` (authzd.io) would allow it)",
+    );
+    f.delete_as("root-token", "FieldPolicy", "", "open")
+        .await
+        .unwrap();
+}
+
 // ---------------------------------------------------------------------------------------------
 // Listener safety and bad token files (the server refuses to start).
 

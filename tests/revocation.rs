@@ -444,6 +444,41 @@ async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants()
     assert!(!granted.cached, "{granted:?}");
 }
 
+/// A FieldPolicy written through the admin API (the only way in etcd mode) takes effect like
+/// any policy change: the first answer after the acknowledgement is computed under it, and
+/// deleting it grants again. In directory mode it is a file like any other object.
+#[tokio::test]
+async fn a_field_policy_applied_and_deleted_through_the_admin_api_takes_effect_at_once() {
+    let edit = role_binding(
+        "dev",
+        "dora-edit",
+        "Role",
+        "dev-editor",
+        &[("User", "dora")],
+    );
+    let mut s = Session::start(&[("roles.yaml", DEV_EDITOR), ("dora.yaml", &edit)], &[]).await;
+    let update = req("dora", &[], "dev", "update", "secrets");
+
+    s.warm(&update, true).await;
+    s.apply(PROTECT_SECRET_DATA).await;
+    let folded = s.expect_now(&update, false).await;
+    assert!(!folded.denied, "{folded:?}");
+    assert!(
+        folded
+            .evaluation_error
+            .contains("may change protected paths (.data)"),
+        "{folded:?}"
+    );
+    let file = s.dir().join("fieldpolicy.special.yaml");
+    let written = std::fs::read_to_string(&file).unwrap();
+    assert!(written.contains("kind: FieldPolicy"), "{written}");
+
+    s.warm(&update, false).await;
+    s.delete("FieldPolicy", "", "special").await;
+    s.expect_now(&update, true).await;
+    assert!(!file.exists(), "the FieldPolicy's file is still there");
+}
+
 // ---------------------------------------------------------------------------------------------
 // 2. The hammer.
 

@@ -153,7 +153,6 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-secrets}
 "#;
 
 fn load(text: &str) -> PolicySet {
-    use authzd::policy::model::PolicyObject;
     let objects = authzd::policy::load::parse_manifest(
         "policy.yaml",
         text,
@@ -162,10 +161,7 @@ fn load(text: &str) -> PolicySet {
     .unwrap();
     let mut policy = PolicySet::default();
     for object in objects {
-        match object {
-            PolicyObject::Role(role) => policy.roles.push(role.into()),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-        }
+        policy.push(object)
     }
     policy.canonicalize();
     policy

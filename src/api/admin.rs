@@ -23,12 +23,7 @@ use crate::store::{find_object, ChangeEvent, ObjectKind, ObjectRef, Store, Write
 use crate::telemetry::metrics::{EtcdFigures, StoreFigures};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
-const ALL_KINDS: [ObjectKind; 4] = [
-    ObjectKind::ClusterRole,
-    ObjectKind::Role,
-    ObjectKind::ClusterRoleBinding,
-    ObjectKind::RoleBinding,
-];
+const ALL_KINDS: [ObjectKind; 5] = ObjectKind::ALL;
 
 /// Open watch streams allowed unless [`AdminApi::with_max_watches`] says otherwise.
 pub const DEFAULT_MAX_WATCHES: usize = 1024;
@@ -251,7 +246,8 @@ impl WriteGuard for AdminWriteGuard {
                     WriteOp::Apply if find_object(current, &object).is_some() => "update",
                     WriteOp::Apply => "create",
                 };
-                let privilege = Privilege::rbac(verb, object.kind, &object.namespace, &object.name);
+                let privilege =
+                    Privilege::object(verb, object.kind, &object.namespace, &object.name);
                 (!privilege.held_by(&snapshot.engine, &self.caller))
                     .then(|| privilege.refusal(&self.caller))
             })
@@ -259,13 +255,22 @@ impl WriteGuard for AdminWriteGuard {
         if !refusals.is_empty() {
             return Err(refusals.join("\n"));
         }
+        let escalation = EscalationCheck {
+            engine: &snapshot.engine,
+            caller: &self.caller,
+        };
         match self.op {
-            WriteOp::Apply => EscalationCheck {
-                engine: &snapshot.engine,
-                caller: &self.caller,
+            WriteOp::Apply => escalation.check(current, objects),
+            // Deleting a role or binding only takes access away; deleting a FieldPolicy can
+            // open protected paths, so it is checked as writing one is.
+            WriteOp::Delete => {
+                let field_policies: Vec<_> = objects
+                    .iter()
+                    .filter(|o| matches!(o, crate::policy::model::PolicyObject::FieldPolicy(_)))
+                    .cloned()
+                    .collect();
+                escalation.check(current, &field_policies)
             }
-            .check(current, objects),
-            WriteOp::Delete => Ok(()),
         }
     }
 }
@@ -527,7 +532,7 @@ impl PolicyAdmin for AdminApi {
         let object = object_ref(request.into_inner().object, "object")?;
         self.admit(
             &caller,
-            &[Privilege::rbac(
+            &[Privilege::object(
                 "get",
                 object.kind,
                 &object.namespace,
@@ -561,7 +566,7 @@ impl PolicyAdmin for AdminApi {
         let kinds = kind.map_or_else(|| ALL_KINDS.to_vec(), |kind| vec![kind]);
         let privileges: Vec<Privilege<'_>> = kinds
             .iter()
-            .map(|kind| Privilege::rbac("list", *kind, &wire.namespace, ""))
+            .map(|kind| Privilege::object("list", *kind, &wire.namespace, ""))
             .collect();
         self.admit(&caller, &privileges)?;
         let revision = self.store()?.revision();
@@ -578,10 +583,10 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = self.caller(&request)?;
-        // A watch streams every object of every kind: `watch` on all four, cluster-wide.
+        // A watch streams every object of every kind: `watch` on all five, cluster-wide.
         let privileges: Vec<Privilege<'_>> = ALL_KINDS
             .iter()
-            .map(|kind| Privilege::rbac("watch", *kind, "", ""))
+            .map(|kind| Privilege::object("watch", *kind, "", ""))
             .collect();
         self.admit(&caller, &privileges)?;
         let slot = Arc::clone(&self.watch_slots)

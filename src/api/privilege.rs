@@ -112,13 +112,13 @@ impl<'a> Privilege<'a> {
         Privilege::create_review("localresourceaccessreviews", namespace)
     }
 
-    /// `verb` on policy objects of `kind` (API group `rbac.authorization.k8s.io`), as
-    /// Kubernetes guards its RBAC API.
-    pub fn rbac(verb: &'static str, kind: ObjectKind, namespace: &'a str, name: &'a str) -> Self {
+    /// `verb` on policy objects of `kind`, as Kubernetes guards its RBAC API (API group
+    /// `rbac.authorization.k8s.io`; `authzd.io` for FieldPolicies).
+    pub fn object(verb: &'static str, kind: ObjectKind, namespace: &'a str, name: &'a str) -> Self {
         Privilege::Resource {
             verb,
-            group: RBAC_GROUP,
-            resource: rbac_resource(kind),
+            group: kind.api_group(),
+            resource: kind.plural(),
             namespace: if kind.is_namespaced() { namespace } else { "" },
             name,
         }
@@ -196,16 +196,6 @@ impl<'a> Privilege<'a> {
             }
             Privilege::Authenticated => format!("user {:?} is not authenticated", caller.name),
         }
-    }
-}
-
-/// The plural resource name of a policy object kind.
-pub fn rbac_resource(kind: ObjectKind) -> &'static str {
-    match kind {
-        ObjectKind::ClusterRole => "clusterroles",
-        ObjectKind::Role => "roles",
-        ObjectKind::ClusterRoleBinding => "clusterrolebindings",
-        ObjectKind::RoleBinding => "rolebindings",
     }
 }
 
@@ -501,7 +491,7 @@ mod tests {
             "user \"alice\" cannot create localresourceaccessreviews.authorization.k8s.io in namespace \"dev\""
         );
         assert_eq!(
-            Privilege::rbac("get", ObjectKind::ClusterRole, "ignored", "admin").refusal(&alice),
+            Privilege::object("get", ObjectKind::ClusterRole, "ignored", "admin").refusal(&alice),
             "user \"alice\" cannot get clusterroles.rbac.authorization.k8s.io \"admin\" at cluster scope"
         );
     }

@@ -547,16 +547,9 @@ fn chunked(source_name: String, manifest: String) -> Vec<(String, String)> {
         Ok(objects) if objects.len() > 1 => objects,
         _ => return vec![(source_name, manifest)],
     };
-    let rendered = objects.iter().map(|object| {
-        crate::policy::render::to_yaml(&match object {
-            crate::policy::model::PolicyObject::Role(role) => {
-                crate::policy::render::role_to_value(role)
-            }
-            crate::policy::model::PolicyObject::Binding(binding) => {
-                crate::policy::render::binding_to_value(binding)
-            }
-        })
-    });
+    let rendered = objects
+        .iter()
+        .map(|object| crate::store::ObjectView::from(object).manifest());
     let mut chunks: Vec<(usize, Vec<String>)> = Vec::new();
     let mut bytes = 0;
     for (i, text) in rendered.enumerate() {

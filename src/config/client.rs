@@ -81,7 +81,7 @@ pub fn parse_server(s: &str) -> Result<String, String> {
 }
 
 /// A policy object kind as kubectl spells it: `role`, `clusterrole`, `rolebinding`,
-/// `clusterrolebinding`, plural forms, any case.
+/// `clusterrolebinding`, `fieldpolicy`, plural forms, any case.
 fn parse_kind(s: &str) -> Result<ObjectKind, String> {
     s.parse()
 }

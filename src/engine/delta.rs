@@ -40,7 +40,9 @@
 //!
 //! Rules whose clauses read content are compared by the answer without content (the fold),
 //! so a rule that gains a condition shows as a loss. ABAC policy lines are not analysed: a
-//! change to them is refused ([`DeltaError::AbacChanged`]).
+//! change to them is refused ([`DeltaError::AbacChanged`]), and so is a change of the paths
+//! FieldPolicies protect ([`DeltaError::ProtectedPathsChanged`]), which changes the fold of
+//! every plain allow on writes; the rest of a FieldPolicy never changes a fold.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -57,6 +59,12 @@ pub enum DeltaError {
          (Roles, ClusterRoles and their bindings, deny rules and negation included) only"
     )]
     AbacChanged,
+    #[error(
+        "the FieldPolicies protect different paths, which changes what every plain allow \
+         grants on writes; authzd diff computes the delta of RBAC objects only, so apply a \
+         change of protected paths on its own"
+    )]
+    ProtectedPathsChanged,
 }
 
 /// Subjects by kind (service accounts are users named `system:serviceaccount:NS:NAME`).
@@ -881,6 +889,9 @@ pub fn access_delta(
 ) -> Result<Delta, DeltaError> {
     if old.abac != new.abac {
         return Err(DeltaError::AbacChanged);
+    }
+    if crate::policy::impact::protected_paths_changed(old, new) {
+        return Err(DeltaError::ProtectedPathsChanged);
     }
     let atoms = Atoms::of([old, new]);
     let conjunctions = conjunctions([old, new]);

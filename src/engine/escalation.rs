@@ -29,7 +29,10 @@ use std::sync::Arc;
 use crate::engine::{Decision, Engine};
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::model::PolicyObject;
-use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, FIELD_POLICY_GROUP,
+    FIELD_POLICY_RESOURCE,
+};
 use crate::policy::rbac::{
     api_group_matches, is_negated, non_resource_url_entry_matches, resource_matches,
     resource_name_matches, rule_matches, verb_matches,
@@ -256,6 +259,23 @@ fn role_rules<'p>(
 }
 
 /// How the caller could be allowed the refused write anyway: the verb that bypasses the check.
+/// `*` on every resource and every non-resource URL: cluster-admin.
+fn full_authority() -> [PolicyRule; 2] {
+    [
+        PolicyRule {
+            verbs: vec!["*".into()],
+            api_groups: vec!["*".into()],
+            resources: vec!["*".into()],
+            ..Default::default()
+        },
+        PolicyRule {
+            verbs: vec!["*".into()],
+            non_resource_urls: vec!["*".into()],
+            ..Default::default()
+        },
+    ]
+}
+
 fn remedy(verb: &str, kind: RoleKind, name: &str, namespace: &str) -> String {
     let resource = match kind {
         RoleKind::ClusterRole => "clusterroles",
@@ -381,6 +401,14 @@ impl EscalationCheck<'_> {
                         &binding.namespace,
                     ),
                 ),
+                PolicyObject::FieldPolicy(policy) => (
+                    format!("FieldPolicy {:?}", policy.name),
+                    self.check_field_policy(current, &aggregated, &policy.name),
+                    format!(
+                        "holding `escalate` on {FIELD_POLICY_RESOURCE} `{}` ({FIELD_POLICY_GROUP}) would allow it",
+                        policy.name
+                    ),
+                ),
             };
             if !missing.is_empty() {
                 refusals.push(format!(
@@ -407,31 +435,47 @@ impl EscalationCheck<'_> {
         }
         let mut missing = self.uncovered(current, aggregated, &role.rules, &role.namespace);
         // As upstream: an aggregation rule can gather anything, so it needs full authority.
-        if role.aggregation_rule.is_some() {
-            let everything = [
-                PolicyRule {
-                    verbs: vec!["*".into()],
-                    api_groups: vec!["*".into()],
-                    resources: vec!["*".into()],
-                    ..Default::default()
-                },
-                PolicyRule {
-                    verbs: vec!["*".into()],
-                    non_resource_urls: vec!["*".into()],
-                    ..Default::default()
-                },
-            ];
-            if !self
-                .uncovered(current, aggregated, &everything, "")
+        if role.aggregation_rule.is_some()
+            && !self
+                .uncovered(current, aggregated, &full_authority(), "")
                 .is_empty()
-            {
-                missing.push(
-                    "an aggregationRule, which needs cluster-admin privileges (`*` on everything)"
-                        .to_string(),
-                );
-            }
+        {
+            missing.push(
+                "an aggregationRule, which needs cluster-admin privileges (`*` on everything)"
+                    .to_string(),
+            );
         }
         missing
+    }
+
+    /// A FieldPolicy changes what every content rule means: an ignored path needs no rule to
+    /// cover it, and a path no longer protected is open to plain allows. Creating, changing or
+    /// deleting one can widen access, so it needs `escalate` on it, or full authority (`*` on
+    /// everything), as an aggregationRule does.
+    fn check_field_policy(
+        &self,
+        current: &PolicySet,
+        aggregated: &std::collections::HashMap<String, Vec<PolicyRule>>,
+        name: &str,
+    ) -> Vec<String> {
+        if self.allowed(Action::Resource(ResourceAttributes {
+            namespace: String::new(),
+            verb: "escalate".to_string(),
+            group: FIELD_POLICY_GROUP.to_string(),
+            version: "*".to_string(),
+            resource: FIELD_POLICY_RESOURCE.to_string(),
+            subresource: String::new(),
+            name: name.to_string(),
+        })) || self
+            .uncovered(current, aggregated, &full_authority(), "")
+            .is_empty()
+        {
+            return Vec::new();
+        }
+        vec![
+            "a FieldPolicy decides what content rules cover, which needs cluster-admin privileges (`*` on everything)"
+                .to_string(),
+        ]
     }
 
     fn check_binding(

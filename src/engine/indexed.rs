@@ -96,11 +96,14 @@ impl Engine {
     /// partitions the delta carries are rebuilt, all others are shared with `self`. Answers
     /// exactly as `Engine::new` of the new policy would. `self` is left as it was.
     pub fn update(&self, delta: &PolicyDelta) -> Result<Engine, DeltaError> {
-        // FieldPolicies change only through a full load (they are not admin objects).
+        let diff = match &delta.field_policies {
+            Some(policies) => Arc::new(crate::policy::model::diff_config_of(policies)),
+            None => Arc::clone(&self.diff),
+        };
         Ok(Self::with_index(
             apply(&self.index, delta)?,
             self.config.clone(),
-            Arc::clone(&self.diff),
+            diff,
         ))
     }
 

@@ -18,7 +18,9 @@ use std::collections::BTreeSet;
 use rustc_hash::FxHashMap;
 use thiserror::Error;
 
-use crate::policy::model::{AbacRule, Binding, BindingKind, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    AbacRule, Binding, BindingKind, FieldPolicy, PolicySet, Role, RoleKind,
+};
 
 /// The new contents of one namespace: all its Roles and all its RoleBindings. Both empty means
 /// the namespace is now empty.
@@ -43,6 +45,9 @@ pub struct PolicyDelta {
     pub namespaces: Vec<NamespaceDelta>,
     /// Every ABAC line, in file order.
     pub abac: Option<Vec<AbacRule>>,
+    /// Every FieldPolicy, in name order. Not part of the index: the engine derives how
+    /// changed paths are computed from them.
+    pub field_policies: Option<Vec<FieldPolicy>>,
 }
 
 /// A delta that does not describe partitions: applying it could silently serve an object in
@@ -55,7 +60,8 @@ pub enum DeltaError {
     DuplicateNamespace(String),
 }
 
-/// The kinds of object whose change a delta can carry. ABAC lines change as one partition.
+/// The kinds of object whose change a delta can carry. ABAC lines change as one partition, and
+/// so do FieldPolicies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ChangedKind {
     ClusterRole,
@@ -63,6 +69,7 @@ pub enum ChangedKind {
     ClusterRoleBinding,
     RoleBinding,
     Abac,
+    FieldPolicy,
 }
 
 /// The key of an object that was created, replaced or deleted.
@@ -106,6 +113,7 @@ struct Touched<'a> {
     cluster_roles: bool,
     cluster_bindings: bool,
     abac: bool,
+    field_policies: bool,
     /// Changed namespaces, in order.
     namespaces: BTreeSet<&'a str>,
 }
@@ -116,6 +124,7 @@ impl<'a> Touched<'a> {
             cluster_roles: false,
             cluster_bindings: false,
             abac: false,
+            field_policies: false,
             namespaces: BTreeSet::new(),
         };
         for object in changed {
@@ -123,6 +132,7 @@ impl<'a> Touched<'a> {
                 ChangedKind::ClusterRole => touched.cluster_roles = true,
                 ChangedKind::ClusterRoleBinding => touched.cluster_bindings = true,
                 ChangedKind::Abac => touched.abac = true,
+                ChangedKind::FieldPolicy => touched.field_policies = true,
                 ChangedKind::Role | ChangedKind::RoleBinding => {
                     touched.namespaces.insert(object.namespace.as_str());
                 }
@@ -131,7 +141,8 @@ impl<'a> Touched<'a> {
         touched
     }
 
-    /// The delta's frame: every touched partition present and still empty (ABAC whole).
+    /// The delta's frame: every touched partition present and still empty (ABAC and
+    /// FieldPolicies whole).
     fn empty_delta(&self, policy: &PolicySet) -> PolicyDelta {
         PolicyDelta {
             cluster_roles: self.cluster_roles.then(Vec::new),
@@ -145,6 +156,7 @@ impl<'a> Touched<'a> {
                 })
                 .collect(),
             abac: self.abac.then(|| policy.abac.clone()),
+            field_policies: self.field_policies.then(|| policy.field_policies.clone()),
         }
     }
 }
@@ -256,6 +268,7 @@ impl PolicyDelta {
             && self.cluster_bindings.is_none()
             && self.namespaces.is_empty()
             && self.abac.is_none()
+            && self.field_policies.is_none()
     }
 
     /// Checks that every object sits in the partition it belongs to and that no namespace is

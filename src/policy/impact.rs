@@ -178,17 +178,17 @@ fn referenced_role(binding: &Binding) -> (RoleKind, &str, &str) {
     }
 }
 
+/// Whether the two policies protect different paths. Protected paths decide which plain
+/// allows need content, so answers cached for any subject may have changed. The rest of a
+/// FieldPolicy (ignored paths, list kinds) only shapes the diff a request's content is
+/// finished with, which is never cached, so it invalidates nothing.
+pub fn protected_paths_changed(old: &PolicySet, new: &PolicySet) -> bool {
+    !old.protected_paths().eq(new.protected_paths())
+}
+
 /// The impact of replacing `old` by `new`.
 pub fn impact_of_change(old: &PolicySet, new: &PolicySet) -> Impact {
-    // Protected paths decide which plain allows need content: answers cached for any subject
-    // may have changed.
-    let protected = |p: &PolicySet| -> Vec<crate::policy::content::path::Protected> {
-        p.field_policies
-            .iter()
-            .flat_map(|f| f.protected.iter().cloned())
-            .collect()
-    };
-    if protected(old) != protected(new) {
+    if protected_paths_changed(old, new) {
         return Impact::everything();
     }
     let mut impact = Impact::default();

@@ -304,14 +304,19 @@ pub struct PolicySet {
     pub roles: Vec<Arc<Role>>,
     pub bindings: Vec<Arc<Binding>>,
     pub abac: Vec<AbacRule>,
-    /// How changed paths are computed (issue 16): read from policy files only, by name.
+    /// How changed paths are computed (issue 16), sorted by name.
     pub field_policies: Vec<FieldPolicy>,
 }
 
+pub const FIELD_POLICY_KIND: &str = "FieldPolicy";
+/// The API group and resource whose privileges guard writing FieldPolicies.
+pub const FIELD_POLICY_GROUP: &str = "authzd.io";
+pub const FIELD_POLICY_RESOURCE: &str = "fieldpolicies";
+
 /// `kind: FieldPolicy` (authzd.io/v1alpha1): what the server-side diff ignores, which
 /// lists it compares per element and which paths are protected, added to the built-in
-/// defaults. Read from the policy
-/// directory only (not through the admin API).
+/// defaults. Read from policy files, and written through the admin API like roles and
+/// bindings (in etcd mode that is the only way).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldPolicy {
     pub name: String,
@@ -330,27 +335,17 @@ impl PolicySet {
     /// The diff configuration in force: the built-in defaults, then every FieldPolicy's
     /// additions in name order.
     pub fn diff_config(&self) -> crate::policy::content::path::DiffConfig {
-        use crate::policy::content::path::{DiffConfig, ListKind};
-        let mut config = DiffConfig::default();
-        for policy in &self.field_policies {
-            config.ignored.extend(policy.ignore.iter().cloned());
-            config.protected.extend(policy.protected.iter().cloned());
-            // Configured lists come before the defaults: the first that names a list wins.
-            let mut lists: Vec<_> = policy
-                .sets
-                .iter()
-                .map(|p| (p.clone(), ListKind::Set))
-                .chain(
-                    policy
-                        .keyed_lists
-                        .iter()
-                        .map(|(p, keys)| (p.clone(), ListKind::Keyed(keys.clone()))),
-                )
-                .collect();
-            lists.append(&mut config.lists);
-            config.lists = lists;
+        diff_config_of(&self.field_policies)
+    }
+
+    /// Adds `object` at the end of its list (call [`canonicalize`](Self::canonicalize) once
+    /// all are in).
+    pub fn push(&mut self, object: PolicyObject) {
+        match object {
+            PolicyObject::Role(role) => self.roles.push(Arc::new(role)),
+            PolicyObject::Binding(binding) => self.bindings.push(Arc::new(binding)),
+            PolicyObject::FieldPolicy(policy) => self.field_policies.push(policy),
         }
-        config
     }
 
     /// Puts roles and bindings into canonical order so that explanations ("first rule that
@@ -366,22 +361,61 @@ impl PolicySet {
     pub fn is_canonical(&self) -> bool {
         self.roles.windows(2).all(|w| w[0].key() <= w[1].key())
             && self.bindings.windows(2).all(|w| w[0].key() <= w[1].key())
+            && self
+                .field_policies
+                .windows(2)
+                .all(|w| w[0].name <= w[1].name)
+    }
+
+    /// The paths every FieldPolicy protects, in name order.
+    pub fn protected_paths(
+        &self,
+    ) -> impl Iterator<Item = &crate::policy::content::path::Protected> {
+        self.field_policies.iter().flat_map(|f| f.protected.iter())
     }
 }
 
-/// A role or binding read from a manifest.
+/// The diff configuration of `policies` (in name order): the built-in defaults, then each
+/// one's additions.
+pub fn diff_config_of(policies: &[FieldPolicy]) -> crate::policy::content::path::DiffConfig {
+    use crate::policy::content::path::{DiffConfig, ListKind};
+    let mut config = DiffConfig::default();
+    for policy in policies {
+        config.ignored.extend(policy.ignore.iter().cloned());
+        config.protected.extend(policy.protected.iter().cloned());
+        // Configured lists come before the defaults: the first that names a list wins.
+        let mut lists: Vec<_> = policy
+            .sets
+            .iter()
+            .map(|p| (p.clone(), ListKind::Set))
+            .chain(
+                policy
+                    .keyed_lists
+                    .iter()
+                    .map(|(p, keys)| (p.clone(), ListKind::Keyed(keys.clone()))),
+            )
+            .collect();
+        lists.append(&mut config.lists);
+        config.lists = lists;
+    }
+    config
+}
+
+/// A role, binding or FieldPolicy read from a manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyObject {
     Role(Role),
     Binding(Binding),
+    FieldPolicy(FieldPolicy),
 }
 
 impl PolicyObject {
-    /// `Role`, `ClusterRole`, `RoleBinding` or `ClusterRoleBinding`.
+    /// `Role`, `ClusterRole`, `RoleBinding`, `ClusterRoleBinding` or `FieldPolicy`.
     pub fn kind(&self) -> &'static str {
         match self {
             PolicyObject::Role(r) => r.kind.as_str(),
             PolicyObject::Binding(b) => b.kind.as_str(),
+            PolicyObject::FieldPolicy(_) => FIELD_POLICY_KIND,
         }
     }
 
@@ -390,6 +424,7 @@ impl PolicyObject {
         match self {
             PolicyObject::Role(r) => &r.namespace,
             PolicyObject::Binding(b) => &b.namespace,
+            PolicyObject::FieldPolicy(_) => "",
         }
     }
 
@@ -397,6 +432,7 @@ impl PolicyObject {
         match self {
             PolicyObject::Role(r) => &r.name,
             PolicyObject::Binding(b) => &b.name,
+            PolicyObject::FieldPolicy(f) => &f.name,
         }
     }
 
@@ -404,6 +440,7 @@ impl PolicyObject {
         match self {
             PolicyObject::Role(r) => &r.source,
             PolicyObject::Binding(b) => &b.source,
+            PolicyObject::FieldPolicy(f) => &f.source,
         }
     }
 }

@@ -7,7 +7,8 @@ use serde_json::{json, Map, Value};
 
 use crate::policy::content::Clauses;
 use crate::policy::model::{
-    Binding, BindingKind, LabelSelector, PolicyRule, PolicySet, Role, RoleKind,
+    Binding, BindingKind, FieldPolicy, LabelSelector, PolicyRule, PolicySet, Role, RoleKind,
+    FIELD_POLICY_KIND,
 };
 
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
@@ -173,6 +174,59 @@ pub fn binding_to_value(binding: &Binding) -> Value {
     })
 }
 
+/// A FieldPolicy as its `authzd.io/v1alpha1` manifest; lists it does not set are left out.
+pub fn field_policy_to_value(policy: &FieldPolicy) -> Value {
+    let patterns = |list: &[crate::policy::content::path::PathPattern]| -> Vec<String> {
+        list.iter().map(|p| p.to_string()).collect()
+    };
+    let mut spec = Map::new();
+    if !policy.ignore.is_empty() {
+        spec.insert("ignore".into(), json!(patterns(&policy.ignore)));
+    }
+    if !policy.sets.is_empty() {
+        spec.insert("sets".into(), json!(patterns(&policy.sets)));
+    }
+    if !policy.keyed_lists.is_empty() {
+        let lists: Vec<Value> = policy
+            .keyed_lists
+            .iter()
+            .map(|(path, keys)| json!({"path": path.to_string(), "keys": keys}))
+            .collect();
+        spec.insert("keyedLists".into(), Value::Array(lists));
+    }
+    if !policy.protected.is_empty() {
+        let protected: Vec<Value> = policy
+            .protected
+            .iter()
+            .map(|entry| {
+                if entry.resources.is_empty() {
+                    return json!(entry.pattern.to_string());
+                }
+                // Back to the loader's `resource` / `resource.group` / `*` spelling.
+                let resources: Vec<String> = entry
+                    .resources
+                    .iter()
+                    .map(
+                        |(group, resource)| match (group.as_str(), resource.as_str()) {
+                            ("*", "*") => "*".to_string(),
+                            ("", resource) => resource.to_string(),
+                            (group, resource) => format!("{resource}.{group}"),
+                        },
+                    )
+                    .collect();
+                json!({"path": entry.pattern.to_string(), "resources": resources})
+            })
+            .collect();
+        spec.insert("protected".into(), Value::Array(protected));
+    }
+    json!({
+        "apiVersion": crate::policy::load::FIELD_POLICY_API_VERSION,
+        "kind": FIELD_POLICY_KIND,
+        "metadata": metadata(&policy.name, "", None),
+        "spec": Value::Object(spec),
+    })
+}
+
 /// One manifest as YAML text (no leading `---`).
 pub fn to_yaml(value: &Value) -> String {
     // Rendering a JSON value to YAML cannot fail on these shapes; fall back to JSON (valid
@@ -193,15 +247,21 @@ pub fn to_multi_yaml(values: &[Value]) -> String {
     out
 }
 
-/// Every role and binding of `policy` as one multi-document YAML text, roles first (ABAC
-/// lines and FieldPolicies are not RBAC manifests and are left out).
+/// Every role, binding and FieldPolicy of `policy` as one multi-document YAML text, in that
+/// order (ABAC lines are not manifests and are left out).
 pub fn policy_to_multi_yaml(policy: &PolicySet) -> String {
     let roles = policy.roles.iter().map(|role| role_to_value(role));
     let bindings = policy
         .bindings
         .iter()
         .map(|binding| binding_to_value(binding));
-    to_multi_yaml(&roles.chain(bindings).collect::<Vec<_>>())
+    let field_policies = policy.field_policies.iter().map(field_policy_to_value);
+    to_multi_yaml(
+        &roles
+            .chain(bindings)
+            .chain(field_policies)
+            .collect::<Vec<_>>(),
+    )
 }
 
 #[cfg(test)]
@@ -280,6 +340,37 @@ rules:
         assert_eq!(
             strip_bindings(&back.bindings),
             strip_bindings(&policy.bindings)
+        );
+    }
+
+    /// A FieldPolicy using every part of its spec renders to a manifest that loads back to
+    /// itself.
+    #[test]
+    fn field_policy_round_trips() {
+        let text = r#"
+apiVersion: authzd.io/v1alpha1
+kind: FieldPolicy
+metadata: {name: everything}
+spec:
+  ignore: [".status", ".metadata.annotations['kubectl.kubernetes.io/last-applied-configuration']"]
+  sets: [".metadata.finalizers"]
+  keyedLists: [{path: ".spec.containers", keys: [name, image]}]
+  protected:
+  - ".metadata.ownerReferences"
+  - {path: ".data", resources: [secrets, "deployments.apps", "*", "*.example.com"]}
+"#;
+        let policy =
+            load_sources(&[("f.yaml".into(), text.into())], &LoadOptions::default()).unwrap();
+        assert_eq!(policy.field_policies.len(), 1);
+        let rendered = to_multi_yaml(&[field_policy_to_value(&policy.field_policies[0])]);
+        let back = load_sources(&[("r.yaml".into(), rendered)], &LoadOptions::default()).unwrap();
+        let strip = |f: &FieldPolicy| FieldPolicy {
+            source: Source::default(),
+            ..f.clone()
+        };
+        assert_eq!(
+            strip(&back.field_policies[0]),
+            strip(&policy.field_policies[0])
         );
     }
 }

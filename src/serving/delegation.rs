@@ -211,10 +211,7 @@ mod tests {
         )
         .unwrap()
         {
-            match object {
-                crate::policy::model::PolicyObject::Role(r) => policy.roles.push(r.into()),
-                crate::policy::model::PolicyObject::Binding(b) => policy.bindings.push(b.into()),
-            }
+            policy.push(object)
         }
         policy.canonicalize();
         Engine::new(

@@ -1,7 +1,7 @@
 //! The policy directory as a store backend: the directory is the single source of truth.
 //!
-//! An admin write rewrites the file that holds the object (re-rendering that file's roles and
-//! bindings as `rbac.authorization.k8s.io/v1` manifests; comments in a rewritten file are lost)
+//! An admin write rewrites the file that holds the object (re-rendering that file's roles,
+//! bindings and FieldPolicies as manifests; comments in a rewritten file are lost)
 //! or, for a new object, creates `KIND.NAMESPACE.NAME.yaml` in the first directory given with
 //! `--policy`. Every file is written atomically and durably: content goes to a hidden temporary
 //! file in the same directory (the loader skips dotfiles, so a half-written file is never
@@ -78,13 +78,7 @@ fn file_name_for(object: &ObjectRef) -> String {
 
 /// The text of a policy file holding exactly these objects, in the file's format.
 fn render_file(file: &str, objects: &[ObjectView<'_>]) -> String {
-    let values: Vec<serde_json::Value> = objects
-        .iter()
-        .map(|o| match o {
-            ObjectView::Role(r) => render::role_to_value(r),
-            ObjectView::Binding(b) => render::binding_to_value(b),
-        })
-        .collect();
+    let values: Vec<serde_json::Value> = objects.iter().map(ObjectView::to_value).collect();
     match Format::from_name(file) {
         Some(Format::Json) => {
             let mut out = String::new();
@@ -192,10 +186,7 @@ impl Backend for DirectoryBackend {
                     .filter(|(_, v)| v.file() == file)
                     .map(|(r, v)| (r.clone(), *v))
                     .collect();
-                held.sort_by_key(|(_, v)| match v {
-                    ObjectView::Role(r) => r.source.line,
-                    ObjectView::Binding(b) => b.source.line,
-                });
+                held.sort_by_key(|(_, v)| v.source().line);
                 files.insert(file.to_string(), held);
                 touched.push(file.to_string());
             }
@@ -212,10 +203,7 @@ impl Backend for DirectoryBackend {
         }
         for object in upserts {
             let r = ObjectRef::of(object);
-            let view = match object {
-                PolicyObject::Role(role) => ObjectView::Role(role),
-                PolicyObject::Binding(binding) => ObjectView::Binding(binding),
-            };
+            let view = ObjectView::from(object);
             let file = match existing.get(&r) {
                 Some(current) => current.file().to_string(),
                 None => {
@@ -248,6 +236,7 @@ impl Backend for DirectoryBackend {
                 .map_err(StoreError::Invalid)?;
             reparsed.roles.extend(loaded.roles);
             reparsed.bindings.extend(loaded.bindings);
+            reparsed.field_policies.extend(loaded.field_policies);
             rendered.push((file.clone(), Some(text)));
         }
 

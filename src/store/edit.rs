@@ -15,15 +15,19 @@
 
 use std::sync::Arc;
 
-use crate::policy::model::{Binding, BindingKind, PolicyObject, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    Binding, BindingKind, FieldPolicy, PolicyObject, PolicySet, Role, RoleKind,
+};
 
 use super::{ObjectKind, ObjectRef, ObjectView};
 
-/// A role or binding as the policy holds it: shared.
+/// A role or binding as the policy holds it: shared. (A FieldPolicy is held by value, and
+/// there are few: the policy gets a copy of it.)
 #[derive(Clone, Debug)]
 pub(super) enum SharedObject {
     Role(Arc<Role>),
     Binding(Arc<Binding>),
+    FieldPolicy(Arc<FieldPolicy>),
 }
 
 impl From<PolicyObject> for SharedObject {
@@ -31,6 +35,7 @@ impl From<PolicyObject> for SharedObject {
         match object {
             PolicyObject::Role(role) => SharedObject::Role(Arc::new(role)),
             PolicyObject::Binding(binding) => SharedObject::Binding(Arc::new(binding)),
+            PolicyObject::FieldPolicy(policy) => SharedObject::FieldPolicy(Arc::new(policy)),
         }
     }
 }
@@ -39,14 +44,14 @@ impl SharedObject {
     pub(super) fn role(&self) -> Option<&Arc<Role>> {
         match self {
             SharedObject::Role(role) => Some(role),
-            SharedObject::Binding(_) => None,
+            _ => None,
         }
     }
 
     pub(super) fn binding(&self) -> Option<&Arc<Binding>> {
         match self {
             SharedObject::Binding(binding) => Some(binding),
-            SharedObject::Role(_) => None,
+            _ => None,
         }
     }
 
@@ -54,6 +59,7 @@ impl SharedObject {
         match self {
             SharedObject::Role(role) => ObjectView::Role(role),
             SharedObject::Binding(binding) => ObjectView::Binding(binding),
+            SharedObject::FieldPolicy(policy) => ObjectView::FieldPolicy(policy),
         }
     }
 
@@ -61,12 +67,14 @@ impl SharedObject {
         match self {
             SharedObject::Role(role) => ObjectRef::of_role(role),
             SharedObject::Binding(binding) => ObjectRef::of_binding(binding),
+            SharedObject::FieldPolicy(policy) => ObjectRef::of_field_policy(policy),
         }
     }
 }
 
-/// Where `object` is (`Ok`) or would be inserted (`Err`) in its list (roles or bindings) of a
-/// canonical policy: a binary search, so finding one object does not scan the policy.
+/// Where `object` is (`Ok`) or would be inserted (`Err`) in its list (roles, bindings or
+/// FieldPolicies) of a canonical policy: a binary search, so finding one object does not scan
+/// the policy.
 fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize, usize> {
     let (namespace, name) = (object.namespace.as_str(), object.name.as_str());
     match object.kind {
@@ -90,6 +98,9 @@ fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize
                 .bindings
                 .binary_search_by(|b| b.key().cmp(&(kind, namespace, name)))
         }
+        ObjectKind::FieldPolicy => policy
+            .field_policies
+            .binary_search_by(|f| f.name.as_str().cmp(name)),
     }
 }
 
@@ -104,6 +115,7 @@ pub fn find_object<'a>(policy: &'a PolicySet, object: &ObjectRef) -> Option<Obje
             .bindings
             .get(at)
             .map(|binding| ObjectView::Binding(binding)),
+        ObjectKind::FieldPolicy => policy.field_policies.get(at).map(ObjectView::FieldPolicy),
     }
 }
 
@@ -115,6 +127,9 @@ pub(super) fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<
         ObjectKind::ClusterRoleBinding | ObjectKind::RoleBinding => {
             SharedObject::Binding(policy.bindings.remove(at))
         }
+        ObjectKind::FieldPolicy => {
+            SharedObject::FieldPolicy(Arc::new(policy.field_policies.remove(at)))
+        }
     })
 }
 
@@ -125,6 +140,12 @@ pub(super) fn put_object(policy: &mut PolicySet, object: SharedObject) {
         (Err(at), SharedObject::Role(role)) => policy.roles.insert(at, role),
         (Ok(at), SharedObject::Binding(binding)) => policy.bindings[at] = binding,
         (Err(at), SharedObject::Binding(binding)) => policy.bindings.insert(at, binding),
+        (Ok(at), SharedObject::FieldPolicy(field_policy)) => {
+            policy.field_policies[at] = FieldPolicy::clone(&field_policy)
+        }
+        (Err(at), SharedObject::FieldPolicy(field_policy)) => policy
+            .field_policies
+            .insert(at, FieldPolicy::clone(&field_policy)),
     }
 }
 

@@ -29,11 +29,12 @@ use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 
 use crate::policy::delta::{ChangedKind, ChangedObject};
 use crate::policy::impact::{
-    impact_of_applied_objects, impact_of_change, impact_of_objects, ClusterRoleReferrers, Impact,
+    impact_of_applied_objects, impact_of_change, impact_of_objects, protected_paths_changed,
+    ClusterRoleReferrers, Impact,
 };
 use crate::policy::load::LoadErrors;
 use crate::policy::model::PolicyObject;
-use crate::policy::model::{Binding, BindingKind, PolicySet, Role, RoleKind};
+use crate::policy::model::{Binding, BindingKind, FieldPolicy, PolicySet, Role, RoleKind};
 use crate::policy::render;
 
 pub use edit::find_object;
@@ -53,22 +54,51 @@ pub struct Preview {
     pub after: PolicySet,
 }
 
-/// The four kinds of object the admin API manages.
+/// The kinds of object the admin API manages: the four RBAC kinds and authzd's FieldPolicy.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     ClusterRole,
     Role,
     ClusterRoleBinding,
     RoleBinding,
+    FieldPolicy,
 }
 
 impl ObjectKind {
+    pub const ALL: [ObjectKind; 5] = [
+        ObjectKind::ClusterRole,
+        ObjectKind::Role,
+        ObjectKind::ClusterRoleBinding,
+        ObjectKind::RoleBinding,
+        ObjectKind::FieldPolicy,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             ObjectKind::ClusterRole => "ClusterRole",
             ObjectKind::Role => "Role",
             ObjectKind::ClusterRoleBinding => "ClusterRoleBinding",
             ObjectKind::RoleBinding => "RoleBinding",
+            ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_KIND,
+        }
+    }
+
+    /// The plural resource name, as the kind's API serves it (and etcd keys name it).
+    pub fn plural(self) -> &'static str {
+        match self {
+            ObjectKind::ClusterRole => "clusterroles",
+            ObjectKind::Role => "roles",
+            ObjectKind::ClusterRoleBinding => "clusterrolebindings",
+            ObjectKind::RoleBinding => "rolebindings",
+            ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_RESOURCE,
+        }
+    }
+
+    /// The API group whose privileges guard writes of the kind.
+    pub fn api_group(self) -> &'static str {
+        match self {
+            ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_GROUP,
+            _ => "rbac.authorization.k8s.io",
         }
     }
 
@@ -81,13 +111,15 @@ impl FromStr for ObjectKind {
     type Err = String;
     /// Accepts the kind as written (`ClusterRole`) or as kubectl resources (`clusterroles`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s.to_ascii_lowercase().trim_end_matches('s') {
+        let lower = s.to_ascii_lowercase();
+        match lower.trim_end_matches('s') {
             "clusterrole" => Ok(ObjectKind::ClusterRole),
             "role" => Ok(ObjectKind::Role),
             "clusterrolebinding" => Ok(ObjectKind::ClusterRoleBinding),
             "rolebinding" => Ok(ObjectKind::RoleBinding),
+            _ if lower == "fieldpolicy" || lower == "fieldpolicies" => Ok(ObjectKind::FieldPolicy),
             _ => Err(format!(
-                "unknown kind `{s}` (expected Role, ClusterRole, RoleBinding or ClusterRoleBinding)"
+                "unknown kind `{s}` (expected Role, ClusterRole, RoleBinding, ClusterRoleBinding or FieldPolicy)"
             )),
         }
     }
@@ -125,10 +157,19 @@ impl ObjectRef {
         }
     }
 
+    pub fn of_field_policy(policy: &FieldPolicy) -> Self {
+        ObjectRef {
+            kind: ObjectKind::FieldPolicy,
+            namespace: String::new(),
+            name: policy.name.clone(),
+        }
+    }
+
     pub fn of(object: &PolicyObject) -> Self {
         match object {
             PolicyObject::Role(r) => Self::of_role(r),
             PolicyObject::Binding(b) => Self::of_binding(b),
+            PolicyObject::FieldPolicy(f) => Self::of_field_policy(f),
         }
     }
 }
@@ -154,25 +195,56 @@ impl fmt::Display for ObjectRef {
 pub enum ObjectView<'a> {
     Role(&'a Role),
     Binding(&'a Binding),
+    FieldPolicy(&'a FieldPolicy),
 }
 
 impl ObjectView<'_> {
-    pub fn manifest(&self) -> String {
-        render::to_yaml(&match self {
+    /// The object as its manifest (a JSON value, as etcd stores it).
+    pub fn to_value(&self) -> serde_json::Value {
+        match self {
             ObjectView::Role(r) => render::role_to_value(r),
             ObjectView::Binding(b) => render::binding_to_value(b),
-        })
+            ObjectView::FieldPolicy(f) => render::field_policy_to_value(f),
+        }
+    }
+
+    pub fn manifest(&self) -> String {
+        render::to_yaml(&self.to_value())
+    }
+
+    pub fn source(&self) -> &crate::policy::model::Source {
+        match self {
+            ObjectView::Role(r) => &r.source,
+            ObjectView::Binding(b) => &b.source,
+            ObjectView::FieldPolicy(f) => &f.source,
+        }
     }
 
     pub fn file(&self) -> &str {
+        &self.source().file
+    }
+
+    /// The object, owned.
+    pub fn to_object(&self) -> PolicyObject {
         match self {
-            ObjectView::Role(r) => &r.source.file,
-            ObjectView::Binding(b) => &b.source.file,
+            ObjectView::Role(r) => PolicyObject::Role(Role::clone(r)),
+            ObjectView::Binding(b) => PolicyObject::Binding(Binding::clone(b)),
+            ObjectView::FieldPolicy(f) => PolicyObject::FieldPolicy(FieldPolicy::clone(f)),
         }
     }
 }
 
-/// Every role and binding of a policy by reference, in canonical order.
+impl<'a> From<&'a PolicyObject> for ObjectView<'a> {
+    fn from(object: &'a PolicyObject) -> Self {
+        match object {
+            PolicyObject::Role(r) => ObjectView::Role(r),
+            PolicyObject::Binding(b) => ObjectView::Binding(b),
+            PolicyObject::FieldPolicy(f) => ObjectView::FieldPolicy(f),
+        }
+    }
+}
+
+/// Every role, binding and FieldPolicy of a policy by reference, in canonical order.
 pub fn objects(policy: &PolicySet) -> BTreeMap<ObjectRef, ObjectView<'_>> {
     let roles = policy
         .roles
@@ -182,7 +254,11 @@ pub fn objects(policy: &PolicySet) -> BTreeMap<ObjectRef, ObjectView<'_>> {
         .bindings
         .iter()
         .map(|b| (ObjectRef::of_binding(b), ObjectView::Binding(b)));
-    roles.chain(bindings).collect()
+    let field_policies = policy
+        .field_policies
+        .iter()
+        .map(|f| (ObjectRef::of_field_policy(f), ObjectView::FieldPolicy(f)));
+    roles.chain(bindings).chain(field_policies).collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -510,7 +586,14 @@ impl Store {
                 bindings.push((binding(before), binding(after)));
             }
         }
-        let impact = impact_of_applied_objects(&new, &old, &roles, &bindings, referrers);
+        let field_policies = change
+            .iter()
+            .any(|(r, _)| r.kind == ObjectKind::FieldPolicy);
+        let impact = if field_policies && protected_paths_changed(&old, &new) {
+            Impact::everything()
+        } else {
+            impact_of_applied_objects(&new, &old, &roles, &bindings, referrers)
+        };
         let changed: Vec<ChangedObject> = change.iter().map(|(r, _)| changed_object(r)).collect();
         let events = before
             .iter()
@@ -912,6 +995,15 @@ pub(crate) fn same_content(current: ObjectView<'_>, object: &PolicyObject) -> bo
                 ..b.clone()
             }
         }
+        (ObjectView::FieldPolicy(a), PolicyObject::FieldPolicy(b)) => {
+            FieldPolicy {
+                source: Default::default(),
+                ..a.clone()
+            } == FieldPolicy {
+                source: Default::default(),
+                ..b.clone()
+            }
+        }
         _ => false,
     }
 }
@@ -929,11 +1021,9 @@ fn changed_objects(policy: &PolicySet, objects: &[PolicyObject]) -> Vec<PolicyOb
 
 /// The object a delete removes, owned (for the guard and the commit).
 fn existing_object(policy: &PolicySet, object: &ObjectRef) -> Result<PolicyObject> {
-    match find_object(policy, object) {
-        Some(ObjectView::Role(role)) => Ok(PolicyObject::Role(role.clone())),
-        Some(ObjectView::Binding(binding)) => Ok(PolicyObject::Binding(binding.clone())),
-        None => Err(StoreError::NotFound(object.clone())),
-    }
+    find_object(policy, object)
+        .map(|view| view.to_object())
+        .ok_or_else(|| StoreError::NotFound(object.clone()))
 }
 
 /// The impact of a write, and every object whose stored form changed: the objects it touched,
@@ -977,6 +1067,10 @@ fn change_impact(
         }
     }
     let changed = all.iter().map(changed_object).collect();
+    let field_policies = all.iter().any(|r| r.kind == ObjectKind::FieldPolicy);
+    if field_policies && protected_paths_changed(old, new) {
+        return (Impact::everything(), changed);
+    }
     (impact_of_objects(new, old, &roles, &bindings), changed)
 }
 
@@ -987,6 +1081,7 @@ fn changed_object(r: &ObjectRef) -> ChangedObject {
         ObjectKind::Role => ChangedKind::Role,
         ObjectKind::ClusterRoleBinding => ChangedKind::ClusterRoleBinding,
         ObjectKind::RoleBinding => ChangedKind::RoleBinding,
+        ObjectKind::FieldPolicy => ChangedKind::FieldPolicy,
     };
     ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
 }

@@ -313,10 +313,7 @@ async fn applied_changes_equal_a_full_load_of_the_same_objects() {
     expected.push(replaced);
     let mut full = PolicySet::default();
     for o in expected {
-        match o {
-            PolicyObject::Role(r) => full.roles.push(r.into()),
-            PolicyObject::Binding(b) => full.bindings.push(b.into()),
-        }
+        full.push(o)
     }
     full.canonicalize();
     assert_eq!(*store.policy(), full);
@@ -579,4 +576,23 @@ async fn a_refused_write_leaves_the_rest_of_its_commit() {
         .collect();
     assert!(names.contains(&"ann".to_string()) && names.contains(&"cid".to_string()));
     assert!(!names.contains(&"bob".to_string()));
+}
+
+/// Every kind parses from its name and from its plural resource name, in any case, and
+/// nothing else parses.
+#[test]
+fn object_kinds_parse_from_their_names() {
+    for kind in ObjectKind::ALL {
+        for spelling in [
+            kind.as_str().to_string(),
+            kind.plural().to_string(),
+            kind.as_str().to_ascii_lowercase(),
+            kind.plural().to_ascii_uppercase(),
+        ] {
+            assert_eq!(spelling.parse::<ObjectKind>(), Ok(kind), "{spelling}");
+        }
+    }
+    for wrong in ["", "fieldpolicie", "bindings", "Policy"] {
+        assert!(wrong.parse::<ObjectKind>().is_err(), "{wrong}");
+    }
 }

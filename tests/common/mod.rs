@@ -269,7 +269,7 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
 
 /// A FieldPolicy protecting paths the generated content changes: the finalizers on every
 /// resource, `.spec.replicas` on deployments (of any group) and `.data` on core secrets.
-fn protect_some() -> authzd::policy::model::FieldPolicy {
+pub fn protect_some() -> authzd::policy::model::FieldPolicy {
     use authzd::policy::content::path::Protected;
     let protected = |path: &str, resources: &[(&str, &str)]| Protected {
         pattern: PathPattern::parse(path).expect("parses"),
@@ -294,7 +294,7 @@ fn protect_some() -> authzd::policy::model::FieldPolicy {
 
 /// A FieldPolicy under which `.data` and `.spec.replicas` never change: the diff both
 /// evaluators compute must follow it.
-fn ignore_data() -> authzd::policy::model::FieldPolicy {
+pub fn ignore_data() -> authzd::policy::model::FieldPolicy {
     authzd::policy::model::FieldPolicy {
         name: "ignore-data".into(),
         source: Source::default(),

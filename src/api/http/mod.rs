@@ -246,7 +246,6 @@ mod tests {
     /// A server holding [`FENCE_POLICY`] (the caller `me` a super-user), held to a freshness
     /// that has never been proved (so fenced) with `on_stale`; `None`: directory mode.
     fn fenced_api(on_stale: Option<crate::store::etcd::replication::OnStale>) -> HttpApi {
-        use crate::policy::model::PolicyObject;
         use crate::store::etcd::replication::Freshness;
         let config = EngineConfig {
             super_users: vec!["me".into()],
@@ -261,10 +260,7 @@ mod tests {
         )
         .unwrap();
         for object in objects {
-            match object {
-                PolicyObject::Role(role) => policy.roles.push(role.into()),
-                PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-            }
+            policy.push(object)
         }
         policy.canonicalize();
         state.publish(&policy, 1, &Impact::everything(), ChangeCause::Reload, None);

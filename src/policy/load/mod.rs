@@ -46,6 +46,8 @@
 
 mod abac;
 mod field_policy;
+
+pub use field_policy::API_VERSION as FIELD_POLICY_API_VERSION;
 mod kube;
 mod node;
 mod rules;
@@ -271,22 +273,14 @@ pub fn parse_manifest(
     let mut cx = Cx::new(source_name, options);
     parse_documents(text, format, &mut cx);
     let mut errors = cx.errors;
-    for policy in &cx.field_policies {
-        errors.push(LoadError {
-            file: source_name.to_owned(),
-            line: policy.source.line,
-            message: format!(
-                "FieldPolicy `{}` is read from the policy directory only: edit its file there",
-                policy.name
-            ),
-        });
-    }
+    let mut objects = cx.objects;
+    objects.extend(cx.field_policies.into_iter().map(PolicyObject::FieldPolicy));
     let mut first_seen = HashMap::new();
-    for object in &cx.objects {
+    for object in &objects {
         check_duplicate(object, &mut first_seen, &mut errors);
     }
     if errors.is_empty() {
-        Ok(cx.objects)
+        Ok(objects)
     } else {
         Err(LoadErrors(errors))
     }
@@ -342,6 +336,8 @@ impl<'a> Loader<'a> {
                 match object {
                     PolicyObject::Role(r) => self.set.roles.push(r.into()),
                     PolicyObject::Binding(b) => self.set.bindings.push(b.into()),
+                    // Parsed into `cx.field_policies` (above), never into `cx.objects`.
+                    PolicyObject::FieldPolicy(f) => self.set.field_policies.push(f),
                 }
             }
         }

@@ -1083,9 +1083,10 @@ fn shipped_policy_directory_loads() {
     assert_eq!(set.abac[0].source.line, 3);
 }
 
-/// A FieldPolicy loads from policy files (issue 16) and is refused in an admin manifest.
+/// A FieldPolicy loads from policy files (issue 16) and from an admin manifest (which etcd
+/// mode, having no files, needs), and is unique by name.
 #[test]
-fn field_policies_load_from_files_only() {
+fn field_policies_load_from_files_and_manifests() {
     let text = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  ignore: [\".status\"]\n  sets: [\".metadata.finalizers\"]\n  keyedLists: [{path: \".spec.containers\", keys: [name]}]\n";
     let set = load(&[("fp.yaml", text)]);
     assert_eq!(set.field_policies.len(), 1);
@@ -1097,11 +1098,29 @@ fn field_policies_load_from_files_only() {
     let config = set.diff_config();
     assert!(config.ignored.iter().any(|p| p.text() == ".status"));
     assert_eq!(config.lists[0].0.text(), ".metadata.finalizers");
-    let err = parse_manifest("m.yaml", text, &LoadOptions::default()).unwrap_err();
+    let objects = parse_manifest("m.yaml", text, &LoadOptions::default()).unwrap();
+    match objects.as_slice() {
+        [PolicyObject::FieldPolicy(policy)] => assert_eq!(
+            crate::policy::model::FieldPolicy {
+                source: Default::default(),
+                ..policy.clone()
+            },
+            crate::policy::model::FieldPolicy {
+                source: Default::default(),
+                ..set.field_policies[0].clone()
+            }
+        ),
+        other => panic!("{other:?}"),
+    }
+    let doubled = parse_manifest(
+        "m.yaml",
+        &format!("{text}---\n{text}"),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
     assert!(
-        err.to_string()
-            .contains("read from the policy directory only"),
-        "{err}"
+        doubled.to_string().contains("duplicate `FieldPolicy` `fp`"),
+        "{doubled}"
     );
     let twice = load_sources(
         &[

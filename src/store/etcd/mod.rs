@@ -5,7 +5,7 @@
 //!
 //! | key | value |
 //! | --- | --- |
-//! | `v1/objects/{roles,clusterroles,rolebindings,clusterrolebindings}/[NS/]NAME` | the object's manifest, JSON |
+//! | `v1/objects/{roles,clusterroles,rolebindings,clusterrolebindings,fieldpolicies}/[NS/]NAME` | the object's manifest, JSON |
 //! | `v1/head` | rewritten by every authzd write: the revision writes compare against |
 //! | `v1/replicas/ID` | one per live replica (on its lease): the revision it has applied |
 //!
@@ -36,8 +36,7 @@ use tokio_stream::StreamExt;
 
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::policy::model::{PolicyObject, PolicySet};
-use crate::policy::render;
-use crate::store::{CommitError, ObjectKind, ObjectRef, RemoteSink};
+use crate::store::{CommitError, ObjectKind, ObjectRef, ObjectView, RemoteSink};
 
 use client::rpc;
 pub use client::{EtcdClient, EtcdConfig, EtcdError};
@@ -79,7 +78,7 @@ impl Keys {
     }
 
     pub fn object(&self, object: &ObjectRef) -> String {
-        let plural = plural(object.kind);
+        let plural = object.kind.plural();
         if object.kind.is_namespaced() {
             format!(
                 "{}{plural}/{}/{}",
@@ -96,14 +95,7 @@ impl Keys {
     pub fn object_of(&self, key: &str) -> Option<ObjectRef> {
         let rest = key.strip_prefix(&self.objects())?;
         let (plural, rest) = rest.split_once('/')?;
-        let kind = [
-            ObjectKind::Role,
-            ObjectKind::ClusterRole,
-            ObjectKind::RoleBinding,
-            ObjectKind::ClusterRoleBinding,
-        ]
-        .into_iter()
-        .find(|k| self::plural(*k) == plural)?;
+        let kind = ObjectKind::ALL.into_iter().find(|k| k.plural() == plural)?;
         let (namespace, name) = if kind.is_namespaced() {
             let (namespace, name) = rest.split_once('/')?;
             (namespace.to_string(), name.to_string())
@@ -118,22 +110,9 @@ impl Keys {
     }
 }
 
-fn plural(kind: ObjectKind) -> &'static str {
-    match kind {
-        ObjectKind::Role => "roles",
-        ObjectKind::ClusterRole => "clusterroles",
-        ObjectKind::RoleBinding => "rolebindings",
-        ObjectKind::ClusterRoleBinding => "clusterrolebindings",
-    }
-}
-
 /// An object as stored: its manifest, JSON.
 pub fn encode(object: &PolicyObject) -> Vec<u8> {
-    let value = match object {
-        PolicyObject::Role(role) => render::role_to_value(role),
-        PolicyObject::Binding(binding) => render::binding_to_value(binding),
-    };
-    value.to_string().into_bytes()
+    ObjectView::from(object).to_value().to_string().into_bytes()
 }
 
 /// An object read back from `key`; `Err` says why the value is not the object the key names
@@ -275,6 +254,7 @@ fn decode_all(kvs: &[rpc::KeyValue], options: &LoadOptions) -> (PolicySet, Vec<S
         match result {
             Ok(PolicyObject::Role(role)) => policy.roles.push(role.into()),
             Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding.into()),
+            Ok(PolicyObject::FieldPolicy(field_policy)) => policy.field_policies.push(field_policy),
             Err(error) => errors.push(error),
         }
     }
@@ -636,6 +616,8 @@ mod tests {
         let policy = crate::synth::policy(&crate::synth::Shape::with_bindings(2_000), 42);
         let keys = Keys::new("/authzd/");
         let options = LoadOptions::default();
+        let field_policy = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  ignore: [\".status\"]\n  keyedLists: [{path: \".spec.containers\", keys: [name]}]\n  protected: [{path: \".data\", resources: [secrets]}]\n";
+        let field_policies = parse_manifest("fp.yaml", field_policy, &options).unwrap();
         let objects = policy
             .roles
             .iter()
@@ -647,18 +629,20 @@ mod tests {
                     .iter()
                     .cloned()
                     .map(|binding| PolicyObject::Binding(Arc::unwrap_or_clone(binding))),
-            );
+            )
+            .chain(field_policies);
+        let mut kinds = std::collections::BTreeSet::new();
         for object in objects {
-            let key = keys.object(&ObjectRef::of(&object));
+            let reference = ObjectRef::of(&object);
+            let key = keys.object(&reference);
+            assert_eq!(keys.object_of(&key), Some(reference.clone()), "{key}");
+            kinds.insert(reference.kind);
             let decoded = decode(&key, &encode(&object), &options).unwrap();
-            let view = match &object {
-                PolicyObject::Role(role) => crate::store::ObjectView::Role(role),
-                PolicyObject::Binding(binding) => crate::store::ObjectView::Binding(binding),
-            };
             assert!(
-                crate::store::same_content(view, &decoded),
+                crate::store::same_content(ObjectView::from(&object), &decoded),
                 "{key}:\n{object:?}\n{decoded:?}"
             );
         }
+        assert_eq!(kinds.len(), ObjectKind::ALL.len(), "{kinds:?}");
     }
 }

@@ -20,7 +20,7 @@ use crate::api::http::{router, HttpApi};
 use crate::cache::CacheConfig;
 use crate::engine::EngineConfig;
 use crate::policy::impact::Impact;
-use crate::policy::model::{AbacRule, PolicyObject, PolicySet};
+use crate::policy::model::{AbacRule, PolicySet};
 use crate::request::UserInfo;
 use crate::serving::ServingState;
 use crate::store::{ChangeCause, Publisher as _};
@@ -66,10 +66,7 @@ fn policy_of(manifest: &str) -> PolicySet {
     .unwrap();
     let mut policy = PolicySet::default();
     for object in objects {
-        match object {
-            PolicyObject::Role(role) => policy.roles.push(role.into()),
-            PolicyObject::Binding(binding) => policy.bindings.push(binding.into()),
-        }
+        policy.push(object)
     }
     policy.canonicalize();
     policy
