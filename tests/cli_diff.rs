@@ -205,6 +205,25 @@ fn bad_input_exits_2_and_says_why() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8(output.stderr).unwrap();
     assert!(stderr.contains("ABAC"), "{stderr}");
+
+    // A FieldPolicy that protects a path changes every plain allow on writes: refused too.
+    let (old, new) = (dir.path().join("old.yaml"), dir.path().join("new.yaml"));
+    std::fs::write(
+        &old,
+        "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: f}\nspec: {}\n",
+    )
+    .unwrap();
+    std::fs::write(&new, "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: f}\nspec:\n  protected: [\".data\"]\n").unwrap();
+    let output = Command::new(BIN)
+        .args(["diff", "--policy"])
+        .arg(&old)
+        .arg("--policy-new")
+        .arg(&new)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert!(stderr.contains("protect different paths"), "{stderr}");
 }
 
 /// Every file of `dir`, by name, with its bytes.
