@@ -66,6 +66,8 @@ fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
     if name.is_empty() {
         p.push(node.line, "missing `metadata.name`");
     }
+    // As for roles: the name is a path segment (a file name, an etcd key).
+    super::rules::check_name(&name, "metadata.name", node.line, p);
     let mut policy = FieldPolicy {
         name,
         source: Source::default(),

@@ -1112,6 +1112,16 @@ fn field_policies_load_from_files_and_manifests() {
         ),
         other => panic!("{other:?}"),
     }
+    let slashed = parse_manifest(
+        "m.yaml",
+        &text.replace("name: fp", "name: a/b"),
+        &LoadOptions::default(),
+    )
+    .unwrap_err();
+    assert!(
+        slashed.to_string().contains("may not contain `/`"),
+        "{slashed}"
+    );
     let doubled = parse_manifest(
         "m.yaml",
         &format!("{text}---\n{text}"),
