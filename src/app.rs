@@ -648,8 +648,19 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     ));
 
     // etcd mode: list, publish at etcd's revision, then apply etcd's watch (no directory).
-    if let Some(etcd) = settings.etcd.clone() {
+    if let Some(mut etcd) = settings.etcd.clone() {
         let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
+        // ABAC lines are not kept in etcd: each replica reads them from its file, once.
+        if let Some(file) = &etcd.abac_file {
+            match load_paths(std::slice::from_ref(file), &settings.engine.policy.load) {
+                Ok(policy) => etcd.replication.abac = policy.abac,
+                Err(errors) => {
+                    let _ = stop.send(());
+                    server.await?;
+                    return Err(AppError::Policy(errors));
+                }
+            }
+        }
         // Unreadable TLS files fail at once; an etcd that does not answer yet is waited for
         // (health NOT_SERVING meanwhile): replicas may start before their etcd does.
         if let Err(error) = crate::store::etcd::EtcdClient::new(etcd.client.clone()) {

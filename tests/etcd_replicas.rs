@@ -170,6 +170,52 @@ async fn a_field_policy_written_on_one_replica_holds_on_every_replica_at_once() 
     }
 }
 
+/// ABAC lines are not kept in etcd: a replica reads them from `--authorization-policy-file`
+/// (as kube-apiserver does) and answers them beside etcd's objects; a replica without the file
+/// does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abac_lines_come_from_a_file_beside_etcd() {
+    let Some(binary) = etcd_binary() else { return };
+    let cluster = Cluster::start(binary);
+    let prefix = unique_prefix("abac");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("abac.jsonl");
+    std::fs::write(
+        &file,
+        r#"{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "ann", "namespace": "*", "resource": "pods", "apiGroup": "*", "readonly": true}}"#,
+    )
+    .unwrap();
+    let path = file.display().to_string();
+    let mut a = Replica::start(
+        &cluster,
+        &prefix,
+        "a",
+        &["--authorization-policy-file", &path],
+    )
+    .await;
+    let mut b = Replica::start(&cluster, &prefix, "b", &[]).await;
+    let ann = resource_request("ann", &[], "default", "get", "pods");
+
+    let answer = a.ask(&ann).await.unwrap();
+    assert!(answer.allowed, "{answer:?}");
+    assert!(
+        answer
+            .allowed_by
+            .iter()
+            .any(|r| r.source.contains("abac.jsonl:1")),
+        "{answer:?}"
+    );
+    assert!(!b.ask(&ann).await.unwrap().allowed);
+    // etcd's objects apply beside the lines, and a change leaves the lines in force.
+    a.apply(READER).await;
+    a.apply(&grant("frank-read", "frank")).await;
+    let frank = resource_request("frank", &[], "default", "get", "pods");
+    assert!(a.ask(&frank).await.unwrap().allowed);
+    assert!(a.ask(&ann).await.unwrap().allowed);
+    let write = resource_request("ann", &[], "default", "delete", "pods");
+    assert!(!a.ask(&write).await.unwrap().allowed, "readonly line");
+}
+
 /// Writers on different replicas at once never lose an update: each write catches up and
 /// retries on a conflict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

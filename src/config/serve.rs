@@ -135,6 +135,11 @@ pub struct EtcdArgs {
     /// etcd mode: this replica's id in the replica table (default: host name and process id).
     #[arg(long, value_name = "ID")]
     pub replica_id: Option<String>,
+
+    /// etcd mode: ABAC policy lines (a `.jsonl` file), as kube-apiserver reads ABAC from a
+    /// file beside the RBAC objects it keeps in etcd. Read once at startup, by each replica.
+    #[arg(long, value_name = "FILE")]
+    pub authorization_policy_file: Option<PathBuf>,
 }
 
 /// etcd mode, validated.
@@ -143,13 +148,26 @@ pub struct EtcdSettings {
     pub client: crate::store::etcd::EtcdConfig,
     pub prefix: String,
     pub replication: crate::store::etcd::ReplicationConfig,
+    /// `--authorization-policy-file`: ABAC lines read at startup, beside etcd's objects.
+    pub abac_file: Option<PathBuf>,
 }
 
 impl EtcdArgs {
     /// `None` without `--etcd-servers`.
     pub fn settings(self, explicit_policy: bool) -> Result<Option<EtcdSettings>, String> {
         if self.etcd_servers.is_empty() {
-            return Ok(None);
+            return match self.authorization_policy_file {
+                Some(_) => Err("--authorization-policy-file is for etcd mode: in directory mode ABAC files go in --policy".into()),
+                None => Ok(None),
+            };
+        }
+        if let Some(file) = &self.authorization_policy_file {
+            if file.extension().and_then(|e| e.to_str()) != Some("jsonl") {
+                return Err(format!(
+                    "--authorization-policy-file `{}` must be a `.jsonl` file of ABAC lines",
+                    file.display()
+                ));
+            }
         }
         if explicit_policy {
             return Err("--etcd-servers and --policy exclude each other: in etcd mode the policy is read from etcd (import files with `authzd apply -f FILE...`)".into());
@@ -188,7 +206,9 @@ impl EtcdArgs {
                 id,
                 max_staleness: self.max_staleness,
                 on_stale: self.on_stale,
+                abac: Vec::new(),
             },
+            abac_file: self.authorization_policy_file,
         }))
     }
 }
@@ -563,9 +583,29 @@ mod tests {
             &["--etcd-servers", "http://a:2379", "--policy", "policy"][..],
             &["--etcd-servers", "a:2379"][..],
             &["--etcd-servers", "http://a:2379", "--max-staleness", "10ms"][..],
+            // ABAC beside etcd comes from a `.jsonl` file, and only in etcd mode.
+            &["--authorization-policy-file", "abac.jsonl"][..],
+            &[
+                "--etcd-servers",
+                "http://a:2379",
+                "--authorization-policy-file",
+                "abac.yaml",
+            ][..],
         ] {
             assert!(settings(bad).is_err(), "{bad:?}");
         }
+        let Ok(Settings::Serve(s)) = settings(&[
+            "--etcd-servers",
+            "http://a:2379",
+            "--authorization-policy-file",
+            "/etc/authzd/abac.jsonl",
+        ]) else {
+            panic!("serve")
+        };
+        assert_eq!(
+            s.etcd.expect("etcd mode").abac_file,
+            Some(std::path::PathBuf::from("/etc/authzd/abac.jsonl"))
+        );
     }
 
     #[test]

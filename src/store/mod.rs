@@ -639,9 +639,11 @@ impl Store {
     /// etcd mode: the whole policy as relisted at `revision` (after a compaction, or etcd
     /// restored from a snapshot), published with the impact of the difference: entries the
     /// difference does not reach stay warm. A revision that went backwards is taken as it is.
-    pub async fn replace(&self, policy: PolicySet, revision: u64) {
+    /// etcd holds no ABAC lines: the ones the store was opened with are kept.
+    pub async fn replace(&self, mut policy: PolicySet, revision: u64) {
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
+        policy.abac = old.abac.clone();
         let impact = impact_of_change(&old, &policy);
         if revision < writer.revision {
             tracing::warn!(

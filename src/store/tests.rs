@@ -3,7 +3,7 @@ use std::sync::Mutex as StdMutex;
 
 use super::dir::DirectoryBackend;
 use super::*;
-use crate::policy::load::{load_paths, parse_manifest, LoadOptions};
+use crate::policy::load::{load_paths, load_sources, parse_manifest, LoadOptions};
 
 /// Records what was published, in order.
 #[derive(Default)]
@@ -595,4 +595,46 @@ fn object_kinds_parse_from_their_names() {
     for wrong in ["", "fieldpolicie", "bindings", "Policy"] {
         assert!(wrong.parse::<ObjectKind>().is_err(), "{wrong}");
     }
+}
+
+/// etcd holds no ABAC lines: a relist keeps the ones the store was opened with
+/// (`--authorization-policy-file`), and so does applying a change.
+#[tokio::test]
+async fn a_relist_keeps_the_abac_lines_the_store_was_opened_with() {
+    let abac = load_sources(
+        &[(
+            "abac.jsonl".into(),
+            r#"{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "ann", "namespace": "*", "resource": "*", "apiGroup": "*"}}"#.into(),
+        )],
+        &LoadOptions::default(),
+    )
+    .unwrap()
+    .abac;
+    assert_eq!(abac.len(), 1);
+    let policy = PolicySet {
+        abac: abac.clone(),
+        ..PolicySet::default()
+    };
+    let store = Store::open_remote(
+        policy,
+        1,
+        LoopbackSink::new(usize::MAX, 0) as Arc<dyn RemoteSink>,
+        Arc::new(Recorder::default()),
+    );
+    let objects =
+        parse_manifest("m.yaml", &binding("bob", "bob"), &LoadOptions::default()).unwrap();
+    let change = objects
+        .into_iter()
+        .map(|o| (ObjectRef::of(&o), Some(o)))
+        .collect();
+    store.apply_changes(2, change).await;
+    assert_eq!(store.policy().abac, abac);
+    assert_eq!(store.policy().bindings.len(), 1);
+    store.replace(PolicySet::default(), 3).await;
+    assert_eq!(
+        store.policy().abac,
+        abac,
+        "the relist dropped the ABAC lines"
+    );
+    assert!(store.policy().bindings.is_empty());
 }

@@ -65,6 +65,8 @@ pub struct ReplicationConfig {
     pub id: String,
     pub max_staleness: Duration,
     pub on_stale: OnStale,
+    /// ABAC lines (`--authorization-policy-file`), part of the policy beside what etcd holds.
+    pub abac: Vec<crate::policy::model::AbacRule>,
 }
 
 /// How many recent proofs are kept. An answer is fresh when a proof at most `--max-staleness`
@@ -235,7 +237,9 @@ impl Replication {
             writer: config.id.clone(),
         });
         let compiling = Instant::now();
-        let store = Store::open_remote(listing.policy, listing.revision, sink, publisher);
+        let mut policy = listing.policy;
+        policy.abac = config.abac.clone();
+        let store = Store::open_remote(policy, listing.revision, sink, publisher);
         tracing::info!(
             compile_ms = compiling.elapsed().as_millis(),
             "etcd: policy published"
