@@ -191,39 +191,41 @@ fn bad_input_exits_2_and_says_why() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let dir = tempfile::tempdir().unwrap();
-    let (old, new) = (dir.path().join("old.jsonl"), dir.path().join("new.jsonl"));
-    std::fs::write(&old, r#"{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "alice", "namespace": "*", "resource": "*", "apiGroup": "*"}}"#).unwrap();
-    std::fs::write(&new, r#"{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "bob", "namespace": "*", "resource": "*", "apiGroup": "*"}}"#).unwrap();
-    let output = Command::new(BIN)
-        .args(["diff", "--policy"])
-        .arg(&old)
-        .arg("--policy-new")
-        .arg(&new)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(stderr.contains("ABAC"), "{stderr}");
-
-    // A FieldPolicy that protects a path changes every plain allow on writes: refused too.
-    let (old, new) = (dir.path().join("old.yaml"), dir.path().join("new.yaml"));
-    std::fs::write(
-        &old,
-        "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: f}\nspec: {}\n",
-    )
-    .unwrap();
-    std::fs::write(&new, "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: f}\nspec:\n  protected: [\".data\"]\n").unwrap();
-    let output = Command::new(BIN)
-        .args(["diff", "--policy"])
-        .arg(&old)
-        .arg("--policy-new")
-        .arg(&new)
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2), "{output:?}");
-    let stderr = String::from_utf8(output.stderr).unwrap();
-    assert!(stderr.contains("protect different paths"), "{stderr}");
+    // Changes the delta does not analyse are refused, saying what they are: ABAC lines, and
+    // a FieldPolicy that protects a path (it changes every plain allow on writes).
+    let abac = |user: &str| {
+        format!(
+            r#"{{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {{"user": "{user}", "namespace": "*", "resource": "*", "apiGroup": "*"}}}}"#
+        )
+    };
+    let field_policy = |spec: &str| {
+        format!("apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {{name: f}}\nspec: {spec}\n")
+    };
+    for (extension, old, new, says) in [
+        ("jsonl", abac("alice"), abac("bob"), "ABAC"),
+        (
+            "yaml",
+            field_policy("{}"),
+            field_policy("{protected: [\".data\"]}"),
+            "protect different paths",
+        ),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let old_file = dir.path().join(format!("old.{extension}"));
+        let new_file = dir.path().join(format!("new.{extension}"));
+        std::fs::write(&old_file, old).unwrap();
+        std::fs::write(&new_file, new).unwrap();
+        let output = Command::new(BIN)
+            .args(["diff", "--policy"])
+            .arg(&old_file)
+            .arg("--policy-new")
+            .arg(&new_file)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert!(stderr.contains(says), "{stderr}");
+    }
 }
 
 /// Every file of `dir`, by name, with its bytes.

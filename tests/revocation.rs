@@ -403,10 +403,8 @@ spec:
   - {path: ".data", resources: [secrets]}
 "#;
 
-/// Protecting a path changes what plain allows grant on writes (a FieldPolicy arrives with a
-/// reload): every cached plain answer it touches is gone at once, and unprotecting grants again.
-#[tokio::test]
-async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants() {
+/// A server where dora may edit (plain allows, no fields clause) in namespace `dev`.
+async fn dora_edits_dev() -> Session {
     let edit = role_binding(
         "dev",
         "dora-edit",
@@ -414,7 +412,14 @@ async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants()
         "dev-editor",
         &[("User", "dora")],
     );
-    let mut s = Session::start(&[("roles.yaml", DEV_EDITOR), ("dora.yaml", &edit)], &[]).await;
+    Session::start(&[("roles.yaml", DEV_EDITOR), ("dora.yaml", &edit)], &[]).await
+}
+
+/// Protecting a path changes what plain allows grant on writes (a FieldPolicy arrives with a
+/// reload): every cached plain answer it touches is gone at once, and unprotecting grants again.
+#[tokio::test]
+async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants() {
+    let mut s = dora_edits_dev().await;
     let update = req("dora", &[], "dev", "update", "secrets");
     let read = req("dora", &[], "dev", "get", "secrets");
 
@@ -449,14 +454,7 @@ async fn protecting_a_path_revokes_cached_plain_writes_and_unprotecting_grants()
 /// deleting it grants again. In directory mode it is a file like any other object.
 #[tokio::test]
 async fn a_field_policy_applied_and_deleted_through_the_admin_api_takes_effect_at_once() {
-    let edit = role_binding(
-        "dev",
-        "dora-edit",
-        "Role",
-        "dev-editor",
-        &[("User", "dora")],
-    );
-    let mut s = Session::start(&[("roles.yaml", DEV_EDITOR), ("dora.yaml", &edit)], &[]).await;
+    let mut s = dora_edits_dev().await;
     let update = req("dora", &[], "dev", "update", "secrets");
 
     s.warm(&update, true).await;
