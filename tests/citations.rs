@@ -76,12 +76,13 @@ fn documents(root: &Path) -> BTreeMap<String, Vec<String>> {
         .into_iter()
         .filter(|path| path.extension().is_some_and(|ext| ext == "md"))
         .map(|path| {
+            let text = fs::read_to_string(&path).unwrap();
             let name = path
                 .strip_prefix(root)
                 .unwrap()
                 .to_string_lossy()
                 .replace('\\', "/");
-            (name, sections(&fs::read_to_string(&path).unwrap()))
+            (name, sections(&text))
         })
         .collect()
 }
