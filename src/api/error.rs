@@ -8,13 +8,28 @@ use thiserror::Error;
 
 use crate::api::limits::{MAX_BATCH, MAX_REQUEST_BYTES};
 use crate::engine::content::ContentError;
+use crate::serving::Refusal;
 use crate::store::StoreError;
 
-impl From<crate::serving::Fenced> for ApiError {
-    fn from(fenced: crate::serving::Fenced) -> Self {
-        match fenced {
-            crate::serving::Fenced::Refuse(message) => ApiError::Fenced(message),
+/// The serving core's refusals, each as the adapters refuse it.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotReady => ApiError::NotReady,
+            Refusal::RevisionNotReached { requested, current } => {
+                ApiError::RevisionNotReached { requested, current }
+            }
+            Refusal::PermissionDenied(message) => ApiError::PermissionDenied(message),
+            Refusal::Fenced(message) => ApiError::Fenced(message),
+            Refusal::Content(error) => error.into(),
         }
+    }
+}
+
+/// A refusal of the serving core as gRPC answers it.
+impl From<Refusal> for tonic::Status {
+    fn from(refusal: Refusal) -> Self {
+        ApiError::from(refusal).into()
     }
 }
 

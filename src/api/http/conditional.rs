@@ -34,13 +34,13 @@ use serde_json::{json, Map, Value};
 use super::document::{BodyError, Object};
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::grpc::{Admitted, Review};
+use crate::api::grpc::Review;
 use crate::api::limits::{ContentLimits, MAX_CONDITIONS};
-use crate::api::privilege::Privilege;
 use crate::engine::conditional::ReturnedRule;
 use crate::engine::Decision;
 use crate::proto;
 use crate::request;
+use crate::serving::{Call, Privilege};
 
 /// The review's group version, as the KEP names it.
 pub const REVIEW_API_VERSION: &str = "authorization.k8s.io/v1alpha1";
@@ -761,8 +761,8 @@ impl Review for ConditionsReviewCall {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, asked: Self::Asked) -> Result<Self::Reply> {
-        asked.evaluate(&mut |rules, request| call.finish_conditions(rules, request))
+    async fn answer(call: &Call<'_>, asked: Self::Asked) -> Result<Self::Reply> {
+        asked.evaluate(&mut |rules, request| Ok(call.finish_conditions(rules, request)?))
     }
 }
 

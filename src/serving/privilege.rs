@@ -1,16 +1,17 @@
 //! What a caller must be allowed to call each RPC (docs/spec/SPEC.md §3, "Review flavours").
 //!
 //! [`Privilege`] states what an RPC needs; [`Gate`] checks it through the policy itself.
-//! Every adapter (gRPC, HTTP, Envoy ext_authz) asks the same gate, so the same policy
-//! decides who may ask. Who the caller is comes first, from [`crate::api::authn`].
+//! Admission ([`super::admission`]) asks the gate for every call, whichever adapter received
+//! it, so the same policy decides who may ask. Who the caller is comes first, from the
+//! adapters' authentication.
 
 use std::cell::RefCell;
 use std::sync::{Arc, Weak};
 
-use crate::api::error::{ApiError, Result};
+use super::refusal::Refusal;
+use super::{ServingState, Snapshot};
 use crate::engine::{Authorize as _, Engine};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
-use crate::serving::{ServingState, Snapshot};
 use crate::store::ObjectKind;
 
 pub const AUTHORIZATION_GROUP: &str = "authorization.k8s.io";
@@ -199,7 +200,7 @@ impl<'a> Privilege<'a> {
     }
 }
 
-/// The privilege check every adapter shares (gRPC, HTTP, Envoy ext_authz): is `caller` allowed
+/// The privilege check every admission makes: is `caller` allowed
 /// a [`Privilege`] by the policy of `snapshot` — the same chain, super-users included, that
 /// answers the request itself, so the privilege is granted and revoked like any permission.
 ///
@@ -216,7 +217,7 @@ pub struct Gate<'a> {
 
 impl Gate<'_> {
     /// `Ok` when allowed; `PERMISSION_DENIED` saying what was needed otherwise.
-    pub fn admit(&self, caller: &Arc<UserInfo>, privilege: Privilege<'_>) -> Result<()> {
+    pub fn admit(&self, caller: &Arc<UserInfo>, privilege: Privilege<'_>) -> Result<(), Refusal> {
         // The memo first: building the action allocates each of its strings.
         if admitted_before(self.snapshot, caller, privilege) {
             return Ok(());
@@ -237,7 +238,7 @@ impl Gate<'_> {
             Ok(())
         } else {
             tracing::debug!(caller = %caller.name, ?privilege, "privilege refused");
-            Err(ApiError::PermissionDenied(privilege.refusal(caller)))
+            Err(Refusal::PermissionDenied(privilege.refusal(caller)))
         }
     }
 }
@@ -251,7 +252,7 @@ impl Gate<'_> {
         caller: &Arc<UserInfo>,
         action: Action,
         refusal: impl FnOnce() -> String,
-    ) -> Result<()> {
+    ) -> Result<(), Refusal> {
         let request = Request {
             user: UserInfo::clone(caller),
             action,
@@ -263,7 +264,7 @@ impl Gate<'_> {
         if decided.response.allowed() {
             Ok(())
         } else {
-            Err(ApiError::PermissionDenied(refusal()))
+            Err(Refusal::PermissionDenied(refusal()))
         }
     }
 }
@@ -280,7 +281,7 @@ impl Gate<'_> {
 /// Refusals are not remembered: they take the full path and are explained.
 struct AdmittedPrivilege {
     snapshot: Weak<Snapshot>,
-    /// Callers are shared identities (see [`Authenticator`](crate::api::authn::Authenticator)), so a repeat is usually the very
+    /// Callers are shared identities (the authenticators hand them out as `Arc`s), so a repeat is usually the very
     /// same `Arc`, told by its address before its value is compared.
     caller: Arc<UserInfo>,
     privilege: Privilege<'static>,
