@@ -92,10 +92,12 @@ fn check(
     Ok(matches!(answer, Returned::Conditional(_)))
 }
 
-/// Property 1 on the webhook's KEP-5681 shapes: the conditions as a `conditionSetChain`,
-/// sent back in an `AuthorizationConditionsReview` with the objects, evaluate to the decision
-/// Authorize gives with them. Content with no KEP form is skipped: changed paths, and selectors
-/// on a non-resource request (a SubjectAccessReview's `nonResourceAttributes` carry none).
+/// Property 1 on the webhook's KEP-5681 shapes: the conditions as a chain of condition sets
+/// (`engine::condition_sets`), sent back with the objects, evaluate to the decision Authorize
+/// gives with them. Content with no KEP form is skipped: changed paths, and selectors on a
+/// non-resource request (a SubjectAccessReview's `nonResourceAttributes` carry none). The
+/// sets' JSON, both ways, is the webhook adapter's and is tested there and end to end
+/// (`tests/kep5681.rs`).
 fn kep_chain_finishes_as_authorize(
     engine: &Engine,
     request: &Request,
@@ -103,7 +105,7 @@ fn kep_chain_finishes_as_authorize(
     content: &Option<Content>,
     full: &Response,
 ) -> Result<(), TestCaseError> {
-    use authzd::api::http::conditional::{answer_review, condition_set_chain};
+    use authzd::engine::condition_sets::{condition_sets, ConditionChain};
     let Some(content) = content else {
         return Ok(());
     };
@@ -113,72 +115,20 @@ fn kep_chain_finishes_as_authorize(
     {
         return Ok(());
     }
-    let wire: Vec<_> = conditions
-        .iter()
-        .map(authzd::api::convert::condition)
-        .collect();
-    // The request's selectors travel in its attributes, as KEP-4601 writes them.
-    let selector = |requirements: &[authzd::request::SelectorRequirement]| {
-        let requirements: Vec<_> = requirements
-            .iter()
-            .map(|r| {
-                serde_json::json!({
-                    "key": r.key, "operator": r.operator.as_str(), "values": r.values,
-                })
-            })
-            .collect();
-        (!requirements.is_empty()).then(|| serde_json::json!({"requirements": requirements}))
-    };
-    let attributes = match &request.action {
-        Action::Resource(r) => serde_json::json!({"resourceAttributes": {
-            "namespace": r.namespace, "verb": r.verb, "group": r.group, "version": r.version,
-            "resource": r.resource, "subresource": r.subresource, "name": r.name,
-            "fieldSelector": selector(&content.field_selector),
-            "labelSelector": selector(&content.label_selector),
-        }}),
-        Action::NonResource(n) => serde_json::json!({"nonResourceAttributes": {
-            "path": n.path, "verb": n.verb,
-        }}),
-    };
-    let mut context = attributes;
-    context["user"] = serde_json::json!(request.user.name);
-    context["groups"] = serde_json::json!(request.user.groups);
-    let chain = condition_set_chain(&wire, &context);
-    let json = |bytes: &Option<Vec<u8>>| match bytes {
-        Some(b) => serde_json::from_slice::<serde_json::Value>(b).unwrap_or_default(),
-        None => serde_json::Value::Null,
-    };
-    let review = serde_json::json!({
-        "apiVersion": "authorization.k8s.io/v1alpha1",
-        "kind": "AuthorizationConditionsReview",
-        "request": {
-            "conditionSetChain": chain,
-            "object": json(&content.object),
-            "oldObject": json(&content.old_object),
-        },
-    });
-    let answer = answer_review(
-        review,
-        &authzd::api::limits::ContentLimits::default(),
-        &mut |rules, with| {
-            evaluate(rules, with, engine.diff()).map_err(authzd::api::error::ApiError::from)
-        },
-    )
-    .map_err(|e| TestCaseError::fail(format!("the review was refused: {e:?}")))?;
-    let response = &answer["response"];
-    let decision = match (response["allowed"].as_bool(), response["denied"].as_bool()) {
-        (Some(true), _) => Decision::Allow,
-        (_, Some(true)) => Decision::Deny,
-        _ => Decision::NoOpinion,
-    };
+    let sets = condition_sets(conditions);
+    let chain = ConditionChain::of_written(&sets, conditions, request, content)
+        .map_err(|e| TestCaseError::fail(format!("the chain was refused: {e:?}")))?;
+    let verdict = chain
+        .evaluate(&mut |rules, with| evaluate(rules, with, engine.diff()))
+        .map_err(|e| TestCaseError::fail(format!("the chain was refused: {e:?}")))?;
     prop_assert_eq!(
-        decision,
+        verdict.decision,
         full.decision,
-        "{:?} with {:?}: chain {} answered {}",
+        "{:?} with {:?}: chain {:?} answered {:?}",
         request,
         content,
-        chain,
-        response
+        sets,
+        verdict
     );
     Ok(())
 }

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 /// one floor never name each other.
 const FLOORS: &[(&str, &[&str])] = &[
     ("the question", &["request", "counter"]),
-    ("policy", &["policy"]),
+    ("policy and the Kubernetes objects", &["policy", "kube"]),
     ("engine", &["engine"]),
     (
         "cache, store and their instruments",
@@ -148,7 +148,8 @@ fn every_module_names_only_the_floors_below_it() {
 #[test]
 fn the_question_and_the_policy_name_no_higher_module() {
     let src = src();
-    let mut files = vec![src.join("request.rs")];
+    let mut files = Vec::new();
+    rust_files(&src.join("request"), &mut files);
     rust_files(&src.join("policy"), &mut files);
     for path in files {
         // Tests included: not even a fixture of policy may reach up.
@@ -193,4 +194,225 @@ fn an_arrow_up_is_found() {
         Some("api")
     );
     assert_eq!(module_of(Path::new("lib.rs")), None);
+}
+
+/// The module path of a file of `src/` (`api/http/mod.rs` -> `api::http`, `serving.rs` ->
+/// `serving`), `None` for the crate root and the binaries.
+fn module_path(relative: &Path) -> Option<Vec<String>> {
+    let mut parts: Vec<String> = relative
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string()
+        })
+        .collect();
+    if parts
+        .first()
+        .is_some_and(|p| p == "lib" || p == "main" || p == "bin")
+    {
+        return None;
+    }
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    Some(parts)
+}
+
+/// Every module path the code names: `crate::a::b::c` and `super::x::y` (resolved against
+/// `module`), as long as the path goes, with `{a, b::c}` groups expanded one level.
+fn named_paths(code: &str, module: &[String]) -> Vec<Vec<String>> {
+    fn segment(s: &str) -> &str {
+        let end = s
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+            .unwrap_or(s.len());
+        &s[..end]
+    }
+    /// The path in `rest` after `base`, and the paths of a group that follows it.
+    fn walk(mut base: Vec<String>, mut rest: &str, out: &mut Vec<Vec<String>>) {
+        loop {
+            if let Some(group) = rest.strip_prefix('{') {
+                let group = &group[..group.find('}').unwrap_or(group.len())];
+                for item in group.split(',') {
+                    walk(base.clone(), item.trim(), out);
+                }
+                return;
+            }
+            let name = segment(rest);
+            if name.is_empty() || name == "self" {
+                break;
+            }
+            rest = &rest[name.len()..];
+            base.push(name.to_string());
+            match rest.strip_prefix("::") {
+                Some(more) => rest = more,
+                None => break,
+            }
+        }
+        out.push(base);
+    }
+    let mut named = Vec::new();
+    for line in code.lines() {
+        for (at, _) in line.match_indices("crate::") {
+            walk(Vec::new(), &line[at + "crate::".len()..], &mut named);
+        }
+        for (at, _) in line.match_indices("super::") {
+            // Only a path's first `super`, with every `super` that follows it.
+            if line[..at].ends_with("super::") {
+                continue;
+            }
+            let mut base: Vec<String> = module.to_vec();
+            let mut rest = &line[at..];
+            while let Some(more) = rest.strip_prefix("super::") {
+                base.pop();
+                rest = more;
+            }
+            walk(base, rest, &mut named);
+        }
+    }
+    named
+}
+
+/// No circle between files: a file whose code names another (through `crate::` or `super::`,
+/// in a `use` or inline) is never named back, directly or through others. A module and its
+/// own submodules are one unit (a parent declares, re-exports and serves its children, who
+/// use what it holds), so arrows between them are not counted; between any other two files
+/// they are. Comments are not code here: a doc link to a neighbour explains, it does not
+/// depend.
+#[test]
+fn no_file_imports_in_a_circle() {
+    let src = src();
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    files.sort();
+    let modules: Vec<(PathBuf, Vec<String>)> = files
+        .iter()
+        .filter_map(|path| {
+            let relative = path.strip_prefix(&src).unwrap();
+            module_path(relative).map(|m| (relative.to_path_buf(), m))
+        })
+        .collect();
+    let index_of = |path: &[String]| -> Option<usize> {
+        // The longest prefix of the path that is a file's module.
+        (1..=path.len())
+            .rev()
+            .find_map(|n| modules.iter().position(|(_, m)| m.as_slice() == &path[..n]))
+    };
+    let related = |a: &[String], b: &[String]| a.starts_with(b) || b.starts_with(a);
+    let mut edges: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); modules.len()];
+    for (from, (relative, module)) in modules.iter().enumerate() {
+        let code: String = serving_code(&src.join(relative))
+            .lines()
+            .map(|line| line.split("//").next().unwrap_or_default())
+            .collect::<Vec<_>>()
+            .join("\n");
+        for path in named_paths(&code, module) {
+            if let Some(to) = index_of(&path) {
+                if to != from && !related(module, &modules[to].1) {
+                    edges[from].insert(to);
+                }
+            }
+        }
+    }
+    // Tarjan's strongly connected components: any with two files or more is a circle.
+    struct Tarjan<'e> {
+        edges: &'e [BTreeSet<usize>],
+        index: Vec<Option<usize>>,
+        low: Vec<usize>,
+        on_stack: Vec<bool>,
+        stack: Vec<usize>,
+        next: usize,
+        circles: Vec<Vec<usize>>,
+    }
+    impl Tarjan<'_> {
+        fn visit(&mut self, v: usize) {
+            self.index[v] = Some(self.next);
+            self.low[v] = self.next;
+            self.next += 1;
+            self.stack.push(v);
+            self.on_stack[v] = true;
+            for &w in self.edges[v].clone().iter() {
+                match self.index[w] {
+                    None => {
+                        self.visit(w);
+                        self.low[v] = self.low[v].min(self.low[w]);
+                    }
+                    Some(i) if self.on_stack[w] => self.low[v] = self.low[v].min(i),
+                    Some(_) => {}
+                }
+            }
+            if Some(self.low[v]) == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack[w] = false;
+                    component.push(w);
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    self.circles.push(component);
+                }
+            }
+        }
+    }
+    let mut tarjan = Tarjan {
+        edges: &edges,
+        index: vec![None; modules.len()],
+        low: vec![0; modules.len()],
+        on_stack: vec![false; modules.len()],
+        stack: Vec::new(),
+        next: 0,
+        circles: Vec::new(),
+    };
+    for v in 0..modules.len() {
+        if tarjan.index[v].is_none() {
+            tarjan.visit(v);
+        }
+    }
+    let circles: Vec<String> = tarjan
+        .circles
+        .iter()
+        .map(|c| {
+            c.iter()
+                .map(|&i| modules[i].0.display().to_string())
+                .collect::<Vec<_>>()
+                .join(" <-> ")
+        })
+        .collect();
+    assert!(
+        modules.len() > 100 && edges.iter().map(BTreeSet::len).sum::<usize>() > 200,
+        "the scan found too few files or arrows to be looking"
+    );
+    assert!(
+        circles.is_empty(),
+        "files in a circle:\n{}",
+        circles.join("\n")
+    );
+}
+
+/// The circle finder itself: paths resolve against the file's module, and `super::super`
+/// climbs twice.
+#[test]
+fn named_paths_resolve_crate_and_super() {
+    let module = vec!["api".to_string(), "http".to_string(), "reviews".to_string()];
+    let named = named_paths(
+        "use super::conditional::x;\nuse super::super::grpc::Review;\nuse crate::serving::{Call, call::Question};",
+        &module,
+    );
+    let path = |parts: &[&str]| parts.iter().map(|p| p.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        named,
+        vec![
+            path(&["api", "http", "conditional", "x"]),
+            path(&["api", "grpc", "Review"]),
+            path(&["serving", "Call"]),
+            path(&["serving", "call", "Question"]),
+        ]
+    );
+    assert_eq!(
+        module_path(Path::new("api/http/mod.rs")),
+        Some(vec!["api".to_string(), "http".to_string()])
+    );
 }

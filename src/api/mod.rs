@@ -10,7 +10,6 @@
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`authn`]: who the caller is (certificate, bearer token, local identity; the listener rule);
 //! * [`limits`]: every input limit;
-//! * [`selector`]: raw KEP-4601 field and label selectors parsed into requirements;
 //! * [`shed`]: load shedding and the request timeout, as a tower layer.
 
 pub mod admin;
@@ -23,6 +22,5 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod limits;
-pub mod selector;
 pub mod shed;
 pub mod wire;

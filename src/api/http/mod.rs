@@ -13,6 +13,7 @@ pub mod conditional;
 mod discovery;
 mod document;
 mod kube_protobuf;
+mod kube_review;
 mod reviews;
 mod self_reviews;
 mod status;

@@ -4,8 +4,9 @@
 //! k8s.io/apimachinery/pkg/fields/selector.go reads it. A requirement comes out as KEP-4601's
 //! requirements do: `k=v` and `k==v` are `In [v]`, `k!=v` is `NotIn [v]`.
 //!
-//! Only the syntax is checked here; bounds (requirement and value counts, lengths) are
-//! `api::convert`'s, applied alike to parsed and to explicit requirements. Parsing is one pass
+//! Only the syntax is checked here; bounds (requirement and value counts, lengths) are the
+//! adapters' (the API's conversion, the test file loader), applied alike to parsed and to
+//! explicit requirements. Parsing is one pass
 //! over the text, and the text is bounded before it gets here.
 
 use std::fmt;

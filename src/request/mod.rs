@@ -8,6 +8,8 @@
 //! the decision cache builds its key from it, so a field added to a request and forgotten in
 //! the key cannot happen in two files.
 
+pub mod selector;
+
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
