@@ -31,7 +31,7 @@ use authzd::policy::model::{
 };
 use authzd::request::Request;
 use authzd::serving::ServingState;
-use authzd::store::{CommitError, ObjectRef, Publisher, RemoteSink, Store};
+use authzd::store::{FeedOnly, ObjectRef, Publisher, Store};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
 
@@ -255,21 +255,6 @@ fn or_exit<T>(value: Option<T>, what: &str) -> T {
     })
 }
 
-/// The applier is fed directly: nothing is committed.
-struct NoSink;
-
-#[tonic::async_trait]
-impl RemoteSink for NoSink {
-    async fn commit(
-        &self,
-        _: u64,
-        _: &[PolicyObject],
-        _: &[ObjectRef],
-    ) -> Result<u64, CommitError> {
-        Err(CommitError::Refused("benchmark".into()))
-    }
-}
-
 fn applier(c: &mut Criterion) {
     let shape = Shape::with_bindings(SIZE);
     let policy = synth::policy(&shape, 42);
@@ -281,10 +266,10 @@ fn applier(c: &mut Criterion) {
         EngineConfig::default(),
         CacheConfig::default(),
     ));
-    let store = Store::open_remote(
+    let store = Store::open(
+        Arc::new(FeedOnly),
         policy.clone(),
         1,
-        Arc::new(NoSink),
         Arc::clone(&serving) as Arc<dyn Publisher>,
     );
     let binding = PolicyObject::Binding(user_binding(

@@ -748,12 +748,11 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
     let opened = tokio::task::spawn_blocking(move || {
         let backend = DirectoryBackend::new(policy.paths, policy.load);
-        Store::open(Box::new(backend), publisher)
+        Store::open_directory(backend, publisher)
     })
     .await?;
     let _reloader = match opened {
         Ok(store) => {
-            let store = Arc::new(store);
             let _ = store_cell.set(Arc::clone(&store));
             let watched: &[std::path::PathBuf] = if settings.watch {
                 &settings.engine.policy.paths

@@ -452,7 +452,7 @@ mod store_tests {
         let config = EngineConfig::default();
         let state = Arc::new(ServingState::new(config.clone(), CacheConfig::default()));
         let backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
-        let store = Store::open(Box::new(backend), state.clone()).unwrap();
+        let store = Store::open_directory(backend, state.clone()).unwrap();
 
         let users = ["jane", "dave", "alice", "Hubert", "Edgar", "bob", "zed"];
         let check = |store: &Store| {

@@ -18,7 +18,7 @@ use authzd::policy::delta::ChangedObject;
 use authzd::policy::impact::{impact_of_change, impact_of_objects, Impact};
 use authzd::policy::load::{parse_manifest, LoadOptions};
 use authzd::policy::model::{Binding, PolicyObject, PolicySet, Role};
-use authzd::store::{ChangeCause, CommitError, ObjectRef, Publisher, RemoteSink, Store};
+use authzd::store::{ChangeCause, FeedOnly, ObjectRef, Publisher, Store};
 use common::*;
 use proptest::prelude::*;
 use proptest::sample::Index;
@@ -42,21 +42,6 @@ impl Publisher for Recorder {
             .lock()
             .unwrap()
             .push((policy.clone(), impact.clone()));
-    }
-}
-
-/// This test feeds the watch side only.
-struct NoSink;
-
-#[tonic::async_trait]
-impl RemoteSink for NoSink {
-    async fn commit(
-        &self,
-        _: u64,
-        _: &[PolicyObject],
-        _: &[ObjectRef],
-    ) -> Result<u64, CommitError> {
-        Err(CommitError::Refused("not in this test".into()))
     }
 }
 
@@ -157,10 +142,10 @@ fn run(initial: PolicySet, steps: Vec<Step>) -> Result<(), TestCaseError> {
     runtime.block_on(async move {
         let mut model = objects_of(&initial);
         let recorder = Arc::new(Recorder::default());
-        let store = Store::open_remote(
+        let store = Store::open(
+            Arc::new(FeedOnly),
             policy_of(&model),
             1,
-            Arc::new(NoSink),
             Arc::clone(&recorder) as Arc<dyn Publisher>,
         );
         let mut revision = 1;
