@@ -9,17 +9,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 
+use crate::support::generators::*;
 use authzd::policy::delta::ChangedObject;
 use authzd::policy::impact::{impact_of_change, impact_of_objects, Impact};
 use authzd::policy::load::{parse_manifest, LoadOptions};
 use authzd::policy::model::{Binding, PolicyObject, PolicySet, Role};
 use authzd::store::{ChangeCause, CommitError, ObjectRef, Publisher, RemoteSink, Store};
-use common::*;
 use proptest::prelude::*;
 use proptest::sample::Index;
 

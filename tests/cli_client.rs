@@ -4,7 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -15,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use grpc_harness::{run_bin, run_with_timeout, sample_policy, Server, BIN};
+use crate::support::server::{run_bin, run_with_timeout, sample_policy, Server, BIN};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 

@@ -3,14 +3,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::ffi::OsStr;
 use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use grpc_harness::{run_bin, sample_policy};
+use crate::support::server::{run_bin, sample_policy};
 
 fn authzd(policy: &Path, args: &[&str]) -> Output {
     let mut all: Vec<&OsStr> = args.iter().map(OsStr::new).collect();

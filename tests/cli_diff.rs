@@ -7,7 +7,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -247,7 +248,7 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
 /// leaves the server as it was: same revision, same answers, the policy directory byte for byte.
 #[tokio::test]
 async fn apply_dry_run_shows_the_delta_diff_shows_and_changes_nothing() {
-    use grpc_harness::{run_bin, Server};
+    use crate::support::server::{run_bin, Server};
     use std::ffi::OsStr;
     let timeout = std::time::Duration::from_secs(60);
     for name in ["add", "rm", "neg", "deny", "agg"] {

@@ -10,14 +10,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, PYTHON_JUNIT};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use grpc_harness::{run_bin, run_with_timeout, sample_policy};
+use crate::support::server::{run_bin, run_with_timeout, sample_policy};
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -296,28 +298,6 @@ fn the_command_line_overrides_the_files_policy_and_chain() {
     assert_eq!(out.status.code(), Some(2), "{}", both(&out));
 }
 
-const JUNIT_MODULE: &str = "import junitparser";
-
-fn python() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("AUTHZD_E2E_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => repo().join(".e2e-venv/bin/python"),
-    };
-    let usable = Command::new(&candidate)
-        .args(["-c", JUNIT_MODULE])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no Python with junitparser at {} (run scripts/test.sh, or set AUTHZD_E2E_PYTHON)",
-            candidate.display()
-        ))
-    }
-}
-
 /// Reads a JUnit file with junitparser and prints what it understood, as JSON.
 const READ_JUNIT: &str = r#"
 import json, sys
@@ -339,13 +319,8 @@ print(json.dumps({"tests": xml.tests, "failures": xml.failures, "errors": xml.er
 
 #[test]
 fn junit_output_is_read_back_by_a_junit_parser() {
-    let python = match python() {
-        Ok(python) => python,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED junit_output_is_read_back_by_a_junit_parser: {why}");
-            return;
-        }
+    let Some(python) = tool_or_skip(&PYTHON_JUNIT) else {
+        return;
     };
     let dir = tempfile::tempdir().unwrap();
     let broken = edited_example(

@@ -12,15 +12,16 @@
 //! 10,000 cases per run (`PROPTEST_CASES`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::generators::*;
 use authzd::engine::conditional::{conditional_subjects, evaluate, returned, Returned};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig, Mode, Response};
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
 use authzd::request::{Action, Content, Request, UserInfo};
-use common::*;
 use proptest::prelude::*;
 use proptest::sample::select;
 

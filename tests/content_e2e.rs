@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 
+use crate::support::server::{post_json as post, Server};
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -16,7 +18,6 @@ use authzd::proto::{
     Action, AuthorizeRequest, AuthorizeResponse, Content, Decision, FieldSelectorAttributes,
     GetAllowedSubjectsRequest, ResourceAttributes, SubjectAccessReviewRequest, UserInfo,
 };
-use grpc_harness::{post_json as post, Server};
 use serde_json::{json, Value};
 use tonic::Code;
 

@@ -13,13 +13,14 @@
 //! both engines some 40 requests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::generators::*;
 use authzd::engine::delta::{access_delta, Delta, Row};
 use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::model::PolicySet;
 use authzd::request::{Action, Request, UserInfo};
-use common::*;
 use proptest::prelude::*;
 
 fn allowed(engine: &Engine, request: &Request) -> bool {

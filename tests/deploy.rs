@@ -3,14 +3,15 @@
 //! the shipped policy grants the callers the manifests configure the privileges they need.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, BIN};
+use crate::support::server::{run_with_timeout, BIN};
 use serde_json::Value;
 
 fn deploy_dir() -> PathBuf {

@@ -9,10 +9,12 @@
 //! allowed when asking alone, every listed group is allowed for an unbound member, no unlisted
 //! subject is allowed that way, and the denied lists are exactly the explicit denies.
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 
+use crate::support::generators::*;
 use authzd::engine::content::finish;
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::Decided;
@@ -23,7 +25,6 @@ use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
 };
 use authzd::request::{Action, Content, Request, ResourceAttributes, UserInfo};
-use common::*;
 use proptest::prelude::*;
 
 fn request(user: UserInfo, action: &Action) -> Request {

@@ -4,7 +4,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -12,9 +13,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::server::{role_binding, Server, POD_READER};
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{ApplyRequest, GetRequest, ListRequest, ObjectRef, StatusRequest};
-use grpc_harness::{role_binding, Server, POD_READER};
 use tokio::sync::Notify;
 
 const NAMESPACE: &str = "dur";

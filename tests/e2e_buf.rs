@@ -7,37 +7,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, BUF};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, sample_policy, Server};
+use crate::support::server::{run_with_timeout, sample_policy, Server};
 use serde_json::Value;
-
-fn buf() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("AUTHZD_E2E_BUF") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/.e2e-node/node_modules/.bin/buf"
-        )),
-    };
-    let works = Command::new(&candidate)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if works {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no buf at {} (run scripts/test.sh, or set AUTHZD_E2E_BUF)",
-            candidate.display()
-        ))
-    }
-}
 
 /// `buf curl` over plaintext HTTP/2 (gRPC protocol, schema from reflection); stdout.
 fn curl(buf: &PathBuf, server: &Server, extra: &[&str]) -> String {
@@ -65,13 +44,8 @@ fn call(buf: &PathBuf, server: &Server, method: &str, body: &str) -> Value {
 
 #[tokio::test]
 async fn buf_curl_lists_and_calls_through_reflection() {
-    let buf = match buf() {
-        Ok(buf) => buf,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED buf_curl_lists_and_calls_through_reflection: {why}");
-            return;
-        }
+    let Some(buf) = tool_or_skip(&BUF) else {
+        return;
     };
     let policy = sample_policy();
     let server = Server::start_serving(

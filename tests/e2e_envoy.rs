@@ -7,8 +7,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, ENVOY};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -16,9 +18,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::server::{write_policy, Server};
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{DeleteRequest, ObjectRef};
-use grpc_harness::{write_policy, Server};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -43,26 +45,6 @@ roleRef:
   name: hello
   apiGroup: rbac.authorization.k8s.io
 "#;
-
-fn envoy_binary() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("AUTHZD_E2E_ENVOY") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.e2e-venv/bin/envoy")),
-    };
-    let works = Command::new(&candidate)
-        .arg("--version")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if works {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no Envoy at {} (run scripts/test.sh, or set AUTHZD_E2E_ENVOY)",
-            candidate.display()
-        ))
-    }
-}
 
 /// The upstream application: answers every request 200 with `upstream saw PATH`, counting hits.
 async fn start_upstream(hits: Arc<AtomicUsize>) -> u16 {
@@ -276,13 +258,8 @@ async fn start_envoy(
 
 #[tokio::test]
 async fn envoy_asks_authzd_and_revocation_takes_effect() {
-    let binary = match envoy_binary() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED envoy_asks_authzd_and_revocation_takes_effect: {why}");
-            return;
-        }
+    let Some(binary) = tool_or_skip(&ENVOY) else {
+        return;
     };
     let policy = tempfile::tempdir().unwrap();
     write_policy(policy.path());
@@ -365,13 +342,8 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web-conf
 /// `--envoy-body-as-object`, a POST's body is the object a content rule reads.
 #[tokio::test]
 async fn envoy_sends_the_body_and_content_rules_read_it() {
-    let binary = match envoy_binary() {
-        Ok(binary) => binary,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED envoy_sends_the_body_and_content_rules_read_it: {why}");
-            return;
-        }
+    let Some(binary) = tool_or_skip(&ENVOY) else {
+        return;
     };
     let policy = tempfile::tempdir().unwrap();
     std::fs::write(policy.path().join("web.yaml"), WEB_CONFIGMAPS).unwrap();

@@ -7,13 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, sample_policy, Server};
+use crate::support::server::{run_with_timeout, sample_policy, Server};
 use serde_json::Value;
 
 struct Kubectl {
@@ -83,9 +85,7 @@ fn local_review(namespace: &str, group: &str, resource: &str) -> String {
 
 #[tokio::test]
 async fn kubectl_create_raw_reviews_answer_as_the_policy_says() {
-    let Some(binary) =
-        grpc_harness::kubectl_or_skip("kubectl_create_raw_reviews_answer_as_the_policy_says")
-    else {
+    let Some(binary) = tool_or_skip(&KUBECTL) else {
         return;
     };
     let policy = sample_policy();

@@ -11,18 +11,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
+use crate::support::server::{run_with_timeout, Server};
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::{
     Action, NonResourceAttributes, ResourceAttributes, SubjectAccessReviewRequest,
 };
-use grpc_harness::{run_with_timeout, Server};
 
 /// * group `devs` reads pods (and their logs) everywhere and may `get /healthz`;
 /// * alice edits everything in `dev` except secrets (negation), but may read the secret
@@ -275,9 +277,7 @@ const AS_ALICE: [&str; 6] = [
 /// the server's own SubjectAccessReview; --list and whoami answer for alice.
 #[tokio::test]
 async fn kubectl_auth_can_i_list_and_whoami_answer_as_authorize_does() {
-    let Some(binary) = grpc_harness::kubectl_or_skip(
-        "kubectl_auth_can_i_list_and_whoami_answer_as_authorize_does",
-    ) else {
+    let Some(binary) = tool_or_skip(&KUBECTL) else {
         return;
     };
     let dir = policy_and_tokens();
@@ -379,7 +379,7 @@ fn whoami(kubectl: &Kubectl, args: &[&str]) -> serde_json::Value {
 /// kubeconfig and sends its bearer token.
 #[tokio::test]
 async fn kubectl_over_tls_with_a_bearer_token() {
-    let Some(binary) = grpc_harness::kubectl_or_skip("kubectl_over_tls_with_a_bearer_token") else {
+    let Some(binary) = tool_or_skip(&KUBECTL) else {
         return;
     };
     let dir = policy_and_tokens();

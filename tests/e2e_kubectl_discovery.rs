@@ -14,13 +14,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::PathBuf;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, sample_policy, Server};
+use crate::support::server::{run_with_timeout, sample_policy, Server};
 
 /// Resources only the policy names: kubectl can resolve them through discovery alone.
 const WIDGETS: &str = "\
@@ -170,9 +172,7 @@ fn api_resources(stdout: &str) -> Vec<(String, String)> {
 
 #[tokio::test]
 async fn kubectl_maps_resources_to_groups_through_discovery() {
-    let Some(binary) =
-        grpc_harness::kubectl_or_skip("kubectl_maps_resources_to_groups_through_discovery")
-    else {
+    let Some(binary) = tool_or_skip(&KUBECTL) else {
         return;
     };
     let policy = sample_policy();

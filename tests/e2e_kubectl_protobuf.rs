@@ -11,13 +11,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, sample_policy, Server};
+use crate::support::server::{run_with_timeout, sample_policy, Server};
 
 /// What `kubectl auth can-i ARGS -v=8` printed: its exit code, stdout, and its log.
 fn can_i(binary: &PathBuf, server: &str, args: &[&str]) -> (Option<i32>, String, String) {
@@ -40,8 +42,7 @@ fn can_i(binary: &PathBuf, server: &str, args: &[&str]) -> (Option<i32>, String,
 
 #[tokio::test]
 async fn kubectl_auth_can_i_reads_protobuf_answers() {
-    let Some(binary) = grpc_harness::kubectl_or_skip("kubectl_auth_can_i_reads_protobuf_answers")
-    else {
+    let Some(binary) = tool_or_skip(&KUBECTL) else {
         return;
     };
     let policy = sample_policy();

@@ -7,46 +7,19 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
-use std::path::PathBuf;
+use crate::support::tools::{tool_or_skip, PYTHON_GRPC};
 use std::process::Command;
 use std::time::Duration;
 
-use grpc_harness::{run_with_timeout, sample_policy, Server};
-
-const MODULES: &str = "import grpc, grpc_reflection, google.protobuf";
-
-fn python() -> Result<PathBuf, String> {
-    let candidate = match std::env::var_os("AUTHZD_E2E_PYTHON") {
-        Some(path) => PathBuf::from(path),
-        None => PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/.e2e-venv/bin/python")),
-    };
-    let usable = Command::new(&candidate)
-        .args(["-c", MODULES])
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        Ok(candidate)
-    } else {
-        Err(format!(
-            "no Python with grpcio/grpcio-reflection/protobuf at {} (run scripts/test.sh, or set \
-             AUTHZD_E2E_PYTHON)",
-            candidate.display()
-        ))
-    }
-}
+use crate::support::server::{run_with_timeout, sample_policy, Server};
 
 #[tokio::test]
 async fn python_client_uses_only_reflection() {
-    let python = match python() {
-        Ok(python) => python,
-        Err(why) if std::env::var("CI").as_deref() == Ok("true") => panic!("{why}"),
-        Err(why) => {
-            eprintln!("SKIPPED python_client_uses_only_reflection: {why}");
-            return;
-        }
+    let Some(python) = tool_or_skip(&PYTHON_GRPC) else {
+        return;
     };
     let policy = sample_policy();
     // A rule over object content (issue 16), which the client exercises with `content`.

@@ -3,16 +3,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::HashMap;
 
+use crate::support::server::{write_policy, Server};
 use envoy_types::pb::envoy::config::core::v3::{HeaderMap, HeaderValue};
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::{HttpRequest, Peer, Request};
 use envoy_types::pb::envoy::service::auth::v3::authorization_client::AuthorizationClient;
 use envoy_types::pb::envoy::service::auth::v3::check_response::HttpResponse;
 use envoy_types::pb::envoy::service::auth::v3::{AttributeContext, CheckRequest, CheckResponse};
-use grpc_harness::{write_policy, Server};
 use tonic::transport::Channel;
 
 /// The sample policy plus non-resource grants: `/hello` for alice and group `greeters`, and
@@ -415,7 +416,7 @@ async fn path_templates_map_to_resource_attributes() {
 #[tokio::test]
 async fn bad_templates_stop_the_server_with_a_usage_error() {
     let policy = policy();
-    let output = grpc_harness::run_bin(
+    let output = crate::support::server::run_bin(
         &[
             "serve".as_ref(),
             "--policy".as_ref(),

@@ -7,15 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod etcd_harness;
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::ffi::OsStr;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use etcd_harness::{etcd_binary, unique_prefix, Cluster, Replica};
-use grpc_harness::{post_json, run_bin, Server, RBAC_YAML};
+use crate::support::etcd::{etcd_binary, unique_prefix, Cluster, Replica};
+use crate::support::server::{post_json, run_bin, Server, RBAC_YAML};
 use serde_json::{json, Value};
 
 /// One replica in etcd mode, fenced 1 s after its last proof of freshness.
@@ -138,7 +138,11 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
     let grant = dir.path().join("frank.yaml");
     std::fs::write(
         &grant,
-        grpc_harness::cluster_role_binding("frank-read", "pod-reader", &[("User", "frank")]),
+        crate::support::server::cluster_role_binding(
+            "frank-read",
+            "pod-reader",
+            &[("User", "frank")],
+        ),
     )
     .unwrap();
     // A dry run answers with the access delta and commits nothing.
@@ -170,10 +174,10 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
     );
 
     // A replica frozen during a deletion: taken as fenced, and the output says so.
-    etcd_harness::signal_process(b.pid(), "STOP");
+    crate::support::etcd::signal_process(b.pid(), "STOP");
     let args = ["delete", "clusterrolebinding", "frank-read"];
     let (code, out, err) = cli(&a, &args.map(OsStr::new));
-    etcd_harness::signal_process(b.pid(), "CONT");
+    crate::support::etcd::signal_process(b.pid(), "CONT");
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(
         out.starts_with("deleted at revision ")
@@ -272,7 +276,7 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
 /// `/metrics` names the store without etcd's gauges.
 #[tokio::test]
 async fn a_directory_server_has_no_replicas() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let server = Server::start_serving(policy.path(), &[]).await;
     let (code, stdout, stderr) = cli(&server, &[OsStr::new("replicas")]);
     assert_eq!(code, Some(0), "{stderr}");

@@ -7,15 +7,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod etcd_harness;
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::etcd::{etcd_binary, etcdctl_binary, unique_prefix, Cluster, Replica};
+use crate::support::server::resource_request;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{ApplyRequest, DeleteRequest, ObjectRef, StatusRequest};
-use etcd_harness::{etcd_binary, etcdctl_binary, unique_prefix, Cluster, Replica};
-use grpc_harness::resource_request;
 use tonic::transport::Channel;
 
 const READER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
@@ -396,7 +396,7 @@ async fn a_bulk_import_through_one_replica_reaches_every_replica() {
     let url = a.server.url();
     // `authzd apply -f FILE` against A: its output, once it succeeded.
     let apply_file = |file: &std::path::Path| -> String {
-        let out = grpc_harness::run_bin(
+        let out = crate::support::server::run_bin(
             &[
                 "apply".as_ref(),
                 "-f".as_ref(),

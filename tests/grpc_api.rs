@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::server::{assert_invalid, sample_policy, Server};
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -15,7 +17,6 @@ use authzd::proto::{
     NonResourceAttributes, PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest,
     ResourceAttributes, SubjectAccessReviewRequest, UserInfo,
 };
-use grpc_harness::{assert_invalid, sample_policy, Server};
 use tonic::transport::Channel;
 use tonic::Code;
 
@@ -726,7 +727,7 @@ fn malformed_policy_at_startup_exits_non_zero_naming_file_and_line() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: x\nrules: [\n",
     )
     .unwrap();
-    let output = grpc_harness::run_bin(
+    let output = crate::support::server::run_bin(
         &[
             "serve".as_ref(),
             "--listen".as_ref(),
@@ -743,7 +744,7 @@ fn malformed_policy_at_startup_exits_non_zero_naming_file_and_line() {
 
 #[test]
 fn usage_errors_exit_two() {
-    let output = std::process::Command::new(grpc_harness::BIN)
+    let output = std::process::Command::new(crate::support::server::BIN)
         .args(["serve", "--authorization-mode", "RBAC,Bogus"])
         .output()
         .unwrap();

@@ -6,15 +6,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::server::{assert_invalid, Server};
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::{
     Action, AuthorizeRequest, AuthorizeResponse, Condition, ConditionsMode, Content, Decision,
     EvaluateConditionsRequest, GetAllowedSubjectsRequest, ResourceAttributes, RuleEffect, UserInfo,
 };
-use grpc_harness::{assert_invalid, Server};
 
 const POLICY: &str = r#"
 apiVersion: rbac.authorization.k8s.io/v1
@@ -330,7 +331,7 @@ async fn a_condition_that_does_not_load_stops_the_server() {
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: x}\nrules:\n- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get]\n  condition: \"int(object.spec.replicas) > 1\"\n",
     )
     .unwrap();
-    let out = std::process::Command::new(grpc_harness::BIN)
+    let out = std::process::Command::new(crate::support::server::BIN)
         .args(["check", "--policy"])
         .arg(dir.path())
         .args(["--user", "u", "--verb", "get", "--resource", "pods"])

@@ -4,8 +4,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::server::{assert_invalid, sample_policy, Server};
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -16,7 +18,6 @@ use authzd::proto::{
     PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest, ResourceAttributes, RuleRef,
     SelectorRequirement, SubjectAccessReviewRequest, SubjectAccessReviewResponse, UserInfo,
 };
-use grpc_harness::{assert_invalid, sample_policy, Server};
 
 /// The largest object the test server takes (`--max-content-bytes`).
 const MAX_CONTENT: usize = 1024;

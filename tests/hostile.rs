@@ -14,10 +14,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::raw::RawCodec;
+use crate::support::server::{replace_file, resource_request, sample_policy, Server, RBAC_YAML};
 use authzd::api::convert;
 use authzd::api::error::ApiError;
 use authzd::api::limits::ContentLimits;
@@ -25,8 +28,6 @@ use authzd::policy::load::{load_paths, parse_manifest, LoadOptions};
 use authzd::proto;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
-use grpc_harness::raw::RawCodec;
-use grpc_harness::{replace_file, resource_request, sample_policy, Server, RBAC_YAML};
 use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};

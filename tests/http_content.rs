@@ -5,9 +5,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
-use grpc_harness::{post_json as post, sample_policy, Server};
+use crate::support::server::{post_json as post, sample_policy, Server};
 use serde_json::{json, Value};
 
 /// `--max-content-bytes` of the servers here.

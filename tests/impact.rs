@@ -5,15 +5,16 @@
 //! for single-object changes (admin writes), where the applier's indexed impact must equal the
 //! scanned one.
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::generators::*;
 use authzd::engine::Engine;
 use authzd::policy::impact::{
     impact_of_applied_objects, impact_of_change, impact_of_objects, ClusterRoleReferrers, Impact,
 };
 use authzd::policy::model::{Binding, PolicySet, Role};
 use authzd::request::Request;
-use common::*;
 use proptest::prelude::*;
 
 /// Before and after versions of the objects one write changes.

@@ -7,10 +7,12 @@
 //! namespaces, ClusterRoleBindings and ABAC lines, and sometimes name partitions that did not
 //! change at all.
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::sync::Arc;
 
+use crate::support::generators::*;
 use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::delta::{ChangedKind, ChangedObject, DeltaError, NamespaceDelta, PolicyDelta};
 use authzd::policy::model::{
@@ -18,7 +20,6 @@ use authzd::policy::model::{
 };
 use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use authzd::synth::{self, Shape};
-use common::*;
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 

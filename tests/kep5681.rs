@@ -6,11 +6,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::PathBuf;
 
-use grpc_harness::{post_json, Server};
+use crate::support::server::{post_json, Server};
 use serde_json::{json, Value};
 
 const REVIEW_PATH: &str = "/apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews";

@@ -12,11 +12,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::net::SocketAddr;
 
-use grpc_harness::{sample_policy, Server};
+use crate::support::server::{sample_policy, Server};
 use http_body_util::{BodyExt as _, Full};
 use hyper::body::Bytes;
 use hyper_util::rt::TokioIo;

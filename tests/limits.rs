@@ -16,16 +16,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::time::{Duration, Instant};
 
+use crate::support::server::{resource_request, sample_policy, Server, POD_READER};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
     ApplyRequest, Decision, DeleteRequest, ObjectRef, StatusRequest, WatchRequest,
 };
-use grpc_harness::{resource_request, sample_policy, Server, POD_READER};
 use tonic::Code;
 
 /// A request that waits (up to `--max-revision-wait`) for a revision the server never reaches.

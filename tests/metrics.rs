@@ -2,15 +2,16 @@
 //! exposition parses, and the counters move exactly as this test's requests predict.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
+use crate::support::server::{resource_request, sample_policy, Server};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
-use grpc_harness::{resource_request, sample_policy, Server};
 
 /// `GET /metrics` over HTTP/1.1; the parsed samples, `name{labels}` → value.
 fn scrape(server: &Server) -> HashMap<String, f64> {

@@ -3,13 +3,14 @@
 //! W3C trace (`traceparent` in the gRPC metadata) and carries the decision.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::server::{resource_request, sample_policy, Server};
 use authzd::proto::authorizer_client::AuthorizerClient;
-use grpc_harness::{resource_request, sample_policy, Server};
 use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
     TraceService, TraceServiceServer,
 };

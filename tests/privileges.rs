@@ -5,10 +5,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::time::Duration;
 
+use crate::support::server::{resource_request, role_binding, run_bin, Server};
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -19,7 +21,6 @@ use authzd::proto::{
     PersonalSubjectAccessReviewRequest, ResourceAccessReviewRequest, ResourceAttributes,
     StatusRequest, SubjectAccessReviewRequest, WatchRequest,
 };
-use grpc_harness::{resource_request, role_binding, run_bin, Server};
 use tonic::transport::Channel;
 use tonic::{Code, Request, Status};
 
@@ -874,7 +875,7 @@ fn serve_args<'a>(policy: &'a std::path::Path, extra: &[&'a str]) -> Vec<&'a std
 
 #[test]
 fn a_remote_listener_without_authentication_refuses_to_start() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let out = run_bin(
         &serve_args(policy.path(), &["--listen", "0.0.0.0:0"]),
         Duration::from_secs(30),
@@ -901,7 +902,7 @@ fn a_remote_listener_without_authentication_refuses_to_start() {
 /// it, if it exits first); the server is killed afterwards.
 fn start_and_capture(args: &[&std::ffi::OsStr]) -> (bool, String) {
     use std::io::{BufRead, BufReader};
-    let mut child = std::process::Command::new(grpc_harness::BIN)
+    let mut child = std::process::Command::new(crate::support::server::BIN)
         .args(args)
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -928,7 +929,7 @@ fn start_and_capture(args: &[&std::ffi::OsStr]) -> (bool, String) {
 
 #[test]
 fn a_remote_listener_starts_with_tokens_or_the_loud_insecure_flag() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, TOKENS).unwrap();
@@ -963,7 +964,7 @@ fn a_remote_listener_starts_with_tokens_or_the_loud_insecure_flag() {
 
 #[test]
 fn a_bad_token_file_stops_the_server_naming_file_and_line() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let dir = tempfile::tempdir().unwrap();
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, "t1,alice,u1\nt2,bob\n").unwrap();
@@ -992,7 +993,7 @@ fn a_bad_token_file_stops_the_server_naming_file_and_line() {
 
 #[tokio::test]
 async fn without_a_token_file_a_presented_token_is_refused_not_ignored() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let server = Server::start_serving(policy.path(), &[]).await;
     let mut reviews = AccessReviewClient::new(server.channel().await);
     // No credentials on loopback: the local identity (system:admin, a super-user).
@@ -1016,14 +1017,14 @@ async fn without_a_token_file_a_presented_token_is_refused_not_ignored() {
 async fn the_cli_sends_its_token_from_the_environment() {
     let f = Fixture::start().await;
     let status = |token: Option<&str>| {
-        let mut command = std::process::Command::new(grpc_harness::BIN);
+        let mut command = std::process::Command::new(crate::support::server::BIN);
         command
             .args(["status", "--server", &f.server.url()])
             .env_remove("AUTHZD_TOKEN");
         if let Some(token) = token {
             command.env("AUTHZD_TOKEN", token);
         }
-        grpc_harness::run_with_timeout(command, Duration::from_secs(30))
+        crate::support::server::run_with_timeout(command, Duration::from_secs(30))
     };
     let anonymous = status(None);
     let stderr = String::from_utf8_lossy(&anonymous.stderr);
@@ -1046,7 +1047,7 @@ async fn the_cli_sends_its_token_from_the_environment() {
 
 #[test]
 fn unix_sockets_count_as_local_and_one_remote_listener_is_enough_to_refuse() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let dir = tempfile::tempdir().unwrap();
     let socket = format!("unix://{}", dir.path().join("authzd.sock").display());
     let (listening, stderr) = start_and_capture(&serve_args(policy.path(), &["--listen", &socket]));

@@ -10,21 +10,22 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::support::server::{
+    cluster_role_binding, replace_file, resource_request as req, role_binding, Server, POD_READER,
+};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
     ApplyRequest, AuthorizeRequest, AuthorizeResponse, ConditionsMode, Content, Decision,
     DeleteRequest, ObjectRef, StatusRequest, StatusResponse, WatchEvent, WatchRequest,
-};
-use grpc_harness::{
-    cluster_role_binding, replace_file, resource_request as req, role_binding, Server, POD_READER,
 };
 use tempfile::TempDir;
 use tokio::sync::Notify;

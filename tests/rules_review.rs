@@ -5,14 +5,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod common;
+#[path = "support/mod.rs"]
+mod support;
 
+use crate::support::generators::*;
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::rules::RuleTier;
 use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::model::PolicySet;
 use authzd::request::{Action, Request, UserInfo};
-use common::*;
 use proptest::prelude::*;
 
 /// Namespaces a review may ask about, overlapping the generated bindings' and actions'.

@@ -18,12 +18,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::raw::RawCodec;
+use crate::support::server::{resource_request, sample_policy, Server};
 use authzd::api::convert;
 use authzd::api::limits::ContentLimits;
 use authzd::app::build_engine;
@@ -33,8 +36,6 @@ use authzd::proto;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use clap::Parser;
-use grpc_harness::raw::RawCodec;
-use grpc_harness::{resource_request, sample_policy, Server};
 use hdrhistogram::Histogram;
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;

@@ -5,17 +5,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::server::Server;
 use authzd::proto::access_review_client::AccessReviewClient;
 use authzd::proto::action::Kind;
 use authzd::proto::{
     Action, PersonalSubjectAccessReviewRequest, ResourceAttributes, SubjectAccessReviewRequest,
 };
-use grpc_harness::Server;
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
@@ -194,7 +195,7 @@ async fn a_verified_client_certificate_is_the_caller() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers", "ops"]);
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
-    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
 
     // O = ops: carla reads pods through the group binding.
@@ -251,7 +252,7 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
     // TLS without a client certificate: the handshake completes (tokens could still be used),
     // but the caller has no identity.
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
     let refused = reviews
         .personal_subject_access_review(personal("get", "pods"))
@@ -291,7 +292,7 @@ async fn the_server_certificate_is_reloaded_when_its_files_change() {
     let f = Fixture::start();
     let client = f.ca.leaf(&[], "carla", &["reviewers"]);
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
-    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
 
     // A new server certificate from a new CA: clients trusting only the new CA cannot connect
     // until the server picks it up.
@@ -336,13 +337,13 @@ async fn the_server_certificate_is_reloaded_when_its_files_change() {
 
 #[test]
 fn bad_tls_files_stop_the_server() {
-    let policy = grpc_harness::sample_policy();
+    let policy = crate::support::server::sample_policy();
     let dir = tempfile::tempdir().unwrap();
     let cert = dir.path().join("server.crt");
     std::fs::write(&cert, "not a certificate\n").unwrap();
     let key = dir.path().join("server.key");
     std::fs::write(&key, "").unwrap();
-    let out = grpc_harness::run_bin(
+    let out = crate::support::server::run_bin(
         &[
             "serve".as_ref(),
             "--policy".as_ref(),
@@ -366,7 +367,7 @@ fn bad_tls_files_stop_the_server() {
         "{stderr}"
     );
     // --client-ca-file alone is a usage error.
-    let out = grpc_harness::run_bin(
+    let out = crate::support::server::run_bin(
         &[
             "serve".as_ref(),
             "--policy".as_ref(),
@@ -388,7 +389,7 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
     std::fs::write(&tokens, "ops-token,olga,u1,ops\n").unwrap();
     let f = Fixture::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
     let mut request = tonic::Request::new(personal("list", "pods"));
     request
@@ -415,7 +416,7 @@ async fn a_bearer_token_works_over_tls_without_a_client_certificate() {
 async fn the_cli_talks_https_with_a_client_certificate() {
     let f = Fixture::start();
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
-    grpc_harness::wait_until_serving(&channel, || f.server.stderr()).await;
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
     let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]);
     let write = |name: &str, content: &str| {
         let path = f.dir.path().join(name);
@@ -426,12 +427,12 @@ async fn the_cli_talks_https_with_a_client_certificate() {
     let ca = f.dir.path().join("ca.crt").to_str().unwrap().to_string();
     let url = format!("https://localhost:{}", f.server.addr.port());
     let status = |extra: &[&str]| {
-        let mut command = std::process::Command::new(grpc_harness::BIN);
+        let mut command = std::process::Command::new(crate::support::server::BIN);
         command
             .args(["status", "--server", &url])
             .args(extra)
             .env_remove("AUTHZD_TOKEN");
-        grpc_harness::run_with_timeout(command, Duration::from_secs(30))
+        crate::support::server::run_with_timeout(command, Duration::from_secs(30))
     };
 
     let out = status(&[

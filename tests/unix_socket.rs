@@ -4,15 +4,16 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::support::server::{run_bin, sample_policy, Server};
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::{Action, AuthorizeRequest, ResourceAttributes, UserInfo};
-use grpc_harness::{run_bin, sample_policy, Server};
 use hyper_util::rt::TokioIo;
 use tonic::transport::{Channel, Endpoint};
 use tonic_health::pb::health_check_response::ServingStatus;

@@ -9,17 +9,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-mod grpc_harness;
+#[path = "support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::support::server::{resource_request, Server};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{
     AuthorizeResponse, Decision, DeleteRequest, GetAllowedSubjectsRequest, ObjectRef,
 };
-use grpc_harness::{resource_request, Server};
 
 /// The webhook's own policy: alice may get configmaps and secrets anywhere.
 const REMOTE_POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
@@ -251,7 +252,7 @@ async fn failure_policies_from_an_authorization_configuration() {
 
     // A configuration that does not validate stops startup, naming the field.
     std::fs::write(&config, "apiVersion: apiserver.config.k8s.io/v1\nkind: AuthorizationConfiguration\nauthorizers:\n- type: Webhook\n  name: x\n").unwrap();
-    let output = grpc_harness::run_bin(
+    let output = crate::support::server::run_bin(
         &[
             "serve".as_ref(),
             "--policy".as_ref(),

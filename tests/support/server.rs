@@ -1,9 +1,5 @@
-//! Shared by the gRPC, CLI and end-to-end tests: a sample policy directory and the real
-//! `authzd` binary started on `127.0.0.1:0`, killed when dropped.
-// Test support: failing loudly is the point here.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
-
-pub mod raw;
+//! The real `authzd` binary started on `127.0.0.1:0`, killed when dropped; the sample policy
+//! (`tests/fixtures/sample/`); manifest and request builders.
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -23,99 +19,10 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_authzd");
 /// RBAC: alice and group `readers` read pods cluster-wide; in `dev`, group `devs` may do
 /// anything with pods and secrets, but group `interns` is denied secrets (a seed-003 deny
 /// rule); eve's RoleBinding names a missing Role, which is reported as an evaluation error.
-pub const RBAC_YAML: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: pod-reader
-rules:
-- apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["get", "list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: read-pods
-subjects:
-- kind: User
-  name: alice
-  apiGroup: rbac.authorization.k8s.io
-- kind: Group
-  name: readers
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: ClusterRole
-  name: pod-reader
-  apiGroup: rbac.authorization.k8s.io
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: dev-editor
-  namespace: dev
-rules:
-- apiGroups: [""]
-  resources: ["pods", "secrets"]
-  verbs: ["*"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata:
-  name: no-secrets
-  namespace: dev
-rules:
-- apiGroups: [""]
-  resources: ["secrets"]
-  verbs: ["*"]
-  deny: true
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: devs-edit
-  namespace: dev
-subjects:
-- kind: Group
-  name: devs
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: Role
-  name: dev-editor
-  apiGroup: rbac.authorization.k8s.io
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: interns-no-secrets
-  namespace: dev
-subjects:
-- kind: Group
-  name: interns
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: Role
-  name: no-secrets
-  apiGroup: rbac.authorization.k8s.io
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata:
-  name: eve-ghost
-  namespace: dev
-subjects:
-- kind: User
-  name: eve
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: Role
-  name: ghost
-  apiGroup: rbac.authorization.k8s.io
-"#;
+pub const RBAC_YAML: &str = include_str!("../fixtures/sample/rbac.yaml");
 
 /// ABAC: carol may read configmaps in every namespace.
-pub const ABAC_JSONL: &str = r#"# ABAC lines (v1beta1)
-{"apiVersion": "abac.authorization.kubernetes.io/v1beta1", "kind": "Policy", "spec": {"user": "carol", "namespace": "*", "resource": "configmaps", "apiGroup": "*", "readonly": true}}
-"#;
+pub const ABAC_JSONL: &str = include_str!("../fixtures/sample/abac.jsonl");
 
 /// Writes the sample policy into `dir`.
 pub fn write_policy(dir: &Path) {
@@ -187,17 +94,24 @@ impl Server {
     /// Starts `authzd serve --listen 127.0.0.1:0 --policy DIR ARGS...` and waits for its
     /// `authzd listening on ADDR` line.
     pub fn start(policy: &Path, args: &[&str]) -> Server {
+        Self::start_env(policy, args, &[])
+    }
+
+    /// [`Server::start`] with `env` set in the server's environment (and only there: a test
+    /// never changes its own process's environment, which the tests beside it share).
+    pub fn start_env(policy: &Path, args: &[&str], env: &[(&str, &str)]) -> Server {
         let policy = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
-        Self::start_with(&policy, args)
+        Self::start_with(&policy, args, env)
     }
 
     /// Starts `authzd serve --listen 127.0.0.1:0 ARGS...` with no `--policy` (etcd mode).
     pub fn start_without_policy(args: &[&str]) -> Server {
-        Self::start_with(&[], args)
+        Self::start_with(&[], args, &[])
     }
 
-    fn start_with(policy: &[&std::ffi::OsStr], args: &[&str]) -> Server {
+    fn start_with(policy: &[&std::ffi::OsStr], args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut child = Command::new(BIN)
+            .envs(env.iter().copied())
             .arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
@@ -380,15 +294,7 @@ pub fn role_binding(
 }
 
 /// ClusterRole `pod-reader`: get, list and watch pods.
-pub const POD_READER: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: pod-reader
-rules:
-- apiGroups: [""]
-  resources: ["pods"]
-  verbs: ["get", "list", "watch"]
-"#;
+pub const POD_READER: &str = include_str!("../fixtures/pod-reader.yaml");
 
 /// An Authorize request for a resource action.
 pub fn resource_request(
@@ -451,31 +357,4 @@ pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, fiel
         "message {:?} does not name `{field}`",
         status.message()
     );
-}
-
-/// The kubectl the end-to-end tests drive: `AUTHZD_E2E_KUBECTL` (set by `scripts/test.sh`),
-/// else `kubectl` on PATH. `None` when there is none — the test then skips, saying why —
-/// except under `CI=true`, where a missing kubectl fails the test.
-#[allow(dead_code)] // each test binary compiles the harness; not all of them drive kubectl
-pub fn kubectl_or_skip(test: &str) -> Option<std::path::PathBuf> {
-    let candidate = std::env::var_os("AUTHZD_E2E_KUBECTL")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| std::path::PathBuf::from("kubectl"));
-    let usable = Command::new(&candidate)
-        .args(["version", "--client"])
-        .env("KUBECONFIG", "/dev/null")
-        .output()
-        .is_ok_and(|output| output.status.success());
-    if usable {
-        return Some(candidate);
-    }
-    let why = format!(
-        "no kubectl at {} (run scripts/test.sh, or set AUTHZD_E2E_KUBECTL)",
-        candidate.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    None
 }

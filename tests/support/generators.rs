@@ -2,7 +2,6 @@
 //! Vocabularies are small on purpose so that names collide, wildcards overlap and edge cases
 //! (`*/`, case differences, negation, missing roles, service accounts without namespaces) come
 //! up often.
-#![allow(dead_code)]
 #![allow(clippy::expect_used)] // generators of fixed vocabularies, outside #[test]
 
 use std::collections::BTreeMap;

@@ -1,7 +1,5 @@
-//! Shared by the etcd tests and the etcd benchmark: a real 3-member etcd cluster on loopback,
-//! its data on tmpfs, each member a process of its own.
-// Test support: failing loudly is the point here.
-#![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+//! A real 3-member etcd cluster on loopback, its data on tmpfs, each member a process of its
+//! own; and authzd replicas on it. Shared by the etcd tests and the etcd benchmark.
 
 use std::net::TcpListener;
 use std::path::PathBuf;
@@ -11,43 +9,19 @@ use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use tonic::transport::Channel;
 
-use crate::grpc_harness::Server;
+use super::server::Server;
+use super::tools::{tool_or_skip, ETCD, ETCDCTL};
 
 /// etcd from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`), else `etcd` on PATH; `None` (and
 /// why, on stderr) without one, except under `CI=true`, where a missing etcd is a failure.
 pub fn etcd_binary() -> Option<PathBuf> {
-    tool("AUTHZD_E2E_ETCD", "etcd", &["--version"])
+    tool_or_skip(&ETCD)
 }
 
 /// etcdctl from `AUTHZD_E2E_ETCDCTL` (set by `scripts/test.sh`), else `etcdctl` on PATH; as
 /// [`etcd_binary`], missing is a failure under `CI=true` and a skip otherwise.
 pub fn etcdctl_binary() -> Option<PathBuf> {
-    tool("AUTHZD_E2E_ETCDCTL", "etcdctl", &["version"])
-}
-
-/// The tool `env` names, else `name` on PATH, if `probe` runs it successfully.
-fn tool(env: &str, name: &str, probe: &[&str]) -> Option<PathBuf> {
-    let candidate = std::env::var_os(env)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(name));
-    let usable = Command::new(&candidate)
-        .args(probe)
-        .env("ETCDCTL_API", "3")
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false);
-    if usable {
-        return Some(candidate);
-    }
-    let why = format!(
-        "no {name} at {} (run scripts/test.sh, or set {env})",
-        candidate.display()
-    );
-    if std::env::var("CI").as_deref() == Ok("true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    None
+    tool_or_skip(&ETCDCTL)
 }
 
 /// A free port below the kernel's ephemeral range (32768 and up on Linux), for etcd members:
@@ -258,7 +232,7 @@ pub fn signal_process(pid: u32, signal: &str) {
 }
 
 /// One authzd replica in etcd mode (a real `authzd serve --etcd-servers` process) and its
-/// clients. Needs the including crate to declare `mod grpc_harness` too.
+/// clients.
 pub struct Replica {
     pub server: Server,
     pub authz: AuthorizerClient<Channel>,
