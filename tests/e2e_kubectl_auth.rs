@@ -14,6 +14,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
+use crate::support::ca::Ca;
 use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -383,28 +384,16 @@ async fn kubectl_over_tls_with_a_bearer_token() {
         return;
     };
     let dir = policy_and_tokens();
-    let ca_params = {
-        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(rcgen::DnType::CommonName, "authzd kubectl test CA");
-        params
-    };
-    let ca_key = rcgen::KeyPair::generate().unwrap();
-    let ca_pem = ca_params.self_signed(&ca_key).unwrap().pem();
-    let issuer = rcgen::Issuer::new(ca_params, ca_key);
-    let leaf = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
-    let leaf_key = rcgen::KeyPair::generate().unwrap();
-    let leaf_pem = leaf.signed_by(&leaf_key, &issuer).unwrap().pem();
+    let ca = Ca::new("authzd kubectl test CA");
+    let leaf = ca.leaf(&["localhost"], "localhost", &[]);
     let file = |name: &str, content: &str| {
         let path = dir.path().join(name);
         std::fs::write(&path, content).unwrap();
         path
     };
-    let ca = file("ca.crt", &ca_pem);
-    let cert = file("server.crt", &leaf_pem);
-    let key = file("server.key", &leaf_key.serialize_pem());
+    let ca = file("ca.crt", &ca.pem);
+    let cert = file("server.crt", &leaf.pem);
+    let key = file("server.key", &leaf.key_pem);
     let tokens = dir.path().join("tokens.csv");
     let server = Server::start(
         &dir.path().join("policy"),

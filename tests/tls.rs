@@ -8,6 +8,7 @@
 #[path = "support/mod.rs"]
 mod support;
 
+use crate::support::ca::Ca;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,6 @@ use authzd::proto::action::Kind;
 use authzd::proto::{
     Action, PersonalSubjectAccessReviewRequest, ResourceAttributes, SubjectAccessReviewRequest,
 };
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 use tonic::Code;
 
@@ -66,47 +66,6 @@ subjects: [{kind: Group, name: "system:authenticated", apiGroup: rbac.authorizat
 roleRef: {kind: ClusterRole, name: configmap-reader, apiGroup: rbac.authorization.k8s.io}
 "#;
 
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    /// A leaf certificate and key (PEM): `dns` names for a server, CN/O for a client.
-    fn leaf(&self, dns: &[&str], common_name: &str, organizations: &[&str]) -> (String, String) {
-        let mut params =
-            CertificateParams::new(dns.iter().map(|d| d.to_string()).collect::<Vec<_>>()).unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        // rcgen keeps one value per attribute type, so a second O goes in under O's OID
-        // spelled as a custom type (2.5.4.10): on the wire, two O attributes.
-        assert!(organizations.len() <= 2, "at most two organizations");
-        let types = [
-            DnType::OrganizationName,
-            DnType::CustomDnType(vec![2, 5, 4, 10]),
-        ];
-        for (o, dn_type) in organizations.iter().zip(types) {
-            params.distinguished_name.push(dn_type, *o);
-        }
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        (cert.pem(), key.serialize_pem())
-    }
-}
-
 /// Writes `content` by rename, as an operator (or cert-manager) replaces a certificate.
 fn replace(path: &Path, content: &str) {
     let temp = path.with_extension("tmp");
@@ -134,7 +93,7 @@ impl Fixture {
         std::fs::create_dir(&policy).unwrap();
         std::fs::write(policy.join("rbac.yaml"), POLICY).unwrap();
         let ca = Ca::new("authzd test CA");
-        let (cert, key) = ca.leaf(&["localhost"], "authzd", &[]);
+        let (cert, key) = ca.leaf(&["localhost"], "authzd", &[]).pem_pair();
         replace(&dir.path().join("server.crt"), &cert);
         replace(&dir.path().join("server.key"), &key);
         replace(&dir.path().join("ca.crt"), &ca.pem);
@@ -193,7 +152,7 @@ fn personal(verb: &str, resource: &str) -> PersonalSubjectAccessReviewRequest {
 #[tokio::test]
 async fn a_verified_client_certificate_is_the_caller() {
     let f = Fixture::start();
-    let client = f.ca.leaf(&[], "carla", &["reviewers", "ops"]);
+    let client = f.ca.leaf(&[], "carla", &["reviewers", "ops"]).pem_pair();
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
     crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
     let mut reviews = AccessReviewClient::new(channel);
@@ -229,7 +188,7 @@ async fn a_verified_client_certificate_is_the_caller() {
     assert!(review.allowed, "{review:?}");
 
     // CN is the user: a certificate for "dan" without groups lacks the privilege, by name.
-    let dan = f.ca.leaf(&[], "dan", &[]);
+    let dan = f.ca.leaf(&[], "dan", &[]).pem_pair();
     let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, Some(&dan)).await.unwrap());
     let refused = reviews
         .subject_access_review(SubjectAccessReviewRequest {
@@ -262,7 +221,9 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
     assert!(refused.message().contains("no credentials"), "{refused:?}");
 
     // A certificate from another CA fails the handshake: no call gets through.
-    let stranger = Ca::new("someone else's CA").leaf(&[], "carla", &["reviewers"]);
+    let stranger = Ca::new("someone else's CA")
+        .leaf(&[], "carla", &["reviewers"])
+        .pem_pair();
     let result = match f.connect(&f.ca.pem, Some(&stranger)).await {
         Err(error) => Err(error.to_string()),
         Ok(channel) => AccessReviewClient::new(channel)
@@ -290,7 +251,7 @@ async fn no_certificate_or_a_foreign_one_gets_nothing() {
 #[tokio::test]
 async fn the_server_certificate_is_reloaded_when_its_files_change() {
     let f = Fixture::start();
-    let client = f.ca.leaf(&[], "carla", &["reviewers"]);
+    let client = f.ca.leaf(&[], "carla", &["reviewers"]).pem_pair();
     let channel = f.connect(&f.ca.pem, Some(&client)).await.unwrap();
     crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
 
@@ -310,7 +271,7 @@ async fn the_server_certificate_is_reloaded_when_its_files_change() {
         !works_with_next().await,
         "the new CA is trusted before any change"
     );
-    let (cert, key) = next.leaf(&["localhost"], "authzd", &[]);
+    let (cert, key) = next.leaf(&["localhost"], "authzd", &[]).pem_pair();
     replace(&f.dir.path().join("server.key"), &key);
     replace(&f.dir.path().join("server.crt"), &cert);
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -417,7 +378,7 @@ async fn the_cli_talks_https_with_a_client_certificate() {
     let f = Fixture::start();
     let channel = f.connect(&f.ca.pem, None).await.unwrap();
     crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
-    let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]);
+    let (cert, key) = f.ca.leaf(&[], "root", &["system:masters"]).pem_pair();
     let write = |name: &str, content: &str| {
         let path = f.dir.path().join(name);
         std::fs::write(&path, content).unwrap();

@@ -9,6 +9,10 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
+#[path = "support/mod.rs"]
+mod support;
+
+use crate::support::ca::Ca;
 use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -26,7 +30,6 @@ use base64::Engine as _;
 use http_body_util::{BodyExt, Full};
 use hyper::body::{Bytes, Incoming};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::{json, Value};
@@ -290,50 +293,6 @@ fn server_config(tls: &ServerTls) -> rustls::ServerConfig {
     let mut config = builder.with_single_cert(certs, key).unwrap();
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config
-}
-
-// --- certificates ----------------------------------------------------------------------------
-
-struct Ca {
-    pem: String,
-    issuer: Issuer<'static, KeyPair>,
-}
-
-/// A leaf certificate: its PEM, its key's PEM and its DER.
-struct Leaf {
-    pem: String,
-    key_pem: String,
-    der: Vec<u8>,
-}
-
-impl Ca {
-    fn new(name: &str) -> Ca {
-        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, name);
-        let key = KeyPair::generate().unwrap();
-        let pem = params.self_signed(&key).unwrap().pem();
-        Ca {
-            pem,
-            issuer: Issuer::new(params, key),
-        }
-    }
-
-    fn leaf(&self, names: &[&str], common_name: &str) -> Leaf {
-        let mut params =
-            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
-                .unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        let key = KeyPair::generate().unwrap();
-        let cert = params.signed_by(&key, &self.issuer).unwrap();
-        Leaf {
-            pem: cert.pem(),
-            key_pem: key.serialize_pem(),
-            der: cert.der().to_vec(),
-        }
-    }
 }
 
 // --- the client's side -----------------------------------------------------------------------
@@ -992,7 +951,7 @@ async fn a_bearer_token_is_presented() {
 
 /// A webhook on TLS that requires a client certificate from `ca`.
 async fn tls_webhook(ca: &Ca) -> Webhook {
-    let server = ca.leaf(&["127.0.0.1", "localhost"], "webhook");
+    let server = ca.leaf(&["127.0.0.1", "localhost"], "webhook", &[]);
     Webhook::start(Some(ServerTls {
         cert_pem: server.pem,
         key_pem: server.key_pem,
@@ -1005,7 +964,7 @@ async fn tls_webhook(ca: &Ca) -> Webhook {
 async fn tls_with_files_relative_to_the_kubeconfig() {
     let ca = Ca::new("webhook CA");
     let webhook = tls_webhook(&ca).await;
-    let client = ca.leaf(&[], "authzd");
+    let client = ca.leaf(&[], "authzd", &[]);
     let kubeconfig = Kubeconfig::new(
         &format!(
             "{{server: '{}', certificate-authority: ca.crt}}",
@@ -1035,7 +994,7 @@ async fn tls_with_files_relative_to_the_kubeconfig() {
 async fn tls_with_inline_data() {
     let ca = Ca::new("webhook CA");
     let webhook = tls_webhook(&ca).await;
-    let client = ca.leaf(&[], "authzd");
+    let client = ca.leaf(&[], "authzd", &[]);
     let kubeconfig = Kubeconfig::new(
         &format!(
             "{{server: '{}', certificate-authority-data: {}}}",
@@ -1069,7 +1028,7 @@ async fn a_webhook_the_ca_does_not_vouch_for_is_not_asked() {
     let webhook_ca = Ca::new("webhook CA");
     let webhook = tls_webhook(&webhook_ca).await;
     let other_ca = Ca::new("some other CA");
-    let client = webhook_ca.leaf(&[], "authzd");
+    let client = webhook_ca.leaf(&[], "authzd", &[]);
     let kubeconfig = Kubeconfig::new(
         &format!(
             "{{server: '{}', certificate-authority-data: {}}}",
