@@ -72,9 +72,13 @@ async fn authorize_span_continues_the_callers_trace() {
 
     let policy = sample_policy();
     // The batch exporter sends every 5 s by default; the test does not want to wait that long.
-    std::env::set_var("OTEL_BSP_SCHEDULE_DELAY", "100");
-    let server = Server::start_serving(policy.path(), &["--otlp-endpoint", &collector]).await;
-    std::env::remove_var("OTEL_BSP_SCHEDULE_DELAY");
+    // Set for the server only: the tests beside this one share this process's environment.
+    let server = Server::start_env(
+        policy.path(),
+        &["--otlp-endpoint", &collector],
+        &[("OTEL_BSP_SCHEDULE_DELAY", "100")],
+    );
+    server.wait_serving().await;
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let parent_span_id = "00f067aa0ba902b7";
