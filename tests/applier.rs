@@ -273,7 +273,7 @@ fn run(initial: PolicySet, steps: Vec<Step>) -> Result<(), TestCaseError> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 500, ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(500))]
 
     #[test]
     fn applied_changes_publish_the_policy_and_impact_of_a_scan(

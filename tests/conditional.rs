@@ -9,7 +9,7 @@
 //! 2. The fold (the answer without content, as every caller that does not ask for conditions
 //!    gets it) is never more permissive than an evaluation with content.
 //!
-//! 10,000 cases per run (`PROPTEST_CASES`).
+//! 10,000 cases in CI (`tests/support/cases.rs`: 256 in a local run, `PROPTEST_CASES` wins).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/mod.rs"]
@@ -185,7 +185,7 @@ fn kep_chain_finishes_as_authorize(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(10_000))]
 
     #[test]
     fn returned_conditions_finish_as_authorize(

@@ -9,8 +9,9 @@
 //!    request of that subject, within the row's scope and actions, whose answer changes in the
 //!    row's direction.
 //!
-//! `PROPTEST_CASES / 10` cases per run (1,000 by default): one case computes a delta and asks
-//! both engines some 40 requests.
+//! 1,000 cases in CI, a tenth of the scale (`tests/support/cases.rs`: 25 in a local run,
+//! `PROPTEST_CASES / 10` when set): one case computes a delta and asks both engines some 40
+//! requests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "support/mod.rs"]
@@ -166,7 +167,7 @@ fn covered(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases() / 10, ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(1_000))]
 
     #[test]
     fn the_delta_is_complete_and_witnessed(

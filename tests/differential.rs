@@ -39,7 +39,7 @@ fn request(user: UserInfo, action: &Action) -> Request {
 const UNBOUND: &str = "unbound-member";
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(10_000))]
 
     #[test]
     fn index_agrees_with_reference(
@@ -55,7 +55,7 @@ proptest! {
 proptest! {
     // Big roles cost more per case; a tenth of the cases still covers thousands of indexed
     // roles per run.
-    #![proptest_config(ProptestConfig { cases: (cases() / 10).max(1), ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(1_000))]
 
     /// Roles above the rule-index threshold (alone, mixed with small ones, and aggregated into
     /// bigger ClusterRoles), with the same mixed rules as above: verbs and resources with

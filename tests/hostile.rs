@@ -164,7 +164,7 @@ fn first_line(text: &str) -> &str {
 }
 
 proptest! {
-    #![proptest_config(Config::with_cases(128))]
+    #![proptest_config(crate::support::cases::config(128))]
 
     #[test]
     fn mutated_manifests_never_panic_the_parser(

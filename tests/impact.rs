@@ -92,7 +92,7 @@ fn assert_covered(
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 3000, ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(3_000))]
 
     #[test]
     fn whole_policy_diff_covers_every_changed_answer(

@@ -23,13 +23,6 @@ use authzd::synth::{self, Shape};
 use proptest::prelude::*;
 use proptest::sample::{select, Index};
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(5_000)
-}
-
 #[derive(Clone, Debug)]
 enum Edit {
     /// Adds the role, or replaces the role with its key.
@@ -139,7 +132,7 @@ fn request(user: &UserInfo, action: &Action) -> Request {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(5_000))]
 
     /// On a policy in canonical order (every policy the store holds is), the delta found by
     /// binary search is the one the scan finds, whatever partitions the edits touch.

@@ -56,7 +56,7 @@ fn plain(mut policy: PolicySet) -> PolicySet {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
+    #![proptest_config(crate::support::cases::config(10_000))]
 
     /// The index finds exactly the rules the reference walk finds, in the same order, with
     /// the same references and errors.

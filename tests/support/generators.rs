@@ -1,7 +1,7 @@
 //! Proptest generators of random policies and requests, shared by the property tests.
 //! Vocabularies are small on purpose so that names collide, wildcards overlap and edge cases
 //! (`*/`, case differences, negation, missing roles, service accounts without namespaces) come
-//! up often.
+//! up often. How many cases a property runs is [`super::cases`]'s.
 #![allow(clippy::expect_used)] // generators of fixed vocabularies, outside #[test]
 
 use std::collections::BTreeMap;
@@ -20,14 +20,6 @@ use authzd::request::{
 use proptest::prelude::*;
 use proptest::sample::{select, subsequence};
 use std::sync::Arc;
-
-/// Cases per property per run: `PROPTEST_CASES`, or 10,000.
-pub fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(10_000)
-}
 
 pub const USERS: &[&str] = &[
     "alice",

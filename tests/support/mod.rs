@@ -7,12 +7,14 @@
 //! * [`etcd`]: a real 3-member etcd cluster and authzd replicas on it.
 //! * [`tools`]: the one `tool_or_skip` for the external programs the end-to-end tests drive.
 //! * [`ca`]: the one test certificate authority (rcgen).
-//! * [`generators`]: proptest's random policies and requests.
+//! * [`generators`] and [`cases`]: proptest's random policies and requests, and how many cases a
+//!   property runs (few locally, full strength under `CI=true`; `PROPTEST_CASES` wins).
 //! * [`fixture`]: policy files under `tests/fixtures/`.
 // Test support: failing loudly is the point here; each binary uses only part of it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 pub mod ca;
+pub mod cases;
 pub mod etcd;
 pub mod generators;
 pub mod raw;
