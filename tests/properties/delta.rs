@@ -14,9 +14,6 @@
 //! requests.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::generators::*;
 use authzd::engine::delta::{access_delta, Delta, Row};
 use authzd::engine::{Decision, Engine, EngineConfig};

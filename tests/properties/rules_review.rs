@@ -5,9 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::generators::*;
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::rules::RuleTier;

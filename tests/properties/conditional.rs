@@ -12,9 +12,6 @@
 //! 10,000 cases in CI (`tests/support/cases.rs`: 256 in a local run, `PROPTEST_CASES` wins).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::generators::*;
 use authzd::engine::conditional::{conditional_subjects, evaluate, returned, Returned};
 use authzd::engine::{Authorize, Decision, Engine, EngineConfig, Mode, Response};

@@ -7,9 +7,6 @@
 //! namespaces, ClusterRoleBindings and ABAC lines, and sometimes name partitions that did not
 //! change at all.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 
 use crate::support::generators::*;

@@ -9,9 +9,6 @@
 //! allowed when asking alone, every listed group is allowed for an unbound member, no unlisted
 //! subject is allowed that way, and the denied lists are exactly the explicit denies.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::sync::Arc;
 
 use crate::support::generators::*;

@@ -5,9 +5,6 @@
 //! for single-object changes (admin writes), where the applier's indexed impact must equal the
 //! scanned one.
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::generators::*;
 use authzd::engine::Engine;
 use authzd::policy::impact::{
