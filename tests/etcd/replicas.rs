@@ -7,9 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use crate::support::etcd::{etcd_binary, etcdctl_binary, unique_prefix, Cluster, Replica};
