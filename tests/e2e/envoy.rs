@@ -7,9 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::tools::{tool_or_skip, ENVOY};
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;

@@ -14,9 +14,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -11,9 +11,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::ca::Ca;
 use crate::support::tools::{tool_or_skip, KUBECTL};
 use std::path::{Path, PathBuf};

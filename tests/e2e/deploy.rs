@@ -3,9 +3,6 @@
 //! the shipped policy grants the callers the manifests configure the privileges they need.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -328,7 +325,7 @@ fn dockerfile_runs_real_flags_as_non_root() {
 #[test]
 fn envoy_example_speaks_http2_to_authzd() {
     let template = std::fs::read_to_string(deploy_dir().join("envoy/envoy.yaml")).unwrap();
-    // A template: filled as envsubst would (tests/e2e_envoy.rs runs it with a real Envoy).
+    // A template: filled as envsubst would (tests/e2e/envoy.rs runs it with a real Envoy).
     let mut text = template.clone();
     for (placeholder, value) in [
         ("${LISTEN_PORT}", "10000"),
