@@ -10,9 +10,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::tools::{tool_or_skip, PYTHON_JUNIT};
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};

@@ -4,9 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io::{Read, Write};

@@ -7,9 +7,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
