@@ -1,5 +1,5 @@
 //! Conditional answers (issue 19 point 2), as properties over random policies (the shared
-//! vocabulary of `tests/common`: RBAC with deny, negation, content clauses, CEL conditions
+//! vocabulary of `tests/support/generators.rs`: RBAC with deny, negation, content clauses, CEL conditions
 //! and FieldPolicy-free diffs; ABAC; chains) and random requests and contents:
 //!
 //! 1. The conditions returned for a request without content, finished against any content,

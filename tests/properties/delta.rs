@@ -1,5 +1,5 @@
 //! The access delta is exact (issue 20 point 3), as a property over random policies (the shared
-//! vocabulary of `tests/common`: RBAC with deny rules, negation, aggregation, content clauses;
+//! vocabulary of `tests/support/generators.rs`: RBAC with deny rules, negation, aggregation, content clauses;
 //! ABAC; chains) and random changes to them:
 //!
 //! 1. **Complete**: every request whose answer changes (allowed before and not after, or the

@@ -3,9 +3,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 
 use crate::support::server::{write_policy, Server};

@@ -5,9 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::Duration;
 
 use crate::support::server::{resource_request, role_binding, run_bin, Server};

@@ -3,9 +3,6 @@
 //! W3C trace (`traceparent` in the gRPC metadata) and carries the decision.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 

@@ -5,9 +5,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::server::{post_json as post, sample_policy, Server};
 use serde_json::{json, Value};
 

@@ -2,12 +2,9 @@
 //! real server: the golden exchanges of `tests/kep5681/*.yaml` (see its README), and the
 //! alpha flag's absence (conditions never returned, no review endpoint). That the chains
 //! authzd returns finish as Authorize with content does, for random policies, is a property
-//! of `tests/conditional.rs`.
+//! of `tests/properties/conditional.rs`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
-
-#[path = "support/mod.rs"]
-mod support;
 
 use std::path::PathBuf;
 

@@ -6,9 +6,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::server::{assert_invalid, Server};
 use authzd::proto::action::Kind;
 use authzd::proto::authorizer_client::AuthorizerClient;

@@ -4,9 +4,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::net::SocketAddr;
 
 use crate::support::server::{sample_policy, Server};

@@ -16,9 +16,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use crate::support::server::{resource_request, sample_policy, Server, POD_READER};

@@ -2,9 +2,6 @@
 //! exposition parses, and the counters move exactly as this test's requests predict.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;

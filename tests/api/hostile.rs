@@ -14,9 +14,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use std::time::{Duration, Instant};
 
 use crate::support::raw::RawCodec;
@@ -36,9 +33,9 @@ use tonic::codegen::http::uri::PathAndQuery;
 use tonic::transport::Channel;
 use tonic::{Code, Status};
 
-const SHIPPED_RBAC: &str = include_str!("../policy/seed001-rbac.yaml");
-const SHIPPED_SEED003: &str = include_str!("../policy/seed003-roles.json");
-const SHIPPED_ABAC: &str = include_str!("../policy/seed001-abac.jsonl");
+const SHIPPED_RBAC: &str = include_str!("../../policy/seed001-rbac.yaml");
+const SHIPPED_SEED003: &str = include_str!("../../policy/seed003-roles.json");
+const SHIPPED_ABAC: &str = include_str!("../../policy/seed001-abac.jsonl");
 
 // ---- mutations ----------------------------------------------------------------------------
 

@@ -9,9 +9,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
-#[path = "support/mod.rs"]
-mod support;
-
 use crate::support::ca::Ca;
 use std::collections::VecDeque;
 use std::convert::Infallible;
