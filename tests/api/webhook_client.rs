@@ -5,7 +5,9 @@
 //! received them; bearer tokens and client certificates as presented.
 //!
 //! No assertion waits on a short timer to see an answer cached: "cached" is asserted with
-//! TTLs of an hour, "expired" after sleeping several times a short TTL.
+//! TTLs of an hour, "expired" after advancing tokio's clock several times a short TTL. The
+//! client takes its time from tokio (TTLs, backoff, timeouts), so the tests of expiry, backoff
+//! and timeouts run on a paused clock (`start_paused`): virtual time, no real waiting.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
@@ -16,7 +18,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use authzd::engine::Decision;
 use authzd::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
@@ -583,13 +585,14 @@ async fn server_errors_and_429_are_retried_until_an_answer() {
     assert_eq!(webhook.calls(), 4);
 }
 
-/// Upstream's `DefaultAuthWebhookRetryBackoff`: the first wait is 0.5 to 0.6 s.
-#[tokio::test]
+/// Upstream's `DefaultAuthWebhookRetryBackoff`: the first wait is 0.5 to 0.6 s (of tokio's
+/// paused clock).
+#[tokio::test(start_paused = true)]
 async fn upstreams_backoff_waits_half_a_second_first() {
     let webhook = Webhook::plain().await;
     let authorizer = WebhookAuthorizer::new(Kubeconfig::plain(&webhook).settings()).unwrap();
     webhook.script(&[Reply::Http(500, None)], ALLOW);
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     assert_answer(
         &authorizer.authorize(&list_pods("alice")).await,
         Decision::Allow,
@@ -645,7 +648,7 @@ async fn client_errors_are_not_retried() {
     assert_eq!(webhook.calls(), 2, "a 503 with Retry-After is retried");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_stalled_webhook_times_out_into_the_failure_policy() {
     let webhook = Webhook::plain().await;
     let kubeconfig = Kubeconfig::plain(&webhook);
@@ -658,7 +661,7 @@ async fn a_stalled_webhook_times_out_into_the_failure_policy() {
             s.timeout = Duration::from_millis(300);
             s.failure_policy = policy;
         });
-        let started = Instant::now();
+        let started = tokio::time::Instant::now();
         // The outer bound turns a timeout that does not fire into a failure, not a hang.
         let answer = tokio::time::timeout(
             Duration::from_secs(20),
@@ -674,7 +677,7 @@ async fn a_stalled_webhook_times_out_into_the_failure_policy() {
 
 /// The timeout bounds the retries too: with upstream's waits (0.5 s, then 0.75 s) a second of
 /// budget leaves room for two attempts at most, and no wait is begun that would outlast it.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retries_end_within_the_timeout() {
     let webhook = Webhook::plain().await;
     let kubeconfig = Kubeconfig::plain(&webhook);
@@ -682,7 +685,7 @@ async fn retries_end_within_the_timeout() {
     settings.timeout = Duration::from_secs(1);
     let authorizer = WebhookAuthorizer::new(settings).unwrap();
     webhook.answer(Reply::Http(500, None));
-    let started = Instant::now();
+    let started = tokio::time::Instant::now();
     let answer = authorizer.authorize(&list_pods("alice")).await;
     assert_answer(&answer, Decision::NoOpinion, false);
     assert!(
@@ -821,8 +824,9 @@ async fn no_opinion_is_cached_as_unauthorized() {
 }
 
 /// Each kind of answer lives for its own TTL: checked once with allows short-lived and once
-/// with the rest short-lived; the long-lived kind stays cached meanwhile.
-#[tokio::test]
+/// with the rest short-lived; the long-lived kind stays cached meanwhile. On a paused clock:
+/// five short TTLs pass at once.
+#[tokio::test(start_paused = true)]
 async fn each_kind_of_answer_lives_for_its_own_ttl() {
     let short = Duration::from_millis(100);
     let webhook = Webhook::plain().await;
@@ -840,7 +844,7 @@ async fn each_kind_of_answer_lives_for_its_own_ttl() {
         authorizer.authorize(&allowed).await;
         webhook.answer(DENY);
         authorizer.authorize(&denied).await;
-        tokio::time::sleep(short * 5).await;
+        tokio::time::advance(short * 5).await;
         webhook.answer(Reply::Http(404, None));
         let (expired, kept) = if allows_short_lived {
             (&allowed, &denied)
