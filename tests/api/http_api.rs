@@ -6,11 +6,13 @@
 
 use std::net::SocketAddr;
 
-use crate::support::server::{sample_policy, Server};
+use crate::support::server::{metric, sample_policy, Server};
+use crate::support::wait::eventually;
 use http_body_util::{BodyExt as _, Full, StreamBody};
 use hyper::body::{Bytes, Frame};
 use hyper_util::rt::TokioIo;
 use serde_json::{json, Value};
+use std::time::Duration;
 
 /// One HTTP/1.1 request on a fresh connection; no Content-Type unless given in `headers`.
 async fn send<B>(addr: SocketAddr, request: http::Request<B>) -> (u16, Vec<u8>)
@@ -464,16 +466,34 @@ async fn shutdown_finishes_in_flight_requests_and_takes_no_new_ones() {
     let body = r#"{"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
                    "spec": {"user": "alice", "resourceAttributes": {"verb": "get", "resource": "pods"}}}"#;
     let in_flight = tokio::spawn(async move { post(addr, "/authorize?minRevision=9", body).await });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // In flight once `/metrics` counts it beside the scrape itself.
+    eventually(
+        Duration::from_secs(10),
+        || "the waiting request never reached the server".to_string(),
+        || async { (metric(addr, "authzd_requests_in_flight").await >= Some(2.0)).then_some(()) },
+    )
+    .await;
 
     let exited = tokio::task::spawn_blocking(move || {
         let exited = server.terminate(std::time::Duration::from_secs(20));
         (exited, server)
     });
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    // Draining: new connections are refused while the request is still in flight (it waits
+    // up to --max-revision-wait, 1.5 s).
+    eventually(
+        Duration::from_secs(10),
+        || "new connections were still accepted after SIGTERM".to_string(),
+        || async {
+            tokio::net::TcpStream::connect(addr)
+                .await
+                .is_err()
+                .then_some(())
+        },
+    )
+    .await;
     assert!(
-        tokio::net::TcpStream::connect(addr).await.is_err(),
-        "a new connection was accepted while draining"
+        !in_flight.is_finished(),
+        "the listener closed only after the in-flight request was answered"
     );
 
     let (code, answer) = in_flight.await.unwrap();

@@ -430,10 +430,9 @@ async fn closed_by_server(stream: &mut tokio::net::TcpStream, within: Duration) 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_limit_are_closed_at_once_and_slots_come_back() {
     let policy = sample_policy();
-    let server = Server::start_serving(policy.path(), &["--max-connections", "2"]).await;
-    // wait_serving's own connection is gone once its channel is dropped; give the server a
-    // moment to notice.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Started without waiting for SERVING: a readiness probe would hold a connection the
+    // server notices closed only later, and the limit counts exactly the three below.
+    let server = Server::start(policy.path(), &["--max-connections", "2"]);
     let mut first = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut second = tokio::net::TcpStream::connect(server.addr).await.unwrap();
     let mut third = tokio::net::TcpStream::connect(server.addr).await.unwrap();

@@ -8,11 +8,10 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
 use std::ffi::OsStr;
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use crate::support::etcd::{etcd_binary, unique_prefix, Cluster, Replica};
-use crate::support::server::{post_json, run_bin, Server, RBAC_YAML};
+use crate::support::server::{http_get, metric, post_json, run_bin, Server, RBAC_YAML};
 use serde_json::{json, Value};
 
 /// One replica in etcd mode, fenced 1 s after its last proof of freshness.
@@ -41,37 +40,6 @@ fn cli_ok(server: &Server, args: &[&str]) -> String {
     stdout
 }
 
-/// One GET on a fresh HTTP/1.1 connection: status code and body.
-async fn get(addr: SocketAddr, path: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let code = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not HTTP: {response}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, body)| body.to_string());
-    (code, body)
-}
-
-/// The value of the series `series` (labels as Prometheus prints them) on `/metrics`.
-async fn metric(server: &Server, series: &str) -> Option<f64> {
-    let (code, text) = get(server.addr, "/metrics").await;
-    assert_eq!(code, 200, "{text}");
-    text.lines()
-        .filter(|line| !line.starts_with('#'))
-        .find_map(|line| {
-            let (name, value) = line.rsplit_once(' ')?;
-            (name == series).then(|| value.trim().parse().ok())?
-        })
-}
-
 /// A webhook `SubjectAccessReview` (v1) as kube-apiserver posts it: status code and `status`.
 async fn webhook(
     server: &Server,
@@ -97,7 +65,7 @@ async fn webhook(
 async fn wait_fenced(server: &Server, want: f64, within: Duration) {
     let deadline = Instant::now() + within;
     loop {
-        let fenced = metric(server, "authzd_store_fenced").await;
+        let fenced = metric(server.addr, "authzd_store_fenced").await;
         if fenced == Some(want) {
             return;
         }
@@ -185,15 +153,15 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
     // Healthy: the store on /metrics, status and replicas; the webhook allows.
     wait_fenced(&a, 0.0, Duration::from_secs(10)).await;
     // The active endpoint may be any member (failover), so only its form is checked.
-    let (_, text) = get(a.addr, "/metrics").await;
+    let (_, text) = http_get(a.addr, "/metrics").await;
     let prefix = r#"authzd_store_info{store="etcd",replica_id="ops-a",endpoint="http://127.0.0.1:"#;
     assert!(
         text.lines()
             .any(|line| line.starts_with(prefix) && line.ends_with("\"} 1")),
         "{text}"
     );
-    assert_eq!(metric(&a, "authzd_store_replicas").await, Some(2.0));
-    let age = metric(&a, "authzd_store_freshness_age_seconds")
+    assert_eq!(metric(a.addr, "authzd_store_replicas").await, Some(2.0));
+    let age = metric(a.addr, "authzd_store_freshness_age_seconds")
         .await
         .unwrap();
     assert!((0.0..=1.0).contains(&age), "freshness age {age}");
@@ -248,7 +216,7 @@ async fn operating_replicas_and_the_webhook_while_fenced() {
         (&json!(false), None)
     );
     assert!(status.get("evaluationError").is_none(), "{status}");
-    assert_eq!(get(a.addr, "/readyz").await.0, 503);
+    assert_eq!(http_get(a.addr, "/readyz").await.0, 503);
 
     let out = cli_ok(&a, &["status"]);
     assert!(out.contains("\nstore: etcd\n"), "{out}");
@@ -279,7 +247,7 @@ async fn a_directory_server_has_no_replicas() {
     assert_eq!(code, Some(0), "{stderr}");
     assert_eq!(stdout, "");
     assert!(stderr.contains("is not in etcd mode"), "{stderr}");
-    let (_, text) = get(server.addr, "/metrics").await;
+    let (_, text) = http_get(server.addr, "/metrics").await;
     assert!(
         text.contains("\nauthzd_store_info{store=\"directory\"} 1\n"),
         "{text}"

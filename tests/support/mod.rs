@@ -9,6 +9,7 @@
 //! * [`ca`]: the one test certificate authority (rcgen).
 //! * [`generators`] and [`cases`]: proptest's random policies and requests, and how many cases a
 //!   property runs (few locally, full strength under `CI=true`; `PROPTEST_CASES` wins).
+//! * [`wait`]: waiting on a condition with a deadline, instead of sleeping a fixed time.
 //! * [`fixture`]: policy files under `tests/fixtures/`.
 // Test support: failing loudly is the point here; each binary uses only part of it.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -20,6 +21,7 @@ pub mod generators;
 pub mod raw;
 pub mod server;
 pub mod tools;
+pub mod wait;
 
 /// Whether this is a CI run (`CI=true`): slow tests run at full strength and a missing tool is
 /// a failure, not a skip.

@@ -348,6 +348,37 @@ pub async fn post_json(
     (status, value)
 }
 
+/// One GET on a fresh HTTP/1.1 connection: status code and body.
+pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let code = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_string());
+    (code, body)
+}
+
+/// The value of the series `series` (labels as Prometheus prints them) on `/metrics`.
+pub async fn metric(addr: SocketAddr, series: &str) -> Option<f64> {
+    let (code, text) = http_get(addr, "/metrics").await;
+    assert_eq!(code, 200, "{text}");
+    text.lines()
+        .filter(|line| !line.starts_with('#'))
+        .find_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            (name == series).then(|| value.trim().parse().ok())?
+        })
+}
+
 /// Asserts an INVALID_ARGUMENT whose message starts with the field path.
 pub fn assert_invalid<T: std::fmt::Debug>(result: Result<T, tonic::Status>, field: &str) {
     let status = result.expect_err("expected INVALID_ARGUMENT");
