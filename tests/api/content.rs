@@ -19,38 +19,7 @@ use serde_json::{json, Value};
 use tonic::Code;
 
 /// Seed 004's rules, and a kubelet binding for node identities, beside the shipped policy.
-const EXTRA: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: cleanup-finalizer}
-rules:
-- {apiGroups: [example.com], resources: [widgets], verbs: [update], fields: [".metadata.finalizers[=\"example.com/cleanup\"]"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: cleanup-controller}
-subjects: [{kind: User, name: cleanup-controller}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cleanup-finalizer}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: secret-editor-restricted}
-rules:
-- {apiGroups: [""], resources: [secrets], verbs: [update]}
-- {apiGroups: [""], resources: [secrets], verbs: [update], deny: true, fields: [".data", ".stringData"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: secret-editors}
-subjects: [{kind: User, name: olga}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: secret-editor-restricted}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: node-kubelets}
-subjects: [{kind: Group, name: "system:nodes"}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: kubelet}
-"#;
+const EXTRA: &str = include_str!("../fixtures/content-seed004-kubelet.yaml");
 
 /// The shipped policy directory plus [`EXTRA`], served.
 async fn start() -> (Server, tempfile::TempDir) {

@@ -15,33 +15,7 @@ use tonic::transport::Channel;
 
 /// The sample policy plus non-resource grants: `/hello` for alice and group `greeters`, and
 /// a user named by a SPIFFE ID (the peer principal mode).
-const NON_RESOURCE: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: hello
-rules:
-- nonResourceURLs: ["/hello", "/hello/*"]
-  verbs: ["get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: hello-readers
-subjects:
-- kind: User
-  name: alice
-  apiGroup: rbac.authorization.k8s.io
-- kind: Group
-  name: greeters
-  apiGroup: rbac.authorization.k8s.io
-- kind: User
-  name: spiffe://cluster.local/ns/web/sa/frontend
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: ClusterRole
-  name: hello
-  apiGroup: rbac.authorization.k8s.io
-"#;
+const NON_RESOURCE: &str = include_str!("../fixtures/envoy-hello.yaml");
 
 fn policy() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();

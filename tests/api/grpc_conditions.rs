@@ -14,39 +14,7 @@ use authzd::proto::{
     EvaluateConditionsRequest, GetAllowedSubjectsRequest, ResourceAttributes, RuleEffect, UserInfo,
 };
 
-const POLICY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: label-keeper}
-rules:
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [update]
-  condition: "object.metadata.labels == oldObject.metadata.labels || 'label-editors' in request.userInfo.groups"
-- apiGroups: [apps]
-  resources: [deployments]
-  verbs: [update]
-  deny: true
-  fields: [".metadata.finalizers"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: frozen}
-rules:
-- {apiGroups: [apps], resources: [deployments], verbs: [update], deny: true, condition: "request.name == 'frozen'"}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: deployers}
-subjects: [{kind: Group, name: deployers}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: label-keeper}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: frozen}
-subjects: [{kind: Group, name: deployers}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: frozen}
-"#;
+const POLICY: &str = include_str!("../fixtures/grpc-conditions.yaml");
 
 fn update(name: &str, mode: ConditionsMode, content: Option<Content>) -> AuthorizeRequest {
     AuthorizeRequest {

@@ -510,51 +510,13 @@ struct HammerReport {
 /// A role whose grants are partly content rules (issue 16): reads plain, label-only updates,
 /// deletes of `app=web` pods; and a standing restricted deny that the hammer's updates (labels
 /// only) never trigger, so plans carry a deny rule too.
-const POD_CONTENT_ROLES: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: pod-mixed}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
-- {apiGroups: [""], resources: [pods], verbs: [update], fields: [".metadata.labels"]}
-- {apiGroups: [""], resources: [pods], verbs: [delete], objectSelector: {matchLabels: {app: web}}}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: no-spec-edits}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [update], deny: true, fields: [".spec"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: hank-no-spec-edits}
-subjects: [{kind: User, name: hank}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: no-spec-edits}
-"#;
+const POD_CONTENT_ROLES: &str = include_str!("../fixtures/hammer-pod-content.yaml");
 
 /// The hammer's toggled grant as CEL conditions (issue 19): reads plain, updates that keep
 /// the `app` label, deletes of `app=web` pods, and patches of `app=web` pods, which the hammer
 /// asks in RETURN mode without content (a conditional answer while granted, none once
 /// revoked).
-const POD_CEL_ROLES: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: pod-cel}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [get, list, watch]}
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [update]
-  condition: "object.metadata.labels.app == oldObject.metadata.labels.app"
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [delete]
-  condition: "oldObject.metadata.labels['app'] == 'web' && request.userInfo.username == 'hank'"
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [patch]
-  condition: "object.metadata.labels.app == 'web'"
-"#;
+const POD_CEL_ROLES: &str = include_str!("../fixtures/hammer-pod-cel.yaml");
 
 /// What the hammer's toggled grant is made of.
 #[derive(Clone, Copy, PartialEq, Eq)]

@@ -20,48 +20,7 @@ use tonic::Code;
 
 /// Group `reviewers` may create SubjectAccessReviews; group `ops` reads pods; every
 /// authenticated caller reads configmaps.
-const POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: reviewer}
-rules:
-- apiGroups: [authorization.k8s.io]
-  resources: [subjectaccessreviews]
-  verbs: [create]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: reviewers}
-subjects: [{kind: Group, name: reviewers, apiGroup: rbac.authorization.k8s.io}]
-roleRef: {kind: ClusterRole, name: reviewer, apiGroup: rbac.authorization.k8s.io}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: pod-reader}
-rules:
-- apiGroups: [""]
-  resources: [pods]
-  verbs: [get, list]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: ops-read-pods}
-subjects: [{kind: Group, name: ops, apiGroup: rbac.authorization.k8s.io}]
-roleRef: {kind: ClusterRole, name: pod-reader, apiGroup: rbac.authorization.k8s.io}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: configmap-reader}
-rules:
-- apiGroups: [""]
-  resources: [configmaps]
-  verbs: [get]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: authenticated-read-configmaps}
-subjects: [{kind: Group, name: "system:authenticated", apiGroup: rbac.authorization.k8s.io}]
-roleRef: {kind: ClusterRole, name: configmap-reader, apiGroup: rbac.authorization.k8s.io}
-"#;
+const POLICY: &str = include_str!("../fixtures/tls.yaml");
 
 /// Writes `content` by rename, as an operator (or cert-manager) replaces a certificate.
 fn replace(path: &Path, content: &str) {

@@ -21,27 +21,7 @@ use authzd::proto::{DeleteRequest, ObjectRef};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const HELLO: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: hello
-rules:
-- nonResourceURLs: ["/hello", "/hello/*"]
-  verbs: ["get"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: hello-readers
-subjects:
-- kind: User
-  name: alice
-  apiGroup: rbac.authorization.k8s.io
-roleRef:
-  kind: ClusterRole
-  name: hello
-  apiGroup: rbac.authorization.k8s.io
-"#;
+const HELLO: &str = include_str!("../fixtures/e2e-envoy-hello.yaml");
 
 /// The upstream application: answers every request 200 with `upstream saw PATH`, counting hits.
 async fn start_upstream(hits: Arc<AtomicUsize>) -> u16 {

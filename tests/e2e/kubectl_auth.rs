@@ -29,57 +29,7 @@ use authzd::proto::{
 ///   `public-cert`, and may update deployments;
 /// * group `interns` may not delete pods in `dev` (a deny rule);
 /// * bob may impersonate users and groups.
-const POLICY: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: reader}
-rules:
-- {apiGroups: [""], resources: [pods, pods/log], verbs: [get, list]}
-- {nonResourceURLs: ["/healthz"], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: devs-read}
-subjects: [{kind: Group, name: devs}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: reader}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: editor, namespace: dev}
-rules:
-- {apiGroups: ["", apps], resources: ["*", "-secrets"], verbs: ["*"]}
-- {apiGroups: [""], resources: [secrets], resourceNames: [public-cert], verbs: [get]}
-- {apiGroups: [apps], resources: [deployments], verbs: [update]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: alice-edits, namespace: dev}
-subjects: [{kind: User, name: alice}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: editor}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: no-pod-deletes, namespace: dev}
-rules:
-- {apiGroups: [""], resources: [pods], verbs: [delete], deny: true}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: interns-no-pod-deletes, namespace: dev}
-subjects: [{kind: Group, name: interns}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-pod-deletes}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: impersonator}
-rules:
-- {apiGroups: [""], resources: [users, groups], verbs: [impersonate]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: bob-impersonates}
-subjects: [{kind: User, name: bob}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: impersonator}
-"#;
+const POLICY: &str = include_str!("../fixtures/kubectl-auth.yaml");
 
 const TOKENS: &str = "alice-token,alice,uid-a,\"devs,interns\"\n\
 bob-token,bob,uid-b\n\

@@ -109,46 +109,7 @@ proptest! {
     }
 }
 
-const POLICY: &str = r#"
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: reader}
-rules:
-- {apiGroups: [""], resources: [pods, configmaps], verbs: [get, list]}
-- {nonResourceURLs: ["/healthz", "/metrics"], verbs: [get]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: devs-read}
-subjects: [{kind: Group, name: devs}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: reader}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: editor, namespace: dev}
-rules:
-- {apiGroups: ["", apps], resources: ["*", "-secrets"], verbs: ["*"]}
-- {apiGroups: [apps], resources: [deployments], verbs: [update]}
-- {apiGroups: [""], resources: [secrets], verbs: ["*"]}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: Role
-metadata: {name: no-secrets, namespace: dev}
-rules:
-- {apiGroups: [""], resources: [secrets], verbs: ["*"], deny: true}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: alice-edits, namespace: dev}
-subjects: [{kind: User, name: alice}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: editor}
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: RoleBinding
-metadata: {name: devs-no-secrets, namespace: dev}
-subjects: [{kind: Group, name: devs}]
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-secrets}
-"#;
+const POLICY: &str = include_str!("../fixtures/rules-review.yaml");
 
 fn load(text: &str) -> PolicySet {
     let objects = authzd::policy::load::parse_manifest(
