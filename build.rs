@@ -45,7 +45,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // request's bytes as received and answering with decisions encoded straight from the cache
     // (src/api/wire.rs): a cache hit then copies no string. The same routes, so the same
     // service to every client; included by `api::wire` (the prost server above is unused).
-    // The routes are declared in src/api/wire/routes.rs, which tests/wire_contract.rs holds
+    // The routes are declared in src/api/wire/routes.rs, which tests/api/wire_contract.rs holds
     // to the service in the descriptor set.
     println!("cargo:rerun-if-changed=src/api/wire/routes.rs");
     let authorizer = routes::AUTHORIZER_ROUTES

@@ -23,10 +23,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-#[path = "../tests/etcd_harness/mod.rs"]
-mod etcd_harness;
-#[path = "../tests/grpc_harness/mod.rs"]
-mod grpc_harness;
+#[path = "../tests/support/mod.rs"]
+mod support;
 
 use std::path::Path;
 use std::process::Command;
@@ -36,8 +34,8 @@ use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{Ack, ApplyRequest, AuthorizeRequest, DeleteRequest, ObjectRef};
 use authzd::store::etcd::client::rpc;
-use etcd_harness::{etcd_binary, Cluster, Replica};
-use grpc_harness::{resource_request, Server};
+use support::etcd::{etcd_binary, Cluster, Replica};
+use support::server::{resource_request, Server};
 use tonic::transport::Channel;
 
 #[global_allocator]
@@ -138,7 +136,7 @@ fn loadgen(target: &str, baseline: &str) -> serde_json::Value {
             "authorize=100",
         ])
         .args(["--cache-hit-ratio", "0.5", "--json"])
-        .env("AUTHZD_BIN", grpc_harness::BIN);
+        .env("AUTHZD_BIN", support::server::BIN);
     let out = command.output().expect("authzd-loadgen runs");
     assert!(
         out.status.success(),

@@ -31,11 +31,23 @@ use authzd::policy::model::{
 };
 use authzd::request::Request;
 use authzd::serving::ServingState;
-use authzd::store::{CommitError, ObjectRef, Publisher, RemoteSink, Store};
+use authzd::store::{FeedOnly, ObjectRef, Publisher, Store};
 use authzd::synth::{self, Shape};
 use criterion::{criterion_group, criterion_main, Criterion};
 
 const SIZE: usize = 100_000;
+/// `cargo test --all-targets` runs each bench once as a smoke test, in a debug build: a smaller
+/// policy keeps that quick while still checking every answer.
+const SMOKE_SIZE: usize = 5_000;
+
+/// The policy size: [`SIZE`] under `cargo bench` (which passes `--bench`), else [`SMOKE_SIZE`].
+fn size() -> usize {
+    if std::env::args().any(|a| a == "--bench") {
+        SIZE
+    } else {
+        SMOKE_SIZE
+    }
+}
 
 fn user_binding(
     kind: BindingKind,
@@ -169,7 +181,8 @@ fn cases(shape: &Shape, policy: &PolicySet) -> Vec<Case> {
 }
 
 fn update(c: &mut Criterion) {
-    let shape = Shape::with_bindings(SIZE);
+    let size = size();
+    let shape = Shape::with_bindings(size);
     let policy = synth::policy(&shape, 42);
     let config = EngineConfig::default();
     let engine = Engine::new(&policy, config.clone());
@@ -203,12 +216,12 @@ fn update(c: &mut Criterion) {
         );
         drop((updated, full));
 
-        group.bench_function(format!("{}/{SIZE}-bindings", case.name), |b| {
+        group.bench_function(format!("{}/{size}-bindings", case.name), |b| {
             b.iter(|| engine.update(black_box(&delta)))
         });
         if case.name == "rolebinding-apply" {
             group.sample_size(20);
-            group.bench_function(format!("delta/for-changes/{SIZE}-bindings"), |b| {
+            group.bench_function(format!("delta/for-changes/{size}-bindings"), |b| {
                 b.iter(|| PolicyDelta::for_changes(black_box(&case.after), [&case.changed]))
             });
             // The store's way: its policy is in canonical order, and the changed partition is
@@ -220,7 +233,7 @@ fn update(c: &mut Criterion) {
                 PolicyDelta::for_changes(&canonical, [&case.changed])
             );
             group.bench_function(
-                format!("delta/for-changes-in-canonical/{SIZE}-bindings"),
+                format!("delta/for-changes-in-canonical/{size}-bindings"),
                 |b| {
                     b.iter(|| {
                         PolicyDelta::for_changes_in_canonical(
@@ -232,7 +245,7 @@ fn update(c: &mut Criterion) {
             );
             // The store's copy of the policy per applied change (its objects are shared), and
             // dropping it.
-            group.bench_function(format!("policy-copy/{SIZE}-bindings"), |b| {
+            group.bench_function(format!("policy-copy/{size}-bindings"), |b| {
                 b.iter(|| black_box(&case.after).clone())
             });
             group.sample_size(100);
@@ -241,7 +254,7 @@ fn update(c: &mut Criterion) {
 
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(10));
-    group.bench_function(format!("full-compile/{SIZE}-bindings"), |b| {
+    group.bench_function(format!("full-compile/{size}-bindings"), |b| {
         b.iter(|| Engine::new(black_box(&policy), config.clone()))
     });
     group.finish();
@@ -255,23 +268,9 @@ fn or_exit<T>(value: Option<T>, what: &str) -> T {
     })
 }
 
-/// The applier is fed directly: nothing is committed.
-struct NoSink;
-
-#[tonic::async_trait]
-impl RemoteSink for NoSink {
-    async fn commit(
-        &self,
-        _: u64,
-        _: &[PolicyObject],
-        _: &[ObjectRef],
-    ) -> Result<u64, CommitError> {
-        Err(CommitError::Refused("benchmark".into()))
-    }
-}
-
 fn applier(c: &mut Criterion) {
-    let shape = Shape::with_bindings(SIZE);
+    let size = size();
+    let shape = Shape::with_bindings(size);
     let policy = synth::policy(&shape, 42);
     let runtime = or_exit(
         tokio::runtime::Builder::new_current_thread().build().ok(),
@@ -281,10 +280,10 @@ fn applier(c: &mut Criterion) {
         EngineConfig::default(),
         CacheConfig::default(),
     ));
-    let store = Store::open_remote(
+    let store = Store::open(
+        Arc::new(FeedOnly),
         policy.clone(),
         1,
-        Arc::new(NoSink),
         Arc::clone(&serving) as Arc<dyn Publisher>,
     );
     let binding = PolicyObject::Binding(user_binding(
@@ -319,11 +318,11 @@ fn applier(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("update");
     group.measurement_time(Duration::from_secs(5));
-    group.bench_function(format!("applier/in-place/{SIZE}-bindings"), |b| {
+    group.bench_function(format!("applier/in-place/{size}-bindings"), |b| {
         b.iter(&mut toggle)
     });
     let mut reader = None;
-    group.bench_function(format!("applier/copy/{SIZE}-bindings"), |b| {
+    group.bench_function(format!("applier/copy/{size}-bindings"), |b| {
         b.iter(|| {
             // Held across the next change, when this policy is the applier's spare.
             let held = store.policy();
@@ -355,10 +354,10 @@ fn applier(c: &mut Criterion) {
         impact_of_applied_objects(&after, &before, &roles, &[], &referrers),
         scanned
     );
-    group.bench_function(format!("impact/clusterrole-scan/{SIZE}-bindings"), |b| {
+    group.bench_function(format!("impact/clusterrole-scan/{size}-bindings"), |b| {
         b.iter(|| impact_of_objects(black_box(&after), &before, &roles, &[]))
     });
-    group.bench_function(format!("impact/clusterrole-indexed/{SIZE}-bindings"), |b| {
+    group.bench_function(format!("impact/clusterrole-indexed/{size}-bindings"), |b| {
         b.iter(|| impact_of_applied_objects(black_box(&after), &before, &roles, &[], &referrers))
     });
     group.finish();

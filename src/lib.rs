@@ -4,7 +4,8 @@
 //! guarded by `tests/layering.rs`):
 //! * [`request`]: the question — who asks to do what, and the one list of what decides;
 //! * [`policy`]: the plain policy model, its loaders, its exact matching semantics and its
-//!   compilation into an immutable index;
+//!   compilation into an immutable index; [`kube`]: the Kubernetes objects authzd reads and
+//!   writes (the access reviews), one typed model for JSON and protobuf;
 //! * [`engine`]: the answer, and the authorizer chain over the index (pure, synchronous), with
 //!   the reference evaluator it is tested against;
 //! * [`cache`] and [`store`]: the decision cache in front of the engine, and the single writer
@@ -27,6 +28,7 @@ pub mod client;
 pub mod config;
 pub mod counter;
 pub mod engine;
+pub mod kube;
 pub mod loadgen;
 pub mod policy;
 pub mod policy_test;

@@ -6,8 +6,24 @@
 //! request takes the current [`Snapshot`] with one atomic load and answers from it alone, so a
 //! request never mixes two policies. [`ServingState::publish`] keeps the order the cache's
 //! no-stale-answer guarantee rests on.
+//!
+//! Every call enters here the same way, whichever adapter received it: [`ServingState::admit`]
+//! (admission: the snapshot, the caller's privilege on it, impersonation) gives a [`Call`],
+//! whose verbs decide, list and record from that one snapshot ([`call`]). The write guard of
+//! policy writes is here too ([`write_guard`]).
 
+pub mod admission;
+pub mod call;
 pub mod delegation;
+pub mod privilege;
+pub mod refusal;
+pub mod write_guard;
+
+pub use admission::{Caller, Impersonating, Needed};
+pub use call::{Call, Question, WithContent};
+pub use privilege::Privilege;
+pub use refusal::Refusal;
+pub use write_guard::WriteOp;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +31,7 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
 
+use crate::audit::AuditLog;
 use crate::cache::{CacheConfig, CachedEngine, DecisionCache, InvalidationCause};
 use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
@@ -35,6 +52,9 @@ pub struct Snapshot {
 /// Privilege checks repeat a few (caller, review kind, namespace) triples; this bounds them.
 const PRIVILEGE_CACHE_CAPACITY: usize = 10_000;
 
+/// How long a `min_revision` call waits at most unless `--max-revision-wait` says otherwise.
+const DEFAULT_MAX_REVISION_WAIT: Duration = Duration::from_secs(5);
+
 /// Holds the current [`Snapshot`] (empty until the first policy compiles) and the cache.
 pub struct ServingState {
     current: ArcSwapOption<Snapshot>,
@@ -50,6 +70,32 @@ pub struct ServingState {
     freshness: std::sync::OnceLock<Arc<Freshness>>,
     /// The chain's webhooks, when it has any (`--authorization-mode …,Webhook`).
     delegation: std::sync::OnceLock<Arc<Delegation>>,
+    /// Where calls and policy writes are recorded, when `--audit-log` is on.
+    audit: std::sync::OnceLock<Arc<AuditLog>>,
+    /// The longest a `min_revision` call waits when its deadline allows more (or it has none).
+    max_revision_wait: Duration,
+}
+
+/// Whether the server should receive traffic (`/readyz`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    /// No policy has compiled yet.
+    NoPolicy,
+    /// etcd mode: this replica cannot prove its policy current with etcd.
+    Fenced,
+}
+
+/// The decision cache's counters, as `Status` reports them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CacheFigures {
+    pub entries: u64,
+    pub hits: u64,
+    pub misses: u64,
+    pub inserts: u64,
+    pub evictions: u64,
+    pub invalidations: u64,
+    pub stale_inserts_refused: u64,
 }
 
 /// How a fenced replica (etcd mode, `--on-stale unavailable`) answers an allow it may not
@@ -63,12 +109,6 @@ pub enum FencedAllow {
     #[default]
     Refuse,
     NoOpinion,
-}
-
-/// What a fenced replica does with an answer (see [`ServingState::fresh`]).
-pub enum Fenced {
-    /// Refuse: `UNAVAILABLE` with this message.
-    Refuse(String),
 }
 
 impl ServingState {
@@ -85,7 +125,39 @@ impl ServingState {
             metrics: Arc::new(Metrics::new()),
             freshness: std::sync::OnceLock::new(),
             delegation: std::sync::OnceLock::new(),
+            audit: std::sync::OnceLock::new(),
+            max_revision_wait: DEFAULT_MAX_REVISION_WAIT,
         }
+    }
+
+    /// `min_revision` calls wait at most `wait` (`--max-revision-wait`).
+    #[must_use]
+    pub fn with_max_revision_wait(mut self, wait: Duration) -> Self {
+        self.max_revision_wait = wait;
+        self
+    }
+
+    /// Calls and policy writes are recorded in `audit` from now on.
+    pub fn set_audit(&self, audit: Arc<AuditLog>) {
+        let _ = self.audit.set(audit);
+    }
+
+    /// A policy write (applied or refused) recorded in the audit log, when there is one.
+    pub fn record_write(
+        &self,
+        rpc: &str,
+        caller: &crate::request::UserInfo,
+        request: impl FnOnce() -> serde_json::Value,
+        outcome: Result<(u64, serde_json::Value), String>,
+    ) {
+        if let Some(audit) = self.audit.get() {
+            audit.write(rpc, caller, request(), outcome);
+        }
+    }
+
+    /// Audit entries dropped because the log's queue was full (0 without a log).
+    pub fn audit_dropped(&self) -> u64 {
+        self.audit.get().map_or(0, |audit| audit.dropped())
     }
 
     /// What a previewed write ([`crate::store::Store::preview`]) would change in who may do
@@ -114,17 +186,8 @@ impl ServingState {
     }
 
     /// The chain's webhooks, if it has any.
-    pub fn delegation(&self) -> Option<&Arc<Delegation>> {
+    fn delegation(&self) -> Option<&Arc<Delegation>> {
         self.delegation.get()
-    }
-
-    /// The chain's answer to `request` from the engine's `decided`: unchanged without
-    /// webhooks, else finished by those the chain reaches undecided ([`Delegation::finish`]).
-    pub async fn delegate(&self, request: &crate::request::Request, decided: Decided) -> Decided {
-        match self.delegation.get() {
-            None => decided,
-            Some(delegation) => delegation.finish(request, decided).await,
-        }
     }
 
     /// etcd mode: answers are held to this replica's freshness from now on.
@@ -136,12 +199,12 @@ impl ServingState {
     /// mode, `--on-stale`): unless a recent proof covers that revision, an allow is refused
     /// (`unavailable`: as `fenced_allow` says) or turned into a deny (`deny-allows`); denies
     /// and no-opinions pass. Directory mode: unchanged.
-    pub fn fresh(
+    fn fresh(
         &self,
         decided: Decided,
         revision: u64,
         fenced_allow: FencedAllow,
-    ) -> Result<Decided, Fenced> {
+    ) -> Result<Decided, Refusal> {
         let Some(freshness) = self.freshness.get() else {
             return Ok(decided);
         };
@@ -161,7 +224,9 @@ impl ServingState {
             cached: false,
         };
         match (freshness.on_stale, fenced_allow) {
-            (OnStale::Unavailable, FencedAllow::Refuse) => Err(Fenced::Refuse(freshness.refusal())),
+            (OnStale::Unavailable, FencedAllow::Refuse) => {
+                Err(Refusal::Fenced(freshness.refusal()))
+            }
             (OnStale::Unavailable, FencedAllow::NoOpinion) => Ok(answer(
                 Decision::NoOpinion,
                 String::new(),
@@ -174,10 +239,10 @@ impl ServingState {
 
     /// Whether who-can may be answered: not while fenced (a list of who is allowed is an
     /// allow for each of them).
-    pub fn fresh_for_who_can(&self, revision: u64) -> Result<(), Fenced> {
+    fn fresh_for_who_can(&self, revision: u64) -> Result<(), Refusal> {
         match self.freshness.get() {
             Some(freshness) if freshness.fenced_for(revision) => {
-                Err(Fenced::Refuse(freshness.refusal()))
+                Err(Refusal::Fenced(freshness.refusal()))
             }
             _ => Ok(()),
         }
@@ -186,6 +251,18 @@ impl ServingState {
     /// etcd mode: whether this replica is fenced now (readiness); never in directory mode.
     pub fn fenced(&self) -> bool {
         self.freshness.get().is_some_and(|f| f.fenced())
+    }
+
+    /// Whether the server should receive traffic now: a policy is loaded and, in etcd mode,
+    /// this replica is not fenced.
+    pub fn readiness(&self) -> Readiness {
+        if self.current.load().is_none() {
+            Readiness::NoPolicy
+        } else if self.fenced() {
+            Readiness::Fenced
+        } else {
+            Readiness::Ready
+        }
     }
 
     /// The server's Prometheus instruments.
@@ -217,12 +294,22 @@ impl ServingState {
         self.current.load_full()
     }
 
-    pub fn cache(&self) -> &DecisionCache {
-        &self.cache
+    /// The decision cache's counters now.
+    pub fn cache_figures(&self) -> CacheFigures {
+        let (cache, stats) = (&self.cache, &self.cache.stats);
+        CacheFigures {
+            entries: cache.len() as u64,
+            hits: stats.hits.get(),
+            misses: stats.misses.get(),
+            inserts: stats.inserts.get(),
+            evictions: stats.evictions.get(),
+            invalidations: cache.invalidations(),
+            stale_inserts_refused: stats.stale_inserts_refused.get(),
+        }
     }
 
-    /// The cache decorator over one snapshot: what requests are answered through.
-    pub fn authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
+    /// The cache decorator over one snapshot: what calls are answered through.
+    fn authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
         CachedEngine {
             cache: &self.cache,
             engine: &snapshot.engine,
@@ -231,7 +318,7 @@ impl ServingState {
     }
 
     /// The privilege-cache decorator over one snapshot: what `privilege::Gate` asks.
-    pub fn privilege_authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
+    fn privilege_authorizer<'a>(&'a self, snapshot: &'a Snapshot) -> CachedEngine<'a> {
         CachedEngine {
             cache: &self.privileges,
             engine: &snapshot.engine,
@@ -365,7 +452,7 @@ mod store_tests {
         let config = EngineConfig::default();
         let state = Arc::new(ServingState::new(config.clone(), CacheConfig::default()));
         let backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
-        let store = Store::open(Box::new(backend), state.clone()).unwrap();
+        let store = Store::open_directory(backend, state.clone()).unwrap();
 
         let users = ["jane", "dave", "alice", "Hubert", "Edgar", "bob", "zed"];
         let check = |store: &Store| {

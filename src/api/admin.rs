@@ -11,15 +11,12 @@ use tonic::{Request, Response, Status};
 
 use crate::api::authn::{Authenticator, Peer};
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::privilege::{Gate, Privilege};
-use crate::audit::AuditLog;
-use crate::engine::escalation::EscalationCheck;
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
-use crate::serving::ServingState;
+use crate::serving::{Caller, Privilege, ServingState, WriteOp};
 use crate::store::etcd::{AckMode, AckReport, Replication};
-use crate::store::{find_object, ChangeEvent, ObjectKind, ObjectRef, Store, WriteGuard};
+use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
 use crate::telemetry::metrics::{EtcdFigures, StoreFigures};
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
@@ -44,8 +41,6 @@ pub struct AdminApi {
     /// Becomes `true` when the server starts draining: open watch streams end then, so that
     /// graceful shutdown does not wait for them forever.
     draining: tokio::sync::watch::Receiver<bool>,
-    /// Where policy writes are recorded, when `--audit-log` is on.
-    audit: Option<Arc<AuditLog>>,
     /// One permit per open watch stream (`--max-watches`), held for the stream's life: the
     /// request limit counts a stream only while it is set up, this bounds how many stay open.
     watch_slots: Arc<tokio::sync::Semaphore>,
@@ -86,7 +81,6 @@ impl AdminApi {
             authenticator,
             load_options,
             draining,
-            audit: None,
             watch_slots: Arc::new(tokio::sync::Semaphore::new(DEFAULT_MAX_WATCHES)),
             replication: ReplicationCell::default(),
         }
@@ -123,13 +117,7 @@ impl AdminApi {
         self
     }
 
-    /// Records every policy write (applied or refused) in `audit`.
-    #[must_use]
-    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
-        self.audit = audit;
-        self
-    }
-
+    /// A policy write (applied or refused) recorded in the audit log, when there is one.
     fn audit_write(
         &self,
         rpc: &str,
@@ -137,14 +125,9 @@ impl AdminApi {
         request: impl FnOnce() -> serde_json::Value,
         outcome: std::result::Result<(u64, serde_json::Value), &Status>,
     ) {
-        if let Some(audit) = &self.audit {
-            audit.write(
-                rpc,
-                caller,
-                request(),
-                outcome.map_err(|status| format!("{:?}: {}", status.code(), status.message())),
-            );
-        }
+        let outcome =
+            outcome.map_err(|status| format!("{:?}: {}", status.code(), status.message()));
+        self.state.record_write(rpc, caller, request, outcome);
     }
 
     pub fn service(self, max_request_bytes: usize) -> PolicyAdminServer<Self> {
@@ -152,26 +135,20 @@ impl AdminApi {
     }
 
     /// Every caller is authenticated; reads then need the matching RBAC verb
-    /// ([`Self::admit`]), writes the checks of [`AdminWriteGuard`].
+    /// ([`Self::admit`]), writes the checks of the serving core's write guard.
     fn caller<T>(&self, request: &Request<T>) -> Result<Arc<crate::request::UserInfo>> {
         self.authenticator.authenticate(&Peer::of(request))
     }
 
-    /// Checks a read's privileges against the policy in force, all of them against one
-    /// snapshot.
-    fn admit(
+    /// Admits a read needing `privileges`, all of them checked against one snapshot.
+    async fn admit(
         &self,
         caller: &Arc<crate::request::UserInfo>,
         privileges: &[Privilege<'_>],
     ) -> Result<()> {
-        let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
-        let gate = Gate {
-            state: &self.state,
-            snapshot: &snapshot,
-        };
-        privileges
-            .iter()
-            .try_for_each(|privilege| gate.admit(caller, *privilege))
+        let caller = Caller::new(Arc::clone(caller));
+        self.state.admit_all(caller, privileges, 0).await?;
+        Ok(())
     }
 
     /// The store's part of `Status`: where the policy lives and, in etcd mode, this replica's
@@ -204,74 +181,6 @@ impl AdminApi {
 
     fn store(&self) -> Result<&Arc<Store>> {
         self.store.get().ok_or(ApiError::NotReady)
-    }
-}
-
-/// What a policy write is, for the RBAC verb it needs.
-#[derive(Clone, Copy)]
-enum WriteOp {
-    /// Create (new object) or update (existing object), then escalation prevention.
-    Apply,
-    Delete,
-}
-
-/// The checks on one caller's write, against the policy in force, as Kubernetes makes them:
-/// `create`, `update` or `delete` on the object (API group `rbac.authorization.k8s.io`),
-/// then, for creates and updates, privilege-escalation prevention. The store calls it under
-/// its writer lock, so the snapshot loaded here is the policy the write changes; evaluated
-/// uncached for the same reason.
-/// Owned: in etcd mode the store's committer checks it, on behalf of the waiting writer.
-struct AdminWriteGuard {
-    state: Arc<ServingState>,
-    caller: Arc<crate::request::UserInfo>,
-    op: WriteOp,
-}
-
-impl WriteGuard for AdminWriteGuard {
-    fn check(
-        &self,
-        current: &crate::policy::model::PolicySet,
-        objects: &[crate::policy::model::PolicyObject],
-    ) -> std::result::Result<(), String> {
-        let snapshot = self
-            .state
-            .snapshot()
-            .ok_or_else(|| "no policy is loaded yet".to_string())?;
-        let refusals: Vec<String> = objects
-            .iter()
-            .filter_map(|object| {
-                let object = ObjectRef::of(object);
-                let verb = match self.op {
-                    WriteOp::Delete => "delete",
-                    WriteOp::Apply if find_object(current, &object).is_some() => "update",
-                    WriteOp::Apply => "create",
-                };
-                let privilege =
-                    Privilege::object(verb, object.kind, &object.namespace, &object.name);
-                (!privilege.held_by(&snapshot.engine, &self.caller))
-                    .then(|| privilege.refusal(&self.caller))
-            })
-            .collect();
-        if !refusals.is_empty() {
-            return Err(refusals.join("\n"));
-        }
-        let escalation = EscalationCheck {
-            engine: &snapshot.engine,
-            caller: &self.caller,
-        };
-        match self.op {
-            WriteOp::Apply => escalation.check(current, objects),
-            // Deleting a role or binding only takes access away; deleting a FieldPolicy can
-            // open protected paths, so it is checked as writing one is.
-            WriteOp::Delete => {
-                let field_policies: Vec<_> = objects
-                    .iter()
-                    .filter(|o| matches!(o, crate::policy::model::PolicyObject::FieldPolicy(_)))
-                    .cloned()
-                    .collect();
-                escalation.check(current, &field_policies)
-            }
-        }
     }
 }
 
@@ -358,11 +267,7 @@ impl AdminApi {
         }
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
-        let guard = Some(Arc::new(AdminWriteGuard {
-            state: Arc::clone(&self.state),
-            caller: Arc::clone(caller),
-            op: WriteOp::Apply,
-        }) as Arc<dyn WriteGuard>);
+        let guard = Some(self.state.write_guard(Arc::clone(caller), WriteOp::Apply));
         let store = self.store()?;
         if !wire.dry_run {
             let (revision, objects) = store.apply(objects, guard).await.map_err(ApiError::from)?;
@@ -379,7 +284,10 @@ impl AdminApi {
         let (revision, objects) = (preview.revision, preview.applied.clone());
         // The delta names who gains and loses access: a who-can answer, given to those who
         // may ask for one.
-        let delta = match self.admit(caller, &[Privilege::RESOURCE_ACCESS_REVIEW]) {
+        let delta = match self
+            .admit(caller, &[Privilege::RESOURCE_ACCESS_REVIEW])
+            .await
+        {
             Err(refused) => Err(format!(
                 "the access delta names subjects as who-can answers do: {refused}"
             )),
@@ -478,11 +386,7 @@ impl PolicyAdmin for AdminApi {
                 Ok(store) => store
                     .delete(
                         &object,
-                        Some(Arc::new(AdminWriteGuard {
-                            state: Arc::clone(&self.state),
-                            caller: Arc::clone(&caller),
-                            op: WriteOp::Delete,
-                        })),
+                        Some(self.state.write_guard(Arc::clone(&caller), WriteOp::Delete)),
                     )
                     .await
                     .map(|revision| (revision, object))
@@ -538,7 +442,8 @@ impl PolicyAdmin for AdminApi {
                 &object.namespace,
                 &object.name,
             )],
-        )?;
+        )
+        .await?;
         let revision = self.store()?.revision();
         let manifest = self
             .store()?
@@ -568,7 +473,7 @@ impl PolicyAdmin for AdminApi {
             .iter()
             .map(|kind| Privilege::object("list", *kind, &wire.namespace, ""))
             .collect();
-        self.admit(&caller, &privileges)?;
+        self.admit(&caller, &privileges).await?;
         let revision = self.store()?.revision();
         Ok(Response::new(proto::ListResponse {
             manifests: self.store()?.list(kind, &wire.namespace),
@@ -588,7 +493,7 @@ impl PolicyAdmin for AdminApi {
             .iter()
             .map(|kind| Privilege::object("watch", *kind, "", ""))
             .collect();
-        self.admit(&caller, &privileges)?;
+        self.admit(&caller, &privileges).await?;
         let slot = Arc::clone(&self.watch_slots)
             .try_acquire_owned()
             .map_err(|_| ApiError::TooManyWatches)?;
@@ -620,20 +525,19 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let caller = self.caller(&request)?;
-        self.admit(&caller, &[Privilege::STATUS])?;
-        let cache = self.state.cache();
-        let stats = &cache.stats;
+        self.admit(&caller, &[Privilege::STATUS]).await?;
+        let cache = self.state.cache_figures();
         Ok(Response::new(proto::StatusResponse {
             revision: self.store()?.revision(),
             last_error: self.store()?.last_error().unwrap_or_default(),
-            cache_entries: cache.len() as u64,
-            cache_hits: stats.hits.get(),
-            cache_misses: stats.misses.get(),
-            cache_invalidations: cache.invalidations(),
-            cache_evictions: stats.evictions.get(),
-            cache_inserts: stats.inserts.get(),
-            cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
-            audit_dropped: self.audit.as_ref().map_or(0, |audit| audit.dropped()),
+            cache_entries: cache.entries,
+            cache_hits: cache.hits,
+            cache_misses: cache.misses,
+            cache_invalidations: cache.invalidations,
+            cache_evictions: cache.evictions,
+            cache_inserts: cache.inserts,
+            cache_stale_inserts_refused: cache.stale_inserts_refused,
+            audit_dropped: self.state.audit_dropped(),
             ..self.store_status()
         }))
     }

@@ -13,13 +13,13 @@ use crate::api::limits::{
     MAX_GROUPS, MAX_PATH_BYTES, MAX_RAW_SELECTOR_BYTES, MAX_SELECTOR_REQUIREMENTS,
     MAX_SELECTOR_STRING_BYTES, MAX_SELECTOR_VALUES, MAX_STRING_BYTES,
 };
-use crate::api::selector;
 use crate::engine::conditional::{ReturnedRule, CEL, CLAUSES_JSON};
 use crate::engine::rules::{ReviewedRule, SubjectRules};
 use crate::engine::{AllowedSubjects, Decided, Decision, Response, RuleRef};
 use crate::policy::content::condition::Condition;
 use crate::proto;
 use crate::request;
+use crate::request::selector;
 
 /// Where a field lives: `{scope}{field}`, e.g. `user.` + `groups`. Formatted only when an
 /// error is reported.
@@ -638,22 +638,13 @@ pub fn returned_rule(wire: proto::Condition, at: &str) -> Result<ReturnedRule> {
         _ => return Err(invalid("effect", "must be ALLOW or DENY".into())),
     };
     let rule = wire.rule.unwrap_or_default();
-    let authorizer = [
-        crate::engine::explain::RBAC,
-        crate::engine::explain::ABAC,
-        crate::engine::explain::ALWAYS_ALLOW,
-        crate::engine::explain::SUPER_USER,
-        crate::engine::explain::WEBHOOK,
-        "AlwaysDeny",
-    ]
-    .into_iter()
-    .find(|a| *a == rule.authorizer)
-    .ok_or_else(|| {
-        invalid(
-            "rule.authorizer",
-            format!("`{}` is not an authorizer", rule.authorizer),
-        )
-    })?;
+    let authorizer =
+        crate::engine::explain::authorizer_named(&rule.authorizer).ok_or_else(|| {
+            invalid(
+                "rule.authorizer",
+                format!("`{}` is not an authorizer", rule.authorizer),
+            )
+        })?;
     let rule_ref = RuleRef {
         authorizer,
         binding: rule.binding.into(),

@@ -8,13 +8,28 @@ use thiserror::Error;
 
 use crate::api::limits::{MAX_BATCH, MAX_REQUEST_BYTES};
 use crate::engine::content::ContentError;
+use crate::serving::Refusal;
 use crate::store::StoreError;
 
-impl From<crate::serving::Fenced> for ApiError {
-    fn from(fenced: crate::serving::Fenced) -> Self {
-        match fenced {
-            crate::serving::Fenced::Refuse(message) => ApiError::Fenced(message),
+/// The serving core's refusals, each as the adapters refuse it.
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> Self {
+        match refusal {
+            Refusal::NotReady => ApiError::NotReady,
+            Refusal::RevisionNotReached { requested, current } => {
+                ApiError::RevisionNotReached { requested, current }
+            }
+            Refusal::PermissionDenied(message) => ApiError::PermissionDenied(message),
+            Refusal::Fenced(message) => ApiError::Fenced(message),
+            Refusal::Content(error) => error.into(),
         }
+    }
+}
+
+/// A refusal of the serving core as gRPC answers it.
+impl From<Refusal> for tonic::Status {
+    fn from(refusal: Refusal) -> Self {
+        ApiError::from(refusal).into()
     }
 }
 
@@ -133,7 +148,7 @@ impl ApiError {
             ApiError::Unauthenticated(_) => Code::Unauthenticated,
             ApiError::PermissionDenied(_) => Code::PermissionDenied,
             ApiError::Store(error) => match error {
-                StoreError::Invalid(_) => Code::InvalidArgument,
+                StoreError::Invalid(_) | StoreError::TooLarge(_) => Code::InvalidArgument,
                 StoreError::NotFound(_) => Code::NotFound,
                 StoreError::ReadOnly | StoreError::Compacted { .. } => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
@@ -237,10 +252,74 @@ pub fn bounded_message(message: String) -> String {
     )
 }
 
-/// The gRPC mapping: the error's code, its message bounded.
+/// The domain of authzd's `google.rpc.ErrorInfo` details.
+pub const ERROR_DOMAIN: &str = "authzd.io";
+
+/// What a refusal means, for a client to act on, as a `google.rpc.ErrorInfo` detail's reason
+/// (a client decides by it, never by a message's text).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorReason {
+    /// A write changes more objects, or carries more bytes, than one commit takes (etcd's
+    /// transaction limits): send it in parts.
+    WriteTooLarge,
+    /// A request larger than the server reads: send less at once.
+    RequestTooLarge,
+}
+
+impl ErrorReason {
+    const ALL: [ErrorReason; 2] = [ErrorReason::WriteTooLarge, ErrorReason::RequestTooLarge];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            ErrorReason::WriteTooLarge => "WRITE_TOO_LARGE",
+            ErrorReason::RequestTooLarge => "REQUEST_TOO_LARGE",
+        }
+    }
+
+    /// The reason `status` carries in an `ErrorInfo` of authzd's domain, if any.
+    pub fn of(status: &tonic::Status) -> Option<Self> {
+        use tonic_types::StatusExt as _;
+        let info = status.get_details_error_info()?;
+        if info.domain != ERROR_DOMAIN {
+            return None;
+        }
+        ErrorReason::ALL
+            .into_iter()
+            .find(|reason| reason.as_str() == info.reason)
+    }
+
+    /// A status of `code` saying `message`, with this reason as its `ErrorInfo` detail.
+    pub fn status(self, code: tonic::Code, message: String) -> tonic::Status {
+        use tonic_types::{ErrorDetails, StatusExt as _};
+        let details = ErrorDetails::with_error_info(
+            self.as_str(),
+            ERROR_DOMAIN,
+            std::collections::HashMap::new(),
+        );
+        tonic::Status::with_error_details(code, message, details)
+    }
+}
+
+impl ApiError {
+    /// What the refusal means for a client to act on, when there is something to do.
+    pub fn reason(&self) -> Option<ErrorReason> {
+        match self {
+            ApiError::Store(StoreError::TooLarge(_)) => Some(ErrorReason::WriteTooLarge),
+            ApiError::TooLarge => Some(ErrorReason::RequestTooLarge),
+            _ => None,
+        }
+    }
+}
+
+/// The gRPC mapping: the error's code, its message bounded, and its reason as a
+/// `google.rpc.ErrorInfo` detail when it has one.
 impl From<ApiError> for tonic::Status {
     fn from(error: ApiError) -> Self {
-        tonic::Status::new(error.code(), bounded_message(error.to_string()))
+        let message = bounded_message(error.to_string());
+        match error.reason() {
+            Some(reason) => reason.status(error.code(), message),
+            None => tonic::Status::new(error.code(), message),
+        }
     }
 }
 
@@ -278,8 +357,23 @@ pub fn caller_faults_get_their_codes<B>(mut response: http::Response<B>) -> http
         _ => return response,
     };
     headers.insert(GRPC_STATUS, (rewritten as i32).into());
+    if rewritten == tonic::Code::ResourceExhausted {
+        // Said as a reason a client can act on (send less at once), as authzd's own size
+        // refusals say it.
+        let typed = ErrorReason::RequestTooLarge.status(rewritten, String::new());
+        let mut typed_headers = http::HeaderMap::new();
+        if typed.add_header(&mut typed_headers).is_ok() {
+            if let Some(details) = typed_headers.remove(GRPC_STATUS_DETAILS) {
+                headers.insert(GRPC_STATUS_DETAILS, details);
+            }
+        }
+    }
     response
 }
+
+/// Where a gRPC status carries its `google.rpc.Status` details.
+const GRPC_STATUS_DETAILS: http::HeaderName =
+    http::HeaderName::from_static("grpc-status-details-bin");
 
 #[cfg(test)]
 mod tests {

@@ -1,14 +1,14 @@
-//! The gRPC services `authz.v1.Authorizer` and `authz.v1.AccessReview`.
+//! The gRPC services `authz.v1.Authorizer` and `authz.v1.AccessReview`: conversion only.
 //!
 //! Every call takes the same steps, in order: who asks (authentication), by when (the
-//! deadline), what (conversion and validation, typed errors naming the field), from which
-//! snapshot (`min_revision`), and whether the caller may ask (the privilege, checked against
-//! that same snapshot); then the engine answers. [`GrpcApi::serve`] runs them for every review
-//! RPC, each of which states only what differs ([`Review`]); the HTTP endpoints serve through
-//! the same function. `Authorize` and `BatchAuthorize` take the same steps
-//! (`GrpcApi::begin`, `GrpcApi::admitted`) around their zero-copy decoding. The engine
-//! decides; nothing here does.
+//! deadline), what (conversion and validation, typed errors naming the field), then admission
+//! by the serving core ([`ServingState::admit`]: the snapshot at `min_revision`, and whether
+//! that snapshot's policy allows the caller the call), whose [`Call`] answers. [`GrpcApi::serve`]
+//! runs these steps for every review RPC, each of which states only what differs ([`Review`]);
+//! the HTTP endpoints serve through the same function. `Authorize` and `BatchAuthorize` take
+//! the same steps around their zero-copy decoding. The serving core decides; nothing here does.
 
+use std::borrow::Cow;
 use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
@@ -20,52 +20,33 @@ use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{ContentLimits, MAX_CONDITIONS};
-use crate::api::privilege::{Gate, Privilege};
 use crate::api::wire::service::authorizer_server::{Authorizer, AuthorizerServer};
 use crate::api::wire::{
     Answer, AuthorizeCall, AuthorizeInput, AuthorizeReply, BatchAuthorizeCall, BatchAuthorizeReply,
     BatchDecoded, Decoded,
 };
-use crate::audit::AuditLog;
-use crate::engine::{AllowedSubjects, Authorize as _, Decided};
+use crate::engine::Decided;
 use crate::proto;
 use crate::proto::access_review_server::{AccessReview, AccessReviewServer};
 use crate::request;
 use crate::request::UserInfo;
-use crate::serving::{FencedAllow, ServingState, Snapshot};
-use crate::telemetry::metrics::{DecisionApi, DecisionTally};
-use crate::telemetry::request::{record_caller, record_decision};
+use crate::serving::{Call, Caller, FencedAllow, Privilege, Question, ServingState, WithContent};
+use crate::telemetry::metrics::DecisionApi;
 
 /// Both services over one serving state. Cheap to clone.
 #[derive(Clone)]
 pub struct GrpcApi {
     state: Arc<ServingState>,
     authenticator: Arc<dyn Authenticator>,
-    /// The longest a `min_revision` request waits when its deadline allows more (or it has
-    /// none).
-    max_revision_wait: Duration,
-    /// Where review calls are recorded, when `--audit-log` is on.
-    audit: Option<Arc<AuditLog>>,
     /// How much content a request may carry (`--max-content-bytes`).
     content_limits: ContentLimits,
-}
-
-/// The first step of every call: who asks, and how long they give the server.
-struct Caller {
-    /// Who the request is served as: the authenticated caller, or, once admitted, whom it
-    /// impersonates.
-    user: Arc<UserInfo>,
-    /// The time left before the caller's deadline, if it sent one.
-    deadline: Option<Duration>,
-    /// Whom the caller asks to be served as (`impersonate-*` metadata), until admitted.
-    impersonation: Option<Impersonation>,
 }
 
 /// One review RPC, stated by what differs between them: what its message converts into, what
 /// the caller must be allowed to ask it, and the answer. [`GrpcApi::serve`] takes every other
 /// step.
 pub trait Review: Send + Sized + 'static {
-    /// What the engine is asked, converted and validated from the message.
+    /// What the serving core is asked, converted and validated from the message.
     type Asked: Send;
     type Reply;
 
@@ -76,40 +57,35 @@ pub trait Review: Send + Sized + 'static {
     /// What the caller must be allowed, to ask this.
     fn privilege(asked: &Self::Asked) -> Privilege<'_>;
 
-    /// The answer, from the admitted snapshot; refused only when a rule needs content the
-    /// request carries unreadably. Asynchronous because a chain with webhooks asks them.
-    fn answer(
-        call: Admitted<'_>,
+    /// The answer, from the admitted call's verbs. Asynchronous because a chain with webhooks
+    /// asks them.
+    fn answer<'c>(
+        call: &'c Call<'c>,
         asked: Self::Asked,
-    ) -> impl std::future::Future<Output = Result<Self::Reply>> + Send + '_;
+    ) -> impl std::future::Future<Output = Result<Self::Reply>> + Send + 'c;
 }
 
 /// What a request asks (an action, or a subject's request) with the content it carries, as
 /// [`convert`] validates them.
-pub type WithContent<T> = (T, Option<request::Content>);
+pub type WithOwnContent<T> = (T, Option<request::Content>);
 
-/// A call past every shared step: who asked, and the snapshot that admitted them.
-#[derive(Clone, Copy)]
-pub struct Admitted<'a> {
-    api: &'a GrpcApi,
-    caller: &'a UserInfo,
-    snapshot: &'a Snapshot,
-    /// How an allow this replica may not give while fenced is answered (a request extension;
-    /// the HTTP review endpoints ask for no opinion).
-    fenced_allow: FencedAllow,
+/// An Authorize request as the serving core reads it: borrowed from the wire view or the
+/// decoded message, built whole only for the webhooks and the audit log.
+impl Question for AuthorizeInput<'_, '_> {
+    fn borrowed(&self) -> request::RequestRef<'_> {
+        self.as_request()
+    }
+
+    fn whole(&self) -> Cow<'_, request::Request> {
+        self.to_request()
+    }
 }
 
 impl GrpcApi {
-    pub fn new(
-        state: Arc<ServingState>,
-        authenticator: Arc<dyn Authenticator>,
-        max_revision_wait: Duration,
-    ) -> Self {
+    pub fn new(state: Arc<ServingState>, authenticator: Arc<dyn Authenticator>) -> Self {
         Self {
             state,
             authenticator,
-            max_revision_wait,
-            audit: None,
             content_limits: ContentLimits::default(),
         }
     }
@@ -118,13 +94,6 @@ impl GrpcApi {
     #[must_use]
     pub fn with_content_limits(mut self, limits: ContentLimits) -> Self {
         self.content_limits = limits;
-        self
-    }
-
-    /// Records every answered review call in `audit`.
-    #[must_use]
-    pub fn with_audit(mut self, audit: Option<Arc<AuditLog>>) -> Self {
-        self.audit = audit;
         self
     }
 
@@ -143,231 +112,51 @@ impl GrpcApi {
     /// conversion, privilege and answer. The gRPC services and the HTTP endpoints both call
     /// this, so both refuse with the same typed errors.
     pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
-        let mut caller = self.begin(&request)?;
-        let fenced_allow = request
-            .extensions()
-            .get::<FencedAllow>()
-            .copied()
-            .unwrap_or_default();
+        let caller = self.caller(&request)?;
         let (asked, min_revision) = request.into_inner().convert(&self.content_limits)?;
-        let snapshot = self
-            .admitted(&mut caller, R::privilege(&asked), min_revision)
+        let call = self
+            .state
+            .admit(caller, R::privilege(&asked), min_revision)
             .await?;
-        let call = Admitted {
-            api: self,
-            caller: &caller.user,
-            snapshot: &snapshot,
-            fenced_allow,
-        };
-        R::answer(call, asked).await
+        R::answer(&call, asked).await
     }
 
-    /// Who asks (authenticated), whom it asks to be served as, and by when.
-    fn begin<T>(&self, request: &Request<T>) -> Result<Caller> {
+    /// Who asks (authenticated), whom it asks to be served as, by when, and (a request
+    /// extension: the HTTP review endpoints ask for no opinion) how an allow a fenced replica
+    /// may not give is answered.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
         let user = self.authenticator.authenticate(&Peer::of(request))?;
-        record_caller(&user.name);
         Ok(Caller {
             user,
+            impersonation: Impersonation::requested(request.metadata())?
+                .map(Impersonation::into_admission),
             deadline: request_deadline(request),
-            impersonation: Impersonation::requested(request.metadata())?,
+            fenced_allow: request
+                .extensions()
+                .get::<FencedAllow>()
+                .copied()
+                .unwrap_or_default(),
         })
     }
 
-    /// The snapshot to answer from (see [`Self::snapshot`]), once the caller is admitted by
-    /// that same snapshot's policy: a privilege revoked at revision N is refused to every
-    /// request answered at N or later. An impersonating caller must first be allowed each
-    /// `impersonate` it needs; from then on it is served as the impersonated user, who must
-    /// hold the call's privilege itself (as kube-apiserver serves an impersonated request).
-    async fn admitted(
-        &self,
-        caller: &mut Caller,
-        privilege: Privilege<'_>,
-        min_revision: u64,
-    ) -> Result<Arc<Snapshot>> {
-        let snapshot = self.snapshot(min_revision, caller.deadline).await?;
-        let gate = Gate {
-            state: &self.state,
-            snapshot: &snapshot,
-        };
-        if let Some(impersonation) = caller.impersonation.take() {
-            for needed in impersonation.needed() {
-                gate.admit_action(&caller.user, needed.action, || {
-                    format!(
-                        "user {:?} cannot impersonate {}",
-                        caller.user.name, needed.what
-                    )
-                })?;
-            }
-            caller.user = Arc::new(impersonation.into_user());
-            record_caller(&caller.user.name);
-        }
-        gate.admit(&caller.user, privilege)?;
-        Ok(snapshot)
-    }
-
-    /// The snapshot to answer from: the current one, once it is at least `min_revision`. A
-    /// request behind the server waits, bounded by its deadline and `max_revision_wait`.
-    async fn snapshot(
-        &self,
-        min_revision: u64,
-        deadline: Option<Duration>,
-    ) -> Result<Arc<Snapshot>> {
-        if min_revision == 0 {
-            return self.state.snapshot().ok_or(ApiError::NotReady);
-        }
-        // Stop waiting a little before the caller's deadline, so that the refusal (naming the
-        // revision reached) arrives instead of the client's own cancellation.
-        let wait = deadline.map_or(self.max_revision_wait, |d| {
-            d.saturating_sub((d / 5).max(Duration::from_millis(50)))
-                .min(self.max_revision_wait)
-        });
-        match self.state.snapshot_at_least(min_revision, wait).await {
-            Ok(snapshot) => Ok(snapshot),
-            Err(0) => Err(ApiError::NotReady),
-            Err(current) => Err(ApiError::RevisionNotReached {
-                requested: min_revision,
-                current,
-            }),
-        }
-    }
-
-    /// One request decided from `snapshot` through the cache, with its content; an unreadable
-    /// content a rule needs is `INVALID_ARGUMENT` naming the field.
-    async fn decide_one(
-        &self,
-        snapshot: &Snapshot,
-        request: &AuthorizeInput<'_, '_>,
-    ) -> Result<Decided> {
-        let decided = request.decide(&self.state.authorizer(snapshot))?;
-        let decided = self
-            .state
-            .fresh(decided, snapshot.revision, FencedAllow::Refuse)?;
-        match self.state.delegation() {
-            None => Ok(decided),
-            Some(delegation) => Ok(delegation.finish(&request.to_request(), decided).await),
-        }
-    }
-
-    /// RETURN mode: the conditions `decided` (the answer to `request`, which carries no
-    /// content) depends on; `None` when it depends on none, or when a webhook may still
-    /// decide what the engine leaves open (conditions cover the engine's chain only). A
-    /// fenced replica refuses them, as it refuses allows.
-    fn conditions(
-        &self,
-        snapshot: &Snapshot,
-        request: &crate::request::Request,
-        decided: &Decided,
-    ) -> Result<Option<Vec<crate::engine::conditional::ReturnedRule>>> {
-        if self.state.delegation().is_some() {
-            return Ok(None);
-        }
-        let authorizer = self.state.authorizer(snapshot);
-        match crate::engine::conditional::returned(
-            &decided.response,
-            request.as_borrowed(),
-            authorizer.diff_config(),
-        ) {
-            crate::engine::conditional::Returned::Decided(_) => Ok(None),
-            crate::engine::conditional::Returned::Conditional(conditions) => {
-                self.state.fresh_for_who_can(snapshot.revision)?;
-                Ok(Some(conditions))
-            }
-        }
-    }
-
-    /// A decided request counted, recorded in the audit log and traced as `api`.
-    fn record_one(
-        &self,
-        caller: &UserInfo,
-        snapshot: &Snapshot,
-        request: &AuthorizeInput<'_, '_>,
-        answer: &Answer,
-        api: DecisionApi,
-        tally: &mut DecisionTally,
-    ) {
-        self.count_one(snapshot, request, answer, api, tally);
-        self.audit_one(caller, snapshot, request, answer, api);
-    }
-
-    /// A decided request counted (in `tally`, which the caller commits) and traced as `api`.
-    fn count_one(
-        &self,
-        snapshot: &Snapshot,
-        request: &AuthorizeInput<'_, '_>,
-        answer: &Answer,
-        api: DecisionApi,
-        tally: &mut DecisionTally,
-    ) {
-        let response = answer.response();
-        tally.add(response.decision);
-        tracing::debug!(
-            user = request.user_name(),
-            verb = request.action().verb(),
-            namespace = request.action().namespace(),
-            decision = %response.decision,
-            cached = answer.cached(),
-            revision = snapshot.revision,
-            "authorize"
-        );
-        // A batch's span would only keep its last item's decision: not recorded per item.
-        if api == DecisionApi::Authorize {
-            record_decision(response.decision, answer.cached(), snapshot.revision);
-        }
-    }
-
-    /// A decided request recorded in the audit log, when there is one.
-    fn audit_one(
-        &self,
-        caller: &UserInfo,
-        snapshot: &Snapshot,
-        request: &AuthorizeInput<'_, '_>,
-        answer: &Answer,
-        api: DecisionApi,
-    ) {
-        if let Some(audit) = &self.audit {
-            let request = request.to_request();
-            audit.review(
-                api.rpc(),
-                caller,
-                &request.user,
-                &request.action,
-                answer.response(),
-                snapshot.revision,
-            );
-        }
-    }
-
-    /// Answers a validated batch from one snapshot, in one pass over the items. An item whose
+    /// A validated batch, answered by the serving core from one snapshot. An item whose
     /// content a rule cannot read refuses the whole batch (as an invalid item does, naming
-    /// it); the tally is committed, and the audit log written, only for a batch answered
-    /// whole, so nothing of a refused batch is counted or audited.
+    /// it).
     async fn answer_batch<'r, 'a: 'r>(
         &self,
-        caller: &mut Caller,
-        requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>> + Clone,
+        caller: Caller,
+        requests: impl ExactSizeIterator<Item = AuthorizeInput<'r, 'a>> + Clone + Send,
         min_revision: u64,
     ) -> Result<BatchAuthorizeReply> {
-        let snapshot = self
-            .admitted(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
+        let call = self
+            .state
+            .admit(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
             .await?;
-        let api = DecisionApi::BatchAuthorize;
-        let mut tally = DecisionTally::default();
-        let mut answers = Vec::with_capacity(requests.len());
-        for (i, request) in requests.clone().enumerate() {
-            let decided = self
-                .decide_one(&snapshot, &request)
-                .await
-                .map_err(within(i))?;
-            let answer = Answer::new(decided, snapshot.revision);
-            self.count_one(&snapshot, &request, &answer, api, &mut tally);
-            answers.push(answer);
-        }
-        if self.audit.is_some() {
-            for (request, answer) in requests.zip(&answers) {
-                self.audit_one(&caller.user, &snapshot, &request, answer, api);
-            }
-        }
-        self.state.metrics().tally(api, &tally);
+        let revision = call.revision();
+        let answers = call
+            .decide_batch(requests, |decided| Answer::new(decided, revision))
+            .await
+            .map_err(|(i, refusal)| within(i)(refusal.into()))?;
         Ok(BatchAuthorizeReply::new(answers))
     }
 }
@@ -377,123 +166,48 @@ fn within(i: usize) -> impl Fn(ApiError) -> ApiError {
     move |e: ApiError| e.within(&format!("requests[{i}]."))
 }
 
-impl Admitted<'_> {
-    /// Who can do `action` (on the object `content` describes), recorded in the audit log as
-    /// asked by `rpc`.
-    fn who_can(
-        &self,
-        rpc: &str,
-        action: &request::Action,
-        content: Option<&request::Content>,
-    ) -> Result<AllowedSubjects> {
-        self.api.state.fresh_for_who_can(self.snapshot.revision)?;
-        let mut subjects = self.snapshot.engine.who_can_content(action, content)?;
-        if let Some(delegation) = self.api.state.delegation() {
-            subjects.errors.extend(delegation.listing_errors());
-        }
-        if let Some(audit) = &self.api.audit {
-            audit.who_can(rpc, self.caller, action, &subjects, self.snapshot.revision);
-        }
-        Ok(subjects)
-    }
+/// `request` decided with its content, answered as `api`.
+async fn review(
+    call: &Call<'_>,
+    request: request::Request,
+    content: Option<&request::Content>,
+    api: DecisionApi,
+) -> Result<proto::SubjectAccessReviewResponse> {
+    let decided = call.decide(api, &WithContent(&request, content)).await?;
+    Ok(reviewed(call, &request, &decided))
+}
 
-    /// `request` decided through the cache with its content, counted, recorded and answered
-    /// as `api`.
-    async fn review(
-        &self,
-        request: request::Request,
-        content: Option<&request::Content>,
-        api: DecisionApi,
-    ) -> Result<proto::SubjectAccessReviewResponse> {
-        let decided = self.decide_review(&request, content).await?;
-        Ok(self.reviewed(&request, &decided, api))
+/// `request` (without content) in RETURN mode: the conditions its answer depends on, or the
+/// answer itself when it depends on none (as [`GrpcApi::authorize`] answers).
+async fn review_conditional(
+    call: &Call<'_>,
+    request: request::Request,
+    api: DecisionApi,
+) -> Result<proto::SubjectAccessReviewResponse> {
+    let (decided, conditions) = call.decide_conditional(api, &request).await?;
+    let mut reply = reviewed(call, &request, &decided);
+    if let Some(conditions) = conditions {
+        reply.allowed = false;
+        reply.denied = false;
+        reply.decision = proto::Decision::Conditional as i32;
+        reply.reason = convert::conditional_reason(conditions.len());
+        reply.evaluation_error.clear();
+        reply.conditions = conditions.iter().map(convert::condition).collect();
     }
+    Ok(reply)
+}
 
-    /// `request` (without content) in RETURN mode: the conditions its answer depends on, or
-    /// the answer itself when it depends on none (as [`GrpcApi::authorize`] answers). Counted
-    /// and recorded as the fold it stands for.
-    async fn review_conditional(
-        &self,
-        request: request::Request,
-        api: DecisionApi,
-    ) -> Result<proto::SubjectAccessReviewResponse> {
-        let decided = self.decide_review(&request, None).await?;
-        let conditions = self.api.conditions(self.snapshot, &request, &decided)?;
-        let mut reply = self.reviewed(&request, &decided, api);
-        if let Some(conditions) = conditions {
-            reply.allowed = false;
-            reply.denied = false;
-            reply.decision = proto::Decision::Conditional as i32;
-            reply.reason = convert::conditional_reason(conditions.len());
-            reply.evaluation_error.clear();
-            reply.conditions = conditions.iter().map(convert::condition).collect();
-        }
-        Ok(reply)
-    }
-
-    /// Conditions sent back (KEP-5681's AuthorizationConditionsReview) finished against
-    /// `request`'s content, as EvaluateConditions finishes them: the returned rules are
-    /// self-contained, so only the evaluating server's FieldPolicies come from the snapshot.
-    pub fn finish_conditions(
-        &self,
-        conditions: &[crate::engine::conditional::ReturnedRule],
-        request: request::RequestRef<'_>,
-    ) -> Result<Arc<crate::engine::Response>> {
-        let authorizer = self.api.state.authorizer(self.snapshot);
-        let response =
-            crate::engine::conditional::evaluate(conditions, request, authorizer.diff_config())?;
-        let decided = self.api.state.fresh(
-            Decided {
-                response,
-                cached: false,
-            },
-            self.snapshot.revision,
-            self.fenced_allow,
-        )?;
-        Ok(decided.response)
-    }
-
-    /// `request` decided through the cache with its content, then by the webhooks after the
-    /// engine.
-    async fn decide_review(
-        &self,
-        request: &request::Request,
-        content: Option<&request::Content>,
-    ) -> Result<Decided> {
-        let (state, snapshot) = (&self.api.state, self.snapshot);
-        let decided = state
-            .authorizer(snapshot)
-            .decide_content(request.with_content(content))?;
-        let decided = state.fresh(decided, snapshot.revision, self.fenced_allow)?;
-        Ok(state.delegate(request, decided).await)
-    }
-
-    /// A decided review counted, recorded in the audit log and answered as `api`.
-    fn reviewed(
-        &self,
-        request: &request::Request,
-        decided: &Decided,
-        api: DecisionApi,
-    ) -> proto::SubjectAccessReviewResponse {
-        let (state, snapshot) = (&self.api.state, self.snapshot);
-        state.metrics().decision(api, decided.response.decision);
-        record_decision(decided.response.decision, decided.cached, snapshot.revision);
-        if let Some(audit) = &self.api.audit {
-            audit.review(
-                api.rpc(),
-                self.caller,
-                &request.user,
-                &request.action,
-                &decided.response,
-                snapshot.revision,
-            );
-        }
-        convert::review_response(
-            &decided.response,
-            request.action.namespace(),
-            snapshot.revision,
-        )
-    }
+/// A decided review as the wire answers it.
+fn reviewed(
+    call: &Call<'_>,
+    request: &request::Request,
+    decided: &Decided,
+) -> proto::SubjectAccessReviewResponse {
+    convert::review_response(
+        &decided.response,
+        request.action.namespace(),
+        call.revision(),
+    )
 }
 
 // --- The review RPCs, each stated by what differs ----------------------------------------------
@@ -516,16 +230,15 @@ impl Review for proto::GetAllowedSubjectsRequest {
     }
 
     async fn answer(
-        call: Admitted<'_>,
+        call: &Call<'_>,
         (action, content, conditional): Self::Asked,
     ) -> Result<Self::Reply> {
         let subjects = call.who_can("GetAllowedSubjects", &action, content.as_ref())?;
-        let mut reply = convert::allowed_subjects_response(subjects, call.snapshot.revision);
-        // Conditions cover the engine's chain only: with a webhook, none are returned.
-        if conditional && call.api.state.delegation().is_none() {
-            let listed =
-                crate::engine::conditional::conditional_subjects(&call.snapshot.engine, &action);
-            convert::add_conditional_subjects(&mut reply, listed);
+        let mut reply = convert::allowed_subjects_response(subjects, call.revision());
+        if conditional {
+            if let Some(listed) = call.conditional_subjects(&action) {
+                convert::add_conditional_subjects(&mut reply, listed);
+            }
         }
         Ok(reply)
     }
@@ -553,20 +266,20 @@ impl Review for proto::SubjectAccessReviewRequest {
     }
 
     async fn answer(
-        call: Admitted<'_>,
+        call: &Call<'_>,
         (request, content, conditional): Self::Asked,
     ) -> Result<Self::Reply> {
         let api = DecisionApi::SubjectAccessReview;
         if conditional {
-            return call.review_conditional(request, api).await;
+            return review_conditional(call, request, api).await;
         }
-        call.review(request, content.as_ref(), api).await
+        review(call, request, content.as_ref(), api).await
     }
 }
 
 /// The caller's own access: the subject is the caller.
 impl Review for proto::PersonalSubjectAccessReviewRequest {
-    type Asked = WithContent<request::Action>;
+    type Asked = WithOwnContent<request::Action>;
     type Reply = proto::SubjectAccessReviewResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
@@ -578,18 +291,18 @@ impl Review for proto::PersonalSubjectAccessReviewRequest {
         Privilege::Authenticated
     }
 
-    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
-        let user = call.caller.clone();
+    async fn answer(call: &Call<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+        let user = call.caller().clone();
         let request = request::Request { user, action };
         let api = DecisionApi::PersonalSubjectAccessReview;
-        call.review(request, content.as_ref(), api).await
+        review(call, request, content.as_ref(), api).await
     }
 }
 
 /// A review within one namespace, which the action must agree with (`convert::local_action`),
 /// so the namespace the privilege names is the review's.
 impl Review for proto::LocalSubjectAccessReviewRequest {
-    type Asked = WithContent<request::Request>;
+    type Asked = WithOwnContent<request::Request>;
     type Reply = proto::SubjectAccessReviewResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
@@ -606,14 +319,14 @@ impl Review for proto::LocalSubjectAccessReviewRequest {
         Privilege::local_subject_access_review(request.action.namespace())
     }
 
-    async fn answer(call: Admitted<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: &Call<'_>, (request, content): Self::Asked) -> Result<Self::Reply> {
         let api = DecisionApi::LocalSubjectAccessReview;
-        call.review(request, content.as_ref(), api).await
+        review(call, request, content.as_ref(), api).await
     }
 }
 
 impl Review for proto::ResourceAccessReviewRequest {
-    type Asked = WithContent<request::Action>;
+    type Asked = WithOwnContent<request::Action>;
     type Reply = proto::ResourceAccessReviewResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
@@ -625,18 +338,18 @@ impl Review for proto::ResourceAccessReviewRequest {
         Privilege::RESOURCE_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: &Call<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let subjects = call.who_can("ResourceAccessReview", &action, content.as_ref())?;
         Ok(convert::resource_review_response(
             subjects,
             action.namespace(),
-            call.snapshot.revision,
+            call.revision(),
         ))
     }
 }
 
 impl Review for proto::LocalResourceAccessReviewRequest {
-    type Asked = WithContent<request::Action>;
+    type Asked = WithOwnContent<request::Action>;
     type Reply = proto::ResourceAccessReviewResponse;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
@@ -648,36 +361,27 @@ impl Review for proto::LocalResourceAccessReviewRequest {
         Privilege::local_resource_access_review(action.namespace())
     }
 
-    async fn answer(call: Admitted<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: &Call<'_>, (action, content): Self::Asked) -> Result<Self::Reply> {
         let subjects = call.who_can("LocalResourceAccessReview", &action, content.as_ref())?;
         Ok(convert::resource_review_response(
             subjects,
             action.namespace(),
-            call.snapshot.revision,
+            call.revision(),
         ))
     }
 }
 
-/// What a subject may do in a namespace. The rules list allows, so a fenced replica refuses it
-/// as it refuses who-can.
+/// What a subject may do in a namespace.
 fn rules_review(
-    call: Admitted<'_>,
+    call: &Call<'_>,
     user: &UserInfo,
     namespace: &str,
 ) -> Result<proto::SubjectRulesReviewResponse> {
-    call.api.state.fresh_for_who_can(call.snapshot.revision)?;
-    let mut rules = call
-        .snapshot
-        .engine
-        .rules_for(user.as_borrowed(), namespace);
-    // A webhook's rules cannot be listed: the answer covers the local authorizers only.
-    if let Some(delegation) = call.api.state.delegation() {
-        rules.errors.extend(delegation.listing_errors());
-    }
+    let rules = call.rules_for(user, namespace)?;
     Ok(convert::rules_review_response(
         &rules,
         namespace,
-        call.snapshot.revision,
+        call.revision(),
     ))
 }
 
@@ -695,7 +399,7 @@ impl Review for proto::SubjectRulesReviewRequest {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, (user, namespace): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: &Call<'_>, (user, namespace): Self::Asked) -> Result<Self::Reply> {
         rules_review(call, &user, &namespace)
     }
 }
@@ -713,8 +417,8 @@ impl Review for proto::SelfSubjectRulesReviewRequest {
         Privilege::Authenticated
     }
 
-    async fn answer(call: Admitted<'_>, namespace: Self::Asked) -> Result<Self::Reply> {
-        rules_review(call, call.caller, &namespace)
+    async fn answer(call: &Call<'_>, namespace: Self::Asked) -> Result<Self::Reply> {
+        rules_review(call, call.caller(), &namespace)
     }
 }
 
@@ -731,9 +435,9 @@ impl Review for proto::SelfSubjectReviewRequest {
         Privilege::Authenticated
     }
 
-    async fn answer(call: Admitted<'_>, (): Self::Asked) -> Result<Self::Reply> {
+    async fn answer(call: &Call<'_>, (): Self::Asked) -> Result<Self::Reply> {
         Ok(proto::SelfSubjectReviewResponse {
-            user_info: Some(convert::user_info(call.caller)),
+            user_info: Some(convert::user_info(call.caller())),
         })
     }
 }
@@ -746,7 +450,7 @@ impl Authorizer for GrpcApi {
         &self,
         request: Request<AuthorizeCall>,
     ) -> Result<Response<AuthorizeReply>, Status> {
-        let mut caller = self.begin(&request)?;
+        let caller = self.caller(&request)?;
         let call = request.into_inner();
         let (view, owned);
         let mut return_conditions = false;
@@ -766,37 +470,38 @@ impl Authorizer for GrpcApi {
                 (AuthorizeInput::Owned { request, content }, min_revision)
             }
         };
-        let snapshot = self
-            .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
-            .await?;
-        let decided = self.decide_one(&snapshot, &request).await?;
-        let conditional = match (&request, return_conditions) {
-            (AuthorizeInput::Owned { request, .. }, true) => {
-                self.conditions(&snapshot, request, &decided)?
-            }
-            _ => None,
-        };
-        let cached = decided.cached;
-        let answer = Answer::new(decided, snapshot.revision);
+        let call = self
+            .state
+            .admit(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
+            .await
+            .map_err(ApiError::from)?;
         let api = DecisionApi::Authorize;
-        let mut tally = DecisionTally::default();
-        self.record_one(&caller.user, &snapshot, &request, &answer, api, &mut tally);
-        self.state.metrics().tally(api, &tally);
-        Ok(Response::new(match conditional {
-            Some(conditions) => AuthorizeReply::message(convert::conditional_response(
-                &conditions,
-                snapshot.revision,
-                cached,
-            )),
-            None => AuthorizeReply::new(answer),
-        }))
+        let reply = match (&request, return_conditions) {
+            (AuthorizeInput::Owned { request, .. }, true) => {
+                match call
+                    .decide_conditional(api, request)
+                    .await
+                    .map_err(ApiError::from)?
+                {
+                    (decided, Some(conditions)) => AuthorizeReply::message(
+                        convert::conditional_response(&conditions, call.revision(), decided.cached),
+                    ),
+                    (decided, None) => AuthorizeReply::new(Answer::new(decided, call.revision())),
+                }
+            }
+            _ => {
+                let decided = call.decide(api, &request).await.map_err(ApiError::from)?;
+                AuthorizeReply::new(Answer::new(decided, call.revision()))
+            }
+        };
+        Ok(Response::new(reply))
     }
 
     async fn evaluate_conditions(
         &self,
         request: Request<proto::EvaluateConditionsRequest>,
     ) -> Result<Response<proto::AuthorizeResponse>, Status> {
-        let mut caller = self.begin(&request)?;
+        let caller = self.caller(&request)?;
         let call = request.into_inner();
         let Some(wire) = call.request else {
             return Err(ApiError::invalid("request", Invalid::Empty).into());
@@ -821,31 +526,21 @@ impl Authorizer for GrpcApi {
         for (i, wire) in call.conditions.into_iter().enumerate() {
             conditions.push(convert::returned_rule(wire, &format!("conditions[{i}]"))?);
         }
-        let snapshot = self
-            .admitted(&mut caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
-            .await?;
-        let authorizer = self.state.authorizer(&snapshot);
-        let response = crate::engine::conditional::evaluate(
-            &conditions,
-            request.with_content(content.as_ref()),
-            authorizer.diff_config(),
-        )
-        .map_err(ApiError::from)
-        .map_err(|e| e.within("request."))?;
-        let decided = self
+        let call = self
             .state
-            .fresh(
-                Decided {
-                    response,
-                    cached: false,
-                },
-                snapshot.revision,
-                FencedAllow::Refuse,
-            )
+            .admit(caller, Privilege::SUBJECT_ACCESS_REVIEW, min_revision)
+            .await
             .map_err(ApiError::from)?;
+        let response = call
+            .finish_conditions(&conditions, request.with_content(content.as_ref()))
+            .map_err(|refusal| ApiError::from(refusal).within("request."))?;
+        let decided = Decided {
+            response,
+            cached: false,
+        };
         Ok(Response::new(convert::authorize_response(
             &decided,
-            snapshot.revision,
+            call.revision(),
         )))
     }
 
@@ -853,7 +548,7 @@ impl Authorizer for GrpcApi {
         &self,
         request: Request<BatchAuthorizeCall>,
     ) -> Result<Response<BatchAuthorizeReply>, Status> {
-        let mut caller = self.begin(&request)?;
+        let caller = self.caller(&request)?;
         let call = request.into_inner();
         // `decode` refuses a batch over the limit, whatever its shape.
         let decoded = call.decode()?;
@@ -867,8 +562,7 @@ impl Authorizer for GrpcApi {
                     view.validate().map_err(within(i))?;
                 }
                 let requests = views.iter().map(AuthorizeInput::Borrowed);
-                self.answer_batch(&mut caller, requests, min_revision)
-                    .await?
+                self.answer_batch(caller, requests, min_revision).await?
             }
             BatchDecoded::Owned(wire) => {
                 let mut requests = Vec::with_capacity(wire.requests.len());
@@ -883,8 +577,7 @@ impl Authorizer for GrpcApi {
                         request,
                         content: content.as_ref(),
                     });
-                self.answer_batch(&mut caller, requests, min_revision)
-                    .await?
+                self.answer_batch(caller, requests, min_revision).await?
             }
         };
         Ok(Response::new(reply))

@@ -9,9 +9,7 @@
 //! * [`delta_wire`]: the access delta of a dry-run `Apply`, to the wire and back;
 //! * [`error`]: the one mapping of adapter errors to gRPC status codes;
 //! * [`authn`]: who the caller is (certificate, bearer token, local identity; the listener rule);
-//! * [`privilege`]: what each RPC needs the caller to be allowed, checked through the policy;
 //! * [`limits`]: every input limit;
-//! * [`selector`]: raw KEP-4601 field and label selectors parsed into requirements;
 //! * [`shed`]: load shedding and the request timeout, as a tower layer.
 
 pub mod admin;
@@ -24,7 +22,5 @@ pub mod error;
 pub mod grpc;
 pub mod http;
 pub mod limits;
-pub mod privilege;
-pub mod selector;
 pub mod shed;
 pub mod wire;

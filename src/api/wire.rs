@@ -35,8 +35,7 @@ use smallvec::SmallVec;
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{MAX_BATCH, MAX_GROUPS};
-use crate::engine::content::ContentError;
-use crate::engine::{Authorize, Decided, Decision, Response, RuleRef};
+use crate::engine::{Decided, Decision, Response, RuleRef};
 use crate::proto;
 use crate::proto_codec::{WireDecode, WireEncode};
 use crate::request;
@@ -479,14 +478,13 @@ impl AuthorizeInput<'_, '_> {
         }
     }
 
-    /// Decides through `authorizer` (the cache, statically dispatched), with the request's
-    /// content: a view is never copied, hit or miss. Fails only when a rule needs content the
-    /// request carries unreadably (a view carries none).
-    pub fn decide(&self, authorizer: &impl Authorize) -> Result<Decided, ContentError> {
-        authorizer.decide_content(match self {
+    /// The request as the cache and the engine read it, with its content: a view is never
+    /// copied, hit or miss (a view carries no content).
+    pub fn as_request(&self) -> request::RequestRef<'_> {
+        match self {
             AuthorizeInput::Borrowed(view) => view.as_request(),
             AuthorizeInput::Owned { request, content } => request.with_content(*content),
-        })
+        }
     }
 }
 

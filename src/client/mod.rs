@@ -18,6 +18,7 @@ use tokio_stream::StreamExt;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use tonic::{Code, Status};
 
+use crate::api::error::ErrorReason;
 use crate::config::{Ack, ClientCommand, ClientSettings, ManifestSource};
 use crate::proto;
 use crate::proto::policy_admin_client::PolicyAdminClient;
@@ -370,28 +371,28 @@ async fn apply(
         // etcd transaction holds, and a server may read smaller requests than this client
         // assumes.
         let whole = if manifest.len() <= MAX_WHOLE_APPLY_BYTES {
-            apply_one(
+            let sent = apply_one(
                 client,
                 server,
                 &source_name,
                 &manifest,
                 dry_run.is_some(),
                 ack,
-            )
-            .await
+            );
+            Some(sent.await)
         } else {
-            Err(ClientError::Rpc {
-                status: Status::resource_exhausted(LARGER_THAN_ONE_REQUEST),
-                context: None,
-            })
+            // Larger than one request may be: never sent whole.
+            None
         };
         let response = match whole {
-            Err(ClientError::Rpc { status, .. }) if needs_chunks(&status) => {
-                let chunks = chunked(source_name, manifest);
-                apply_in_chunks(client, server, chunks, dry_run, ack, out).await?;
-                continue;
-            }
-            other => other?,
+            Some(Err(ClientError::Rpc { status, .. })) if needs_chunks(&status) => None,
+            None => None,
+            Some(other) => Some(other?),
+        };
+        let Some(response) = response else {
+            let chunks = chunked(source_name, manifest);
+            apply_in_chunks(client, server, chunks, dry_run, ack, out).await?;
+            continue;
         };
         for object in &response.applied {
             writeln!(out, "{} applied{suffix}", object_label(object))?;
@@ -413,25 +414,17 @@ async fn apply(
 /// `MAX_REQUEST_BYTES`, and the request carries a little more than the manifest.
 const MAX_WHOLE_APPLY_BYTES: usize = crate::api::limits::MAX_REQUEST_BYTES - 64 * 1024;
 
-/// Whether a refusal of a whole file means "send it in chunks": more objects than one etcd
-/// transaction takes, or a request larger than the server reads (tonic's decoding limit, or
-/// authzd's own). Other `RESOURCE_EXHAUSTED` refusals (an overloaded server shedding load) are
-/// not about size: the file is not split for them, the error stands.
+/// Whether a refusal of a whole file means "send it in chunks", as the server says it in the
+/// refusal's `google.rpc.ErrorInfo` reason: more objects or bytes than one commit takes
+/// (etcd's transaction limits), or a request larger than the server reads. Other refusals
+/// (an overloaded server shedding load) are not about size: the file is not split for them,
+/// the error stands.
 fn needs_chunks(status: &Status) -> bool {
-    let message = status.message();
-    match status.code() {
-        Code::InvalidArgument => message.contains(TRANSACTION_LIMIT),
-        Code::ResourceExhausted => {
-            message.contains("message length too large")
-                || message.contains("larger than the limit")
-                || message == LARGER_THAN_ONE_REQUEST
-        }
-        _ => false,
-    }
+    matches!(
+        ErrorReason::of(status),
+        Some(ErrorReason::WriteTooLarge | ErrorReason::RequestTooLarge)
+    )
 }
-
-/// Why a file is not sent whole (it never reaches the server).
-const LARGER_THAN_ONE_REQUEST: &str = "larger than one request";
 
 /// Applies a file's chunks one after another, printing each one's objects, then the last
 /// revision and its acknowledgement.
@@ -474,10 +467,6 @@ async fn apply_in_chunks(
     out.flush()?;
     Ok(())
 }
-
-/// What an etcd-mode server says when one write holds more objects than etcd's transaction
-/// limit (`store::etcd::EtcdSink`): the client then sends the file in chunks.
-const TRANSACTION_LIMIT: &str = "etcd's transaction limit";
 
 /// A dry run's extra: the access delta is printed (with witnesses when asked).
 #[derive(Clone, Copy, Debug)]
@@ -855,30 +844,36 @@ fn human(duration: Duration) -> String {
 mod tests {
     use super::*;
 
-    /// Size refusals split a file; an overloaded server's refusal does not (the write stays
-    /// atomic and the error is reported).
+    /// Size refusals split a file, by the reason the server gives them; an overloaded
+    /// server's refusal does not (the write stays atomic and the error is reported), whatever
+    /// its message says.
     #[test]
     fn only_size_refusals_split_a_file() {
-        let split = |code, message: &str| needs_chunks(&Status::new(code, message));
-        assert!(split(
-            Code::ResourceExhausted,
-            "Error, decoded message length too large: found 4464981 bytes, the limit is: 4194304 bytes"
+        use crate::api::error::ApiError;
+        use crate::store::StoreError;
+        let typed = |error: ApiError| needs_chunks(&Status::from(error));
+        assert!(typed(ApiError::Store(StoreError::TooLarge(
+            "one write may change at most 127 objects".into()
+        ))));
+        assert!(typed(ApiError::TooLarge));
+        assert!(needs_chunks(
+            &ErrorReason::RequestTooLarge.status(Code::ResourceExhausted, String::new())
         ));
-        assert!(split(
-            Code::ResourceExhausted,
-            &crate::api::error::ApiError::TooLarge.to_string()
-        ));
-        assert!(split(Code::ResourceExhausted, LARGER_THAN_ONE_REQUEST));
-        assert!(split(
-            Code::InvalidArgument,
-            "too many objects (etcd's transaction limit); split it"
-        ));
-        assert!(!split(
+        let plain = |code, message: &str| needs_chunks(&Status::new(code, message));
+        assert!(!plain(
             Code::ResourceExhausted,
             "server overloaded: 1024 requests already in flight (--max-concurrent-requests); retry with backoff"
         ));
-        assert!(!split(Code::InvalidArgument, "no such kind"));
-        assert!(!split(Code::Unavailable, "message length too large"));
+        // Text alone never splits: the reason decides.
+        assert!(!plain(
+            Code::InvalidArgument,
+            "too many objects (etcd's transaction limit); split it"
+        ));
+        assert!(!plain(Code::ResourceExhausted, "message length too large"));
+        assert!(!typed(ApiError::invalid(
+            "kind",
+            crate::api::error::Invalid::Empty
+        )));
     }
 
     fn event(revision: u64, kind: &str, ns: &str, name: &str, manifest: &str) -> proto::WatchEvent {

@@ -272,26 +272,36 @@ fn configuration(config: AuthorizationConfiguration) -> Result<Chain, String> {
         }
         names.push(&authorizer.name);
         let mode = match authorizer.kind.as_str() {
-            "RBAC" => Mode::Rbac,
-            "ABAC" => Mode::Abac,
-            "AlwaysAllow" => Mode::AlwaysAllow,
-            "AlwaysDeny" => Mode::AlwaysDeny,
-            "Webhook" => {
-                let n = u16::try_from(chain.webhooks.len())
-                    .map_err(|_| format!("{field}: too many webhooks"))?;
-                Mode::Webhook(n)
-            }
             "Node" => {
                 return Err(format!(
                     "{field}.type: Node is not an authzd authorizer (authzd has no nodes to authorize; write the node rules as RBAC)"
                 ))
             }
             "" => return Err(format!("{field}.type: is required")),
-            other => {
-                return Err(format!(
-                    "{field}.type: `{other}` is not one of RBAC, ABAC, AlwaysAllow, AlwaysDeny, Webhook"
-                ))
-            }
+            kind => match Mode::named(kind) {
+                Some(Mode::Webhook(_)) => {
+                    let n = u16::try_from(chain.webhooks.len())
+                        .map_err(|_| format!("{field}: too many webhooks"))?;
+                    Mode::Webhook(n)
+                }
+                Some(mode) => mode,
+                None => {
+                    let names: Vec<&str> = [
+                        Mode::Rbac,
+                        Mode::Abac,
+                        Mode::AlwaysAllow,
+                        Mode::AlwaysDeny,
+                        Mode::Webhook(0),
+                    ]
+                    .iter()
+                    .map(|mode| mode.as_str())
+                    .collect();
+                    return Err(format!(
+                        "{field}.type: `{kind}` is not one of {}",
+                        names.join(", ")
+                    ));
+                }
+            },
         };
         match (&mode, &authorizer.webhook) {
             (Mode::Webhook(_), Some(webhook)) => {

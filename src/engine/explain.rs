@@ -3,15 +3,25 @@
 
 use std::sync::Arc;
 
-use crate::engine::RuleRef;
+use crate::engine::{Mode, RuleRef};
 use crate::policy::describe::{binding_id, role_id};
 use crate::policy::model::{AbacRule, Binding};
 
-pub const RBAC: &str = "RBAC";
-pub const ABAC: &str = "ABAC";
-pub const ALWAYS_ALLOW: &str = "AlwaysAllow";
+/// The authorizers an explanation names (`RuleRef::authorizer`): the chain's, by the names
+/// [`Mode::as_str`] gives them, and the super-users, who bypass the chain.
+pub const RBAC: &str = Mode::Rbac.as_str();
+pub const ABAC: &str = Mode::Abac.as_str();
+pub const ALWAYS_ALLOW: &str = Mode::AlwaysAllow.as_str();
 pub const SUPER_USER: &str = "SuperUser";
-pub const WEBHOOK: &str = "Webhook";
+pub const WEBHOOK: &str = Mode::Webhook(0).as_str();
+
+/// The name an explanation gives the authorizer called `name`, if there is one.
+pub fn authorizer_named(name: &str) -> Option<&'static str> {
+    match Mode::named(name) {
+        Some(mode) => Some(mode.as_str()),
+        None => (name == SUPER_USER).then_some(SUPER_USER),
+    }
+}
 
 /// Upstream ABAC's NoOpinion reason.
 pub const ABAC_NO_MATCH: &str = "No policy matched.";

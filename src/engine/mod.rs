@@ -6,6 +6,7 @@
 //! way upstream does, and property tests hold the two to the same answers.
 
 pub mod chain;
+pub mod condition_sets;
 pub mod conditional;
 pub mod content;
 pub mod delta;
@@ -64,13 +65,39 @@ pub enum Mode {
 }
 
 impl Mode {
-    pub fn as_str(self) -> &'static str {
+    /// Every authorizer a chain can hold, in the order error messages list them (a webhook as
+    /// the first configured).
+    pub const ALL: [Mode; 5] = [
+        Mode::AlwaysAllow,
+        Mode::AlwaysDeny,
+        Mode::Abac,
+        Mode::Rbac,
+        Mode::Webhook(0),
+    ];
+
+    /// The authorizer's name, as `--authorization-mode`, AuthorizationConfiguration's `type`
+    /// and explanations (`RuleRef::authorizer`) spell it: the one table of names.
+    pub const fn as_str(self) -> &'static str {
         match self {
             Mode::AlwaysAllow => "AlwaysAllow",
             Mode::AlwaysDeny => "AlwaysDeny",
             Mode::Abac => "ABAC",
             Mode::Rbac => "RBAC",
             Mode::Webhook(_) => "Webhook",
+        }
+    }
+
+    /// The authorizer `name` names (a webhook as the first configured).
+    pub fn named(name: &str) -> Option<Mode> {
+        Mode::ALL.into_iter().find(|mode| mode.as_str() == name)
+    }
+
+    /// `AlwaysAllow, AlwaysDeny, ABAC, RBAC or Webhook`, for refusals.
+    pub fn names_listed() -> String {
+        let names: Vec<&str> = Mode::ALL.iter().map(|mode| mode.as_str()).collect();
+        match names.split_last() {
+            Some((last, rest)) => format!("{} or {last}", rest.join(", ")),
+            None => String::new(),
         }
     }
 
@@ -93,18 +120,14 @@ impl Mode {
 
 impl FromStr for Mode {
     type Err = String;
+    /// The flag form configures one webhook (`--authorization-webhook-config-file`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "AlwaysAllow" => Ok(Mode::AlwaysAllow),
-            "AlwaysDeny" => Ok(Mode::AlwaysDeny),
-            "ABAC" => Ok(Mode::Abac),
-            "RBAC" => Ok(Mode::Rbac),
-            // The flag form configures one webhook (`--authorization-webhook-config-file`).
-            "Webhook" => Ok(Mode::Webhook(0)),
-            other => Err(format!(
-                "unknown authorization mode `{other}` (expected AlwaysAllow, AlwaysDeny, ABAC, RBAC or Webhook)"
-            )),
-        }
+        Mode::named(s).ok_or_else(|| {
+            format!(
+                "unknown authorization mode `{s}` (expected {})",
+                Mode::names_listed()
+            )
+        })
     }
 }
 

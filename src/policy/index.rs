@@ -919,7 +919,7 @@ pub struct Index {
     /// The ClusterRoleBindings.
     pub cluster: Arc<ScopeBindings>,
     /// Non-empty namespaces only.
-    pub namespaces: NamespaceMap,
+    pub namespaces: NamespaceMap<NamespacePartition>,
     pub abac: Arc<AbacPartition>,
 }
 

@@ -69,36 +69,8 @@ impl RoleKind {
     }
 }
 
-/// `metav1.LabelSelector`, as used by ClusterRole `aggregationRule`.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelSelector {
-    pub match_labels: BTreeMap<String, String>,
-    pub match_expressions: Vec<LabelSelectorRequirement>,
-}
-
-/// One `matchExpressions` entry: the same shape as a request's selector requirement.
-pub type LabelSelectorRequirement = crate::request::SelectorRequirement;
-
+pub use crate::policy::content::selector::{LabelSelector, LabelSelectorRequirement};
 pub use crate::request::SelectorOperator;
-
-impl LabelSelector {
-    /// Kubernetes semantics: every `matchLabels` pair and every expression must hold; an empty
-    /// selector matches everything.
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
-        self.match_labels
-            .iter()
-            .all(|(k, v)| labels.get(k) == Some(v))
-            && self.match_expressions.iter().all(|req| {
-                let value = labels.get(&req.key);
-                match req.operator {
-                    SelectorOperator::In => value.is_some_and(|v| req.values.contains(v)),
-                    SelectorOperator::NotIn => value.is_none_or(|v| !req.values.contains(v)),
-                    SelectorOperator::Exists => value.is_some(),
-                    SelectorOperator::DoesNotExist => value.is_none(),
-                }
-            })
-    }
-}
 
 /// A Role (namespaced) or ClusterRole (`namespace` empty).
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -17,23 +17,32 @@ use std::sync::Arc;
 use hashbrown::HashTable;
 use rustc_hash::FxBuildHasher;
 
-use crate::policy::index::NamespacePartition;
-
-type Entry = (Arc<str>, Arc<NamespacePartition>);
+/// A namespace's name and its partition (the index's `NamespacePartition`).
+type Entry<P> = (Arc<str>, Arc<P>);
 
 /// Namespaces per shard the map aims at: a shard is copied whole when one of its namespaces
 /// changes.
 const PER_SHARD: usize = 16;
 
 /// The namespace partitions by name.
-#[derive(Clone, Debug)]
-pub struct NamespaceMap {
+#[derive(Debug)]
+pub struct NamespaceMap<P> {
     /// A power of two in number.
-    shards: Box<[Arc<HashTable<Entry>>]>,
+    shards: Box<[Arc<HashTable<Entry<P>>>]>,
     len: usize,
 }
 
-impl Default for NamespaceMap {
+/// A copy shares every shard (no bound on the partitions: they are behind `Arc`s).
+impl<P> Clone for NamespaceMap<P> {
+    fn clone(&self) -> Self {
+        NamespaceMap {
+            shards: self.shards.clone(),
+            len: self.len,
+        }
+    }
+}
+
+impl<P> Default for NamespaceMap<P> {
     fn default() -> Self {
         Self::with_shards(1)
     }
@@ -43,7 +52,7 @@ fn hash(name: &str) -> u64 {
     FxBuildHasher.hash_one(name)
 }
 
-impl NamespaceMap {
+impl<P> NamespaceMap<P> {
     fn with_shards(count: usize) -> Self {
         NamespaceMap {
             shards: (0..count).map(|_| Arc::new(HashTable::new())).collect(),
@@ -57,7 +66,7 @@ impl NamespaceMap {
         (hash >> 32) as usize & (self.shards.len() - 1)
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<NamespacePartition>> {
+    pub fn get(&self, name: &str) -> Option<&Arc<P>> {
         let hash = hash(name);
         self.shards[self.shard_of(hash)]
             .find(hash, |(key, _)| &**key == name)
@@ -65,7 +74,7 @@ impl NamespaceMap {
     }
 
     /// Sets `name`'s partition (replacing one it had).
-    pub fn insert(&mut self, name: Arc<str>, partition: Arc<NamespacePartition>) {
+    pub fn insert(&mut self, name: Arc<str>, partition: Arc<P>) {
         if self.len >= self.shards.len() * PER_SHARD * 2 {
             self.reshard(self.shards.len() * 2);
         }
@@ -107,7 +116,7 @@ impl NamespaceMap {
     }
 
     /// Every namespace and its partition, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<NamespacePartition>)> {
+    pub fn iter(&self) -> impl Iterator<Item = (&Arc<str>, &Arc<P>)> {
         self.shards
             .iter()
             .flat_map(|shard| shard.iter().map(|(name, partition)| (name, partition)))
@@ -115,7 +124,7 @@ impl NamespaceMap {
 
     /// Whether `self` and `other` share the shard that holds `name` (an edit of one of them
     /// copied it otherwise); for tests of sharing.
-    pub fn shares_shard_of(&self, other: &NamespaceMap, name: &str) -> bool {
+    pub fn shares_shard_of(&self, other: &NamespaceMap<P>, name: &str) -> bool {
         let hash = hash(name);
         self.shards.len() == other.shards.len()
             && Arc::ptr_eq(
@@ -133,9 +142,9 @@ impl NamespaceMap {
     }
 }
 
-impl FromIterator<Entry> for NamespaceMap {
-    fn from_iter<I: IntoIterator<Item = Entry>>(entries: I) -> Self {
-        let entries: Vec<Entry> = entries.into_iter().collect();
+impl<P> FromIterator<Entry<P>> for NamespaceMap<P> {
+    fn from_iter<I: IntoIterator<Item = Entry<P>>>(entries: I) -> Self {
+        let entries: Vec<Entry<P>> = entries.into_iter().collect();
         let mut map = Self::with_shards((entries.len() / PER_SHARD).max(1).next_power_of_two());
         for (name, partition) in entries {
             map.insert(name, partition);
@@ -148,6 +157,9 @@ impl FromIterator<Entry> for NamespaceMap {
 mod tests {
     use super::*;
 
+    /// Partitions told apart by address, as the index's are.
+    type NamespacePartition = Vec<u8>;
+
     fn partition() -> Arc<NamespacePartition> {
         Arc::new(NamespacePartition::default())
     }
@@ -156,7 +168,7 @@ mod tests {
     /// resharding; a copy shares what neither side edits and never sees the other's edits.
     #[test]
     fn behaves_as_a_map_and_copies_share_untouched_shards() {
-        let mut map = NamespaceMap::default();
+        let mut map = NamespaceMap::<NamespacePartition>::default();
         let mut model = std::collections::HashMap::new();
         for i in 0..2_000 {
             let (name, value): (Arc<str>, _) = (format!("ns-{i}").into(), partition());
@@ -211,12 +223,14 @@ mod tests {
 
     #[test]
     fn built_from_an_iterator_it_is_sharded_by_size() {
-        let map: NamespaceMap = (0..1_000)
+        let map: NamespaceMap<NamespacePartition> = (0..1_000)
             .map(|i| (Arc::from(format!("ns-{i}")), partition()))
             .collect();
         assert_eq!(map.len(), 1_000);
         assert_eq!(map.shards.len(), 64);
         assert!(map.get("ns-999").is_some() && map.get("ns-1000").is_none());
-        assert!(NamespaceMap::default().get("anything").is_none());
+        assert!(NamespaceMap::<NamespacePartition>::default()
+            .get("anything")
+            .is_none());
     }
 }

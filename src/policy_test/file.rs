@@ -42,8 +42,8 @@ use serde::de::{self, Deserializer, SeqAccess, Visitor};
 use serde::Deserialize;
 use serde_saphyr::Spanned;
 
-use crate::api::selector::{parse_field_selector, parse_label_selector};
 use crate::engine::{Decision, Mode};
+use crate::request::selector::{parse_field_selector, parse_label_selector};
 use crate::request::{
     Action, Content, NonResourceAttributes, Request, ResourceAttributes, UserInfo,
 };

@@ -83,12 +83,10 @@ impl Delegation {
             Decision::Deny => response.denied_by.first(),
             Decision::NoOpinion => return None,
         };
-        let mode = match by.map(|rule| rule.authorizer) {
-            Some(explain::SUPER_USER) => return Some(0),
-            Some(explain::RBAC) => Mode::Rbac,
-            Some(explain::ABAC) => Mode::Abac,
-            Some(explain::ALWAYS_ALLOW) => Mode::AlwaysAllow,
-            // A decision without a rule (a fenced replica's deny): made before any webhook.
+        let mode = match by.map(|rule| Mode::named(rule.authorizer)) {
+            Some(Some(mode)) if !matches!(mode, Mode::Webhook(_)) => mode,
+            // Super-users, and a decision without a rule (a fenced replica's deny): made
+            // before any webhook.
             _ => return Some(0),
         };
         self.modes.iter().position(|m| *m == mode).or(Some(0))

@@ -1,20 +1,21 @@
-//! etcd mode's group commit: the writes one process receives while a commit is in flight are
-//! checked together against the policy that commit leaves and committed as one etcd
-//! transaction.
+//! The store's one write path, a group commit: the writes one process receives while a commit
+//! is in flight are checked together against the policy that commit leaves and committed as
+//! one backend commit (one etcd transaction, one set of rewritten files).
 //!
-//! Every commit is a compare-and-swap on the policy's head key (the write was validated
-//! against the policy at that revision), so one at a time a process could write no faster
-//! than one etcd round trip plus one watch delivery per write. Instead, writes queue; one
-//! committer task per store (started by the first write that finds none running, ended when
-//! the queue is empty) takes everything queued, checks each write in arrival order against the
-//! policy in force (its guard included), commits the changed objects of all of them in one
-//! transaction, waits until the watch has applied it, and answers each write with that
-//! revision. The compare-and-swap guarantees the policy every write was checked against is the
-//! one the commit applies to, as for a single write.
+//! Every commit is a compare-and-swap (the write was validated against the policy at that
+//! revision; etcd compares its head key, the directory its own head), so one at a time a
+//! process could write no faster than one commit plus one delivery through the change feed
+//! per write. Instead, writes queue; one committer task per store (started by the first write
+//! that finds none running, ended when the queue is empty) takes everything queued, checks
+//! each write in arrival order against the policy in force (its guard included), commits the
+//! changed objects of all of them at once, waits until the change feed has applied it, and
+//! answers each write with that revision. The compare-and-swap guarantees the policy every
+//! write was checked against is the one the commit applies to, as for a single write.
 //!
 //! Writes that touch the same object never share a commit: a later one waits for the next, so
-//! per object, writes take effect in arrival order. A combined commit stays within the sink's
-//! object limit; one that etcd still finds too large is retried one write per commit. A
+//! per object, writes take effect in arrival order. A combined commit stays within the
+//! backend's object limit; one that etcd still finds too large is retried one write per
+//! commit. A
 //! writer whose caller goes away does not stop the committer: the other writes of its commit
 //! are answered all the same.
 
@@ -25,10 +26,9 @@ use std::time::{Duration, Instant};
 use tokio::sync::oneshot;
 
 use super::{
-    changed_objects, existing_object, CommitError, ObjectRef, PolicyObject, PolicySet, Result,
-    Store, StoreError, WriteGuard,
+    changed_objects, existing_object, ChangeCause, Commit, CommitError, ObjectRef, PolicyObject,
+    PolicySet, Result, Store, StoreError, WriteGuard,
 };
-use crate::policy::load::{LoadError, LoadErrors};
 
 /// Conflicts with writers on other replicas a write meets before `ABORTED`.
 const WRITE_ATTEMPTS: usize = 10;
@@ -126,9 +126,9 @@ pub(super) struct CommitQueue {
 }
 
 impl Store {
-    /// etcd mode's write: queued for the committer; answers the revision at which this
-    /// server has applied it (from its watch), or why it was not made.
-    pub(super) async fn write_remote(
+    /// A write: queued for the committer; answers the revision at which this server has
+    /// applied it (from the backend's change feed), or why it was not made.
+    pub(super) async fn write(
         &self,
         write: Write,
         guard: Option<Arc<dyn WriteGuard>>,
@@ -159,17 +159,14 @@ impl Store {
 
     /// Commits queued writes until none is left.
     async fn run_committer(self: Arc<Self>) {
-        let Some(sink) = self.remote.clone() else {
-            return;
-        };
-        let max_objects = sink.max_objects();
+        let max_objects = self.backend.max_objects();
         while let Some(batch) = self.next_batch(max_objects) {
-            self.commit_batch(sink.as_ref(), batch).await;
+            self.commit_batch(batch).await;
         }
     }
 
     /// The writes of the next commit, in arrival order: as many as are queued, up to the
-    /// sink's object limit, stopping before a write that touches an object an earlier one
+    /// backend's object limit, stopping before a write that touches an object an earlier one
     /// in the commit touches. `None` (and the committer ends) when nothing is queued.
     fn next_batch(&self, max_objects: usize) -> Option<Vec<QueuedWrite>> {
         let mut queue = self.commits.lock().unwrap_or_else(|p| p.into_inner());
@@ -205,9 +202,9 @@ impl Store {
         }
     }
 
-    async fn commit_batch(&self, sink: &dyn super::RemoteSink, batch: Vec<QueuedWrite>) {
+    async fn commit_batch(&self, batch: Vec<QueuedWrite>) {
         // Checked under the writer lock: the revision and the policy are one state.
-        let (validated, writes, upserts, deletes) = {
+        let (validated, policy, writes, upserts, deletes) = {
             let writer = self.writer.lock().await;
             let policy = self.policy.load_full();
             let mut writes = Vec::new();
@@ -225,15 +222,27 @@ impl Store {
                     }
                 }
             }
-            (writer.revision, writes, upserts, deletes)
+            (writer.revision, policy, writes, upserts, deletes)
         };
         if writes.is_empty() {
             return;
         }
-        match sink.commit(validated, &upserts, &deletes).await {
+        let commit = Commit {
+            expected: validated,
+            policy: &policy,
+            upserts: &upserts,
+            deletes: &deletes,
+            // What the publisher counts invalidations by: a commit of deletes only is one.
+            cause: if upserts.is_empty() {
+                ChangeCause::Delete
+            } else {
+                ChangeCause::Apply
+            },
+        };
+        match self.backend.commit(self, commit).await {
             Ok(revision) => {
-                // Answered once this server's watch applied it: a write is visible here when
-                // it returns.
+                // Answered once this server's change feed applied it: a write is visible here
+                // when it returns.
                 let applied = self.applied(revision).await;
                 for write in writes {
                     write.answer(match &applied {
@@ -295,11 +304,15 @@ impl Store {
             }
             Err(CommitError::TooLarge(message)) => {
                 for write in writes {
-                    write.answer(Err(StoreError::Invalid(LoadErrors(vec![LoadError {
-                        file: "manifest".into(),
-                        line: 0,
-                        message: message.clone(),
-                    }]))));
+                    write.answer(Err(StoreError::TooLarge(message.clone())));
+                }
+            }
+            // Several writes: each again on its own, so that the others are made and the
+            // failing one is answered with its own error.
+            Err(CommitError::Failed(_)) if writes.len() > 1 => self.requeue(writes, true),
+            Err(CommitError::Failed(error)) => {
+                if let Some(write) = writes.into_iter().next() {
+                    write.answer(Err(error));
                 }
             }
         }

@@ -14,18 +14,36 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
-use crate::policy::load::{load_paths, load_sources, Format, LoadErrors, LoadOptions};
+use crate::policy::load::{load_paths, load_sources, Format, LoadError, LoadErrors, LoadOptions};
 use crate::policy::model::{PolicyObject, PolicySet};
 use crate::policy::render;
-use crate::store::{objects, Backend, ObjectRef, ObjectView, Result, StoreError};
+use crate::store::{
+    objects, Backend, Commit, CommitError, ObjectRef, ObjectView, Result, Store, StoreError,
+};
 
+/// The policy directory as the store's backend (see the module documentation). Revisions are
+/// the directory's own: 1 for the policy read at startup, then one more per commit or reload
+/// that changes something; they are not persisted (the directory has none).
 pub struct DirectoryBackend {
+    files: Arc<Files>,
+    /// The revision of the policy last fed to the store: a commit is made only if the store
+    /// validated it against this one. Held across the commit or reload and its feeding, so
+    /// the feed delivers revisions in order.
+    head: tokio::sync::Mutex<u64>,
+}
+
+/// Where the policy's files are, and how they are read.
+struct Files {
     paths: Vec<PathBuf>,
     /// Where new objects are created: the first directory among `paths`.
     write_dir: Option<PathBuf>,
     options: LoadOptions,
 }
+
+/// One change to the store: an object's new state, `None` once it is gone.
+type Change = (ObjectRef, Option<PolicyObject>);
 
 impl DirectoryBackend {
     pub fn new(paths: Vec<PathBuf>, options: LoadOptions) -> Self {
@@ -34,14 +52,86 @@ impl DirectoryBackend {
             remove_stale_temp_files(dir);
         }
         Self {
-            paths,
-            write_dir,
-            options,
+            files: Arc::new(Files {
+                paths,
+                write_dir,
+                options,
+            }),
+            head: tokio::sync::Mutex::new(1),
         }
     }
 
     pub fn write_dir(&self) -> Option<&Path> {
-        self.write_dir.as_deref()
+        self.files.write_dir.as_deref()
+    }
+
+    /// Reads the whole policy.
+    pub fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
+        self.files.read_all()
+    }
+
+    /// The revision the store opens at (the directory read at startup).
+    pub fn revision(&self) -> u64 {
+        1
+    }
+}
+
+/// Blocking file work on the blocking pool, so that the async workers serving Authorize never
+/// wait for the disk.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("policy store: {e}"))
+}
+
+#[tonic::async_trait]
+impl Backend for DirectoryBackend {
+    async fn commit(
+        &self,
+        store: &Store,
+        commit: Commit<'_>,
+    ) -> std::result::Result<u64, CommitError> {
+        let mut head = self.head.lock().await;
+        if *head != commit.expected {
+            return Err(CommitError::Conflict(*head));
+        }
+        let (files, policy) = (Arc::clone(&self.files), Arc::clone(commit.policy));
+        let (upserts, deletes) = (commit.upserts.to_vec(), commit.deletes.to_vec());
+        let changes = off_thread(move || files.commit(&policy, &upserts, &deletes))
+            .await
+            .map_err(|e| {
+                CommitError::Failed(StoreError::Io {
+                    path: "policy store".into(),
+                    source: std::io::Error::other(e),
+                })
+            })?
+            .map_err(CommitError::Failed)?;
+        *head += 1;
+        store.apply_changes_as(*head, changes, commit.cause).await;
+        Ok(*head)
+    }
+
+    async fn reload(&self, store: &Store) -> std::result::Result<Option<u64>, LoadErrors> {
+        let mut head = self.head.lock().await;
+        let files = Arc::clone(&self.files);
+        let read = off_thread(move || files.read_all())
+            .await
+            .map_err(|message| {
+                LoadErrors(vec![LoadError {
+                    file: "policy store".to_string(),
+                    line: 0,
+                    message,
+                }])
+            })?;
+        let policy = read?;
+        if *store.policy() == policy {
+            return Ok(None);
+        }
+        *head += 1;
+        store.relisted(policy, *head).await;
+        Ok(Some(*head))
     }
 }
 
@@ -164,17 +254,22 @@ fn remove_durably(path: &Path) -> Result<()> {
     sync_dir(path.parent().unwrap_or_else(|| Path::new(".")))
 }
 
-impl Backend for DirectoryBackend {
+impl Files {
     fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
         load_paths(&self.paths, &self.options)
     }
 
+    /// Rewrites the files that hold `upserts` and `deletes` (or creates one for a new object),
+    /// given the current policy; the changes the store applies: every object whose stored
+    /// form changed, the ones written and any whose position moved in a rewritten file
+    /// (explanations carry `file:line`). Nothing is written unless every rewritten file loads
+    /// back.
     fn commit(
         &self,
         current: &PolicySet,
         upserts: &[PolicyObject],
         deletes: &[ObjectRef],
-    ) -> Result<PolicySet> {
+    ) -> Result<Vec<Change>> {
         let existing = objects(current);
         // file -> the objects it will hold, in their current order.
         let mut files: BTreeMap<String, Vec<(ObjectRef, ObjectView<'_>)>> = BTreeMap::new();
@@ -248,33 +343,20 @@ impl Backend for DirectoryBackend {
             }
         }
 
-        // The new policy: everything from untouched files, plus the touched files as parsed.
-        let untouched = |file: &str| !touched.iter().any(|t| t == file);
-        let mut next = PolicySet {
-            roles: current
-                .roles
-                .iter()
-                .filter(|r| untouched(&r.source.file))
-                .cloned()
-                .collect(),
-            bindings: current
-                .bindings
-                .iter()
-                .filter(|b| untouched(&b.source.file))
-                .cloned()
-                .collect(),
-            abac: current.abac.clone(),
-            field_policies: current
-                .field_policies
-                .iter()
-                .filter(|f| untouched(&f.source.file))
-                .cloned()
-                .collect(),
-        };
-        next.roles.extend(reparsed.roles);
-        next.bindings.extend(reparsed.bindings);
-        next.field_policies.extend(reparsed.field_policies);
-        next.canonicalize();
-        Ok(next)
+        // Every object of the rewritten files, before and after, whose stored form changed.
+        let after = objects(&reparsed);
+        let mut touched_refs: Vec<&ObjectRef> = existing
+            .iter()
+            .filter(|(_, v)| touched.iter().any(|t| t == v.file()))
+            .map(|(r, _)| r)
+            .chain(after.keys())
+            .collect();
+        touched_refs.sort();
+        touched_refs.dedup();
+        Ok(touched_refs
+            .into_iter()
+            .filter(|r| existing.get(*r) != after.get(*r))
+            .map(|r| ((*r).clone(), after.get(r).map(ObjectView::to_object)))
+            .collect())
     }
 }

@@ -1,16 +1,18 @@
 //! The policy store: the single writer that owns policy I/O, revisions and change events.
 //!
-//! Every change — an admin write, a directory reload — goes through [`Store`], one at a time
-//! (an async mutex is the single-writer lock). A change is persisted by the [`Backend`] first,
-//! then published through the [`Publisher`] (which compiles the engine, invalidates exactly the
-//! affected cache entries and swaps the engine in), and only then acknowledged with its
-//! revision. Startup and reload take the same path.
+//! Every change — an admin write, a directory reload, a change another replica made — goes
+//! through [`Store`], one at a time (an async mutex is the single-writer lock), and is published
+//! through the [`Publisher`] (which compiles the engine, invalidates exactly the affected cache
+//! entries and swaps the engine in) before it is acknowledged with its revision.
 //!
-//! The backend is a trait so that a revisioned, watchable shared store can replace the policy
-//! directory; the directory backend lives in [`dir`]. In etcd mode ([`etcd`]) the store is a
-//! reflector: writes go to etcd as compare-and-swap transactions ([`RemoteSink`]) and every
-//! change, the writer's own included, is applied from etcd's watch ([`Store::apply_changes`]),
-//! at etcd's revision.
+//! There is one write path, whatever keeps the policy ([`Backend`]: the policy directory,
+//! [`dir`], or etcd, [`etcd`]). Writes queue for the store's group committer ([`commit`]),
+//! which checks each against the policy at revision V and asks the backend for one commit
+//! operation: change these objects if the policy is still at V. The backend's change feed
+//! then brings the committed change back into the store ([`Store::apply_changes`],
+//! [`Store::replace`]): the directory feeds its own commits and reloads; etcd's watch feeds
+//! every replica's writes, this one's included, at etcd's revision. A write returns once its
+//! change has come back.
 
 mod commit;
 pub mod dir;
@@ -29,8 +31,8 @@ use tokio::sync::{broadcast, watch as tokio_watch, Mutex};
 
 use crate::policy::delta::{ChangedKind, ChangedObject};
 use crate::policy::impact::{
-    impact_of_applied_objects, impact_of_change, impact_of_objects, protected_paths_changed,
-    ClusterRoleReferrers, Impact,
+    impact_of_applied_objects, impact_of_change, protected_paths_changed, ClusterRoleReferrers,
+    Impact,
 };
 use crate::policy::load::LoadErrors;
 use crate::policy::model::PolicyObject;
@@ -311,39 +313,27 @@ pub enum StoreError {
     /// Concurrent writers kept changing the policy under this write.
     #[error("{0}")]
     Aborted(String),
+    /// The write is larger than one commit may be (etcd's transaction limits): split it.
+    #[error("{0}")]
+    TooLarge(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// Where policy is persisted. The directory backend writes files; a shared store would write
-/// keys. Both return the policy exactly as a later full read would see it.
-pub trait Backend: Send + Sync {
-    /// Reads the whole policy.
-    fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors>;
-
-    /// Durably creates or replaces `upserts` and removes `deletes`, given the current policy,
-    /// and returns the policy after the write. Nothing is changed when it fails.
-    fn commit(
-        &self,
-        current: &PolicySet,
-        upserts: &[PolicyObject],
-        deletes: &[ObjectRef],
-    ) -> Result<PolicySet>;
-}
-
-/// Where writes go in etcd mode: a transaction that applies only if the policy is still at the
-/// revision the write was validated against. The store never publishes what it commits: the
-/// change comes back through the watch like everyone else's.
+/// Where policy is kept: the one commit operation and the change feed (see the module
+/// documentation).
 #[tonic::async_trait]
-pub trait RemoteSink: Send + Sync {
-    /// Commits `upserts` and `deletes` if the policy is still at `validated`; the revision of
-    /// the commit.
-    async fn commit(
-        &self,
-        validated: u64,
-        upserts: &[PolicyObject],
-        deletes: &[ObjectRef],
-    ) -> std::result::Result<u64, CommitError>;
+pub trait Backend: Send + Sync {
+    /// Makes `commit`'s changes durable if the policy is still at `commit.expected`, and
+    /// answers the revision they were committed at. The change comes back into `store`
+    /// through the backend's change feed ([`Store::apply_changes`]) — before this returns for
+    /// a backend that feeds its own commits, later for one whose feed is a watch.
+    async fn commit(&self, store: &Store, commit: Commit<'_>) -> Result<u64, CommitError>;
+
+    /// Reads the whole policy again (the directory watcher, SIGHUP) and feeds a change, if
+    /// there is one, into `store`; the revision it was published at. A policy that does not
+    /// load is the error, and nothing changes.
+    async fn reload(&self, store: &Store) -> Result<Option<u64>, LoadErrors>;
 
     /// How many objects one commit may change; the group commit keeps a combined commit within
     /// it (one write alone above it is refused as [`CommitError::TooLarge`]).
@@ -352,12 +342,46 @@ pub trait RemoteSink: Send + Sync {
     }
 }
 
-/// Why a remote commit did not happen.
+/// A backend whose policy only ever changes through its feed, called by whoever drives it
+/// (the applier bench, property tests of the applier): it commits nothing and reads nothing
+/// again.
+pub struct FeedOnly;
+
+#[tonic::async_trait]
+impl Backend for FeedOnly {
+    async fn commit(&self, _: &Store, _: Commit<'_>) -> Result<u64, CommitError> {
+        Err(CommitError::Refused(
+            "this store takes changes from its feed only".into(),
+        ))
+    }
+
+    async fn reload(&self, _: &Store) -> Result<Option<u64>, LoadErrors> {
+        Ok(None)
+    }
+}
+
+/// One commit: what changes, and the policy state it was checked against.
+pub struct Commit<'a> {
+    /// The revision of the policy every write of the commit was checked against.
+    pub expected: u64,
+    /// That policy.
+    pub policy: &'a Arc<PolicySet>,
+    /// Objects created or replaced.
+    pub upserts: &'a [PolicyObject],
+    /// Objects removed.
+    pub deletes: &'a [ObjectRef],
+    /// What the writes were, for what the publisher counts.
+    pub cause: ChangeCause,
+}
+
+/// Why a commit did not happen.
 #[derive(Debug, Error)]
 pub enum CommitError {
     /// The policy moved on (to at least this revision) since the write was validated.
     #[error("the policy changed (revision {0}) since the write was validated")]
     Conflict(u64),
+    /// The store cannot be reached, or did not confirm the commit: its outcome is unknown and
+    /// retrying is safe.
     #[error("{0}")]
     Unavailable(String),
     /// The store refused the request itself (an error of its own, not of reachability).
@@ -366,6 +390,10 @@ pub enum CommitError {
     /// The write is larger than one commit may be.
     #[error("{0}")]
     TooLarge(String),
+    /// The write cannot be made as asked (a file that would not load back, a read-only
+    /// directory, a disk error): answered as it is, not retried.
+    #[error(transparent)]
+    Failed(StoreError),
 }
 
 /// How long a write waits for its own commit to come back through the watch.
@@ -412,23 +440,6 @@ pub trait WriteGuard: Send + Sync {
     ) -> std::result::Result<(), String>;
 }
 
-/// The backend of a store in etcd mode: every read and write goes through etcd instead.
-struct RemoteOnly;
-
-impl Backend for RemoteOnly {
-    fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
-        Err(LoadErrors(vec![crate::policy::load::LoadError {
-            file: "etcd".to_string(),
-            line: 0,
-            message: "in etcd mode the policy is read from etcd, not reloaded from files".into(),
-        }]))
-    }
-
-    fn commit(&self, _: &PolicySet, _: &[PolicyObject], _: &[ObjectRef]) -> Result<PolicySet> {
-        Err(StoreError::ReadOnly)
-    }
-}
-
 /// How many change events are kept for `watch` from an older revision.
 const HISTORY: usize = 4096;
 
@@ -455,13 +466,12 @@ impl WriterState {
 }
 
 pub struct Store {
+    /// Where the policy is kept, and committed.
     backend: Arc<dyn Backend>,
-    /// etcd mode: where writes are committed (and `backend` is unused).
-    remote: Option<Arc<dyn RemoteSink>>,
-    /// etcd mode: this process's writes waiting to be committed together (see [`commit`]).
-    /// Only writers on different replicas meet in etcd's compare-and-swap.
+    /// This process's writes waiting to be committed together (see [`commit`]). Only writers
+    /// on different replicas (etcd mode) meet in the backend's compare-and-swap.
     commits: StdMutex<commit::CommitQueue>,
-    /// The store itself, for the committer task it starts (etcd mode: stores are shared).
+    /// The store itself, for the committer task it starts.
     this: std::sync::Weak<Store>,
     publisher: Arc<dyn Publisher>,
     writer: Mutex<WriterState>,
@@ -475,37 +485,12 @@ pub struct Store {
 }
 
 impl Store {
-    /// Reads the policy, publishes it as revision 1 and returns the store. A policy that does
-    /// not load is returned as the error: there is no last good policy yet.
+    /// `policy`, as the backend holds it at `revision`, published; from then on the store
+    /// writes through `backend` and applies what its change feed brings.
     pub fn open(
-        backend: Box<dyn Backend>,
-        publisher: Arc<dyn Publisher>,
-    ) -> std::result::Result<Self, LoadErrors> {
-        let policy = backend.read_all()?;
-        publisher.publish(&policy, 1, &Impact::everything(), ChangeCause::Reload, None);
-        let (revision_tx, _) = tokio_watch::channel(1);
-        let (events_tx, _) = broadcast::channel(1024);
-        Ok(Store {
-            backend: Arc::from(backend),
-            remote: None,
-            commits: StdMutex::default(),
-            this: std::sync::Weak::new(),
-            publisher,
-            writer: Mutex::new(WriterState::at(1)),
-            policy: ArcSwap::from_pointee(policy),
-            revision_tx,
-            events_tx,
-            last_error: StdMutex::new(None),
-            reload_errors: std::sync::atomic::AtomicU64::new(0),
-        })
-    }
-
-    /// etcd mode: `policy` as read at `revision` (etcd's), published; writes go to `sink` and
-    /// come back through [`Self::apply_changes`].
-    pub fn open_remote(
+        backend: Arc<dyn Backend>,
         policy: PolicySet,
         revision: u64,
-        sink: Arc<dyn RemoteSink>,
         publisher: Arc<dyn Publisher>,
     ) -> Arc<Self> {
         publisher.publish(
@@ -517,14 +502,15 @@ impl Store {
         );
         let (revision_tx, _) = tokio_watch::channel(revision);
         let (events_tx, _) = broadcast::channel(1024);
+        // Built now, so that the first change's impact does not pay for it.
+        let referrers = ClusterRoleReferrers::of(&policy);
         Arc::new_cyclic(|this| Store {
             this: this.clone(),
-            backend: Arc::new(RemoteOnly),
-            remote: Some(sink),
+            backend,
             commits: StdMutex::default(),
             publisher,
             writer: Mutex::new(WriterState {
-                referrers: Some(ClusterRoleReferrers::of(&policy)),
+                referrers: Some(referrers),
                 ..WriterState::at(revision)
             }),
             policy: ArcSwap::from_pointee(policy),
@@ -535,6 +521,17 @@ impl Store {
         })
     }
 
+    /// A store over the policy directory: its files read and published as revision 1. A
+    /// policy that does not load is returned as the error: there is no last good policy yet.
+    pub fn open_directory(
+        backend: dir::DirectoryBackend,
+        publisher: Arc<dyn Publisher>,
+    ) -> std::result::Result<Arc<Self>, LoadErrors> {
+        let policy = backend.read_all()?;
+        let revision = backend.revision();
+        Ok(Self::open(Arc::new(backend), policy, revision, publisher))
+    }
+
     /// etcd mode: one revision's changes from the watch (an object's new state, or `None` when
     /// it was deleted), published at that revision with precise invalidation. A revision with
     /// no object change (only the policy's head key) still advances the revision, so writers
@@ -543,6 +540,18 @@ impl Store {
         &self,
         revision: u64,
         changes: Vec<(ObjectRef, Option<PolicyObject>)>,
+    ) {
+        self.apply_changes_as(revision, changes, ChangeCause::Apply)
+            .await;
+    }
+
+    /// [`Self::apply_changes`] for changes known to be of `cause` (the directory's own
+    /// commits: applies or deletes).
+    pub async fn apply_changes_as(
+        &self,
+        revision: u64,
+        changes: Vec<(ObjectRef, Option<PolicyObject>)>,
+        cause: ChangeCause,
     ) {
         let mut writer = self.writer.lock().await;
         if revision <= writer.revision {
@@ -624,7 +633,7 @@ impl Store {
             &mut writer,
             (&old, new),
             &impact,
-            ChangeCause::Apply,
+            cause,
             Some(&changed),
             revision,
             Some(events),
@@ -641,9 +650,16 @@ impl Store {
     /// difference does not reach stay warm. A revision that went backwards is taken as it is.
     /// etcd holds no ABAC lines: the ones the store was opened with are kept.
     pub async fn replace(&self, mut policy: PolicySet, revision: u64) {
+        policy.abac = self.policy.load().abac.clone();
+        self.relisted(policy, revision).await;
+    }
+
+    /// The whole policy read again at `revision` (etcd's relist, the directory's reload),
+    /// published with the impact of the difference: entries the difference does not reach
+    /// stay warm. A revision that went backwards is taken as it is.
+    pub async fn relisted(&self, policy: PolicySet, revision: u64) {
         let mut writer = self.writer.lock().await;
         let old = self.policy.load_full();
-        policy.abac = old.abac.clone();
         let impact = impact_of_change(&old, &policy);
         if revision < writer.revision {
             tracing::warn!(
@@ -709,21 +725,7 @@ impl Store {
         }
     }
 
-    /// Publishes `new` as the next revision with its events. Caller holds the writer lock.
-    fn publish_change(
-        &self,
-        writer: &mut WriterState,
-        old: &PolicySet,
-        new: PolicySet,
-        impact: &Impact,
-        cause: ChangeCause,
-        changed: Option<&[ChangedObject]>,
-    ) -> u64 {
-        let revision = writer.revision + 1;
-        self.publish_at(writer, old, new, impact, cause, changed, revision)
-    }
-
-    /// [`Self::publish_change`] at a given revision (etcd's, in etcd mode).
+    /// Publishes `new` at `revision` with its events. Caller holds the writer lock.
     #[allow(clippy::too_many_arguments)]
     fn publish_at(
         &self,
@@ -770,93 +772,37 @@ impl Store {
         revision
     }
 
-    /// Runs blocking backend I/O (reading files, fsync) on the blocking pool, so that the async
-    /// workers serving Authorize never wait for the disk.
-    async fn off_thread<T, F>(&self, work: F) -> Result<T>
-    where
-        F: FnOnce(&dyn Backend) -> T + Send + 'static,
-        T: Send + 'static,
-    {
-        let backend = Arc::clone(&self.backend);
-        tokio::task::spawn_blocking(move || work(backend.as_ref()))
-            .await
-            .map_err(|e| StoreError::Io {
-                path: "policy store".to_string(),
-                source: std::io::Error::other(e.to_string()),
-            })
-    }
-
     /// Re-reads the backend. A policy that does not load is rejected and the last good one stays
     /// in force (the error is kept for `Status`). Returns the new revision if anything changed.
     pub async fn reload(&self) -> std::result::Result<Option<u64>, LoadErrors> {
-        let mut writer = self.writer.lock().await;
-        let read = self.off_thread(|backend| backend.read_all()).await;
-        let read = read.map_err(|e| {
-            LoadErrors(vec![crate::policy::load::LoadError {
-                file: "policy store".to_string(),
-                line: 0,
-                message: e.to_string(),
-            }])
-        });
-        let new = match read.and_then(|r| r) {
-            Ok(new) => new,
+        match self.backend.reload(self).await {
+            Ok(revision) => {
+                self.set_last_error(None);
+                if let Some(revision) = revision {
+                    tracing::info!(revision, "policy reloaded");
+                }
+                Ok(revision)
+            }
             Err(errors) => {
                 tracing::error!(errors = %errors, "policy reload rejected; the last good policy stays in force");
                 self.set_last_error(Some(errors.to_string()));
                 self.reload_errors
                     .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Err(errors);
+                Err(errors)
             }
-        };
-        self.set_last_error(None);
-        let old = self.policy.load_full();
-        if *old == new {
-            return Ok(None);
         }
-        let impact = impact_of_change(&old, &new);
-        let revision =
-            self.publish_change(&mut writer, &old, new, &impact, ChangeCause::Reload, None);
-        tracing::info!(revision, "policy reloaded");
-        Ok(Some(revision))
     }
 
     /// Creates or replaces `objects`. Validated (and checked by `guard`) before anything is
-    /// written; persisted durably before it is published; returns the revision at which the
-    /// change is visible. An apply that changes nothing returns the current revision.
+    /// written; committed durably before it is published; returns the revision at which the
+    /// change is visible here. An apply that changes nothing returns the current revision.
     pub async fn apply(
         &self,
         objects: Vec<PolicyObject>,
         guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<(u64, Vec<ObjectRef>)> {
         let refs: Vec<ObjectRef> = objects.iter().map(ObjectRef::of).collect();
-        if self.remote.is_some() {
-            let write = commit::Write::Apply(objects);
-            let revision = self.write_remote(write, guard).await?;
-            return Ok((revision, refs));
-        }
-        let mut writer = self.writer.lock().await;
-        let old = self.policy.load_full();
-        if let Some(guard) = &guard {
-            guard.check(&old, &objects).map_err(StoreError::Forbidden)?;
-        }
-        let changed = changed_objects(&old, &objects);
-        if changed.is_empty() {
-            return Ok((writer.revision, refs));
-        }
-        let new = {
-            let (old, changed) = (Arc::clone(&old), changed.clone());
-            self.off_thread(move |backend| backend.commit(&old, &changed, &[]))
-                .await??
-        };
-        let (impact, touched) = change_impact(&old, &new, &changed, &[]);
-        let revision = self.publish_change(
-            &mut writer,
-            &old,
-            new,
-            &impact,
-            ChangeCause::Apply,
-            Some(&touched),
-        );
+        let revision = self.write(commit::Write::Apply(objects), guard).await?;
         Ok((revision, refs))
     }
 
@@ -902,32 +848,8 @@ impl Store {
         object: &ObjectRef,
         guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<u64> {
-        if self.remote.is_some() {
-            let write = commit::Write::Delete(object.clone());
-            return self.write_remote(write, guard).await;
-        }
-        let mut writer = self.writer.lock().await;
-        let old = self.policy.load_full();
-        let existing = existing_object(&old, object)?;
-        if let Some(guard) = &guard {
-            guard
-                .check(&old, std::slice::from_ref(&existing))
-                .map_err(StoreError::Forbidden)?;
-        }
-        let new = {
-            let (old, object) = (Arc::clone(&old), object.clone());
-            self.off_thread(move |backend| backend.commit(&old, &[], std::slice::from_ref(&object)))
-                .await??
-        };
-        let (impact, touched) = change_impact(&old, &new, &[], std::slice::from_ref(&existing));
-        Ok(self.publish_change(
-            &mut writer,
-            &old,
-            new,
-            &impact,
-            ChangeCause::Delete,
-            Some(&touched),
-        ))
+        self.write(commit::Write::Delete(object.clone()), guard)
+            .await
     }
 
     pub fn get(&self, object: &ObjectRef) -> Option<String> {
@@ -1026,54 +948,6 @@ fn existing_object(policy: &PolicySet, object: &ObjectRef) -> Result<PolicyObjec
     find_object(policy, object)
         .map(|view| view.to_object())
         .ok_or_else(|| StoreError::NotFound(object.clone()))
-}
-
-/// The impact of a write, and every object whose stored form changed: the objects it touched,
-/// plus anything whose source position moved because a file was rewritten (explanations carry
-/// `file:line`).
-fn change_impact(
-    old: &PolicySet,
-    new: &PolicySet,
-    upserts: &[PolicyObject],
-    deletes: &[PolicyObject],
-) -> (Impact, Vec<ChangedObject>) {
-    let old_objects = objects(old);
-    let new_objects = objects(new);
-    let mut roles: Vec<(Option<&Role>, Option<&Role>)> = Vec::new();
-    let mut bindings: Vec<(Option<&Binding>, Option<&Binding>)> = Vec::new();
-    let touched = upserts.iter().chain(deletes).map(ObjectRef::of);
-    // Objects rewritten in place keep their content but may move lines: include every object
-    // whose stored form (source included) differs.
-    let moved = new_objects
-        .iter()
-        .filter(|(r, v)| old_objects.get(*r) != Some(*v))
-        .map(|(r, _)| r.clone());
-    let mut all: Vec<ObjectRef> = touched.chain(moved).collect();
-    all.sort();
-    all.dedup();
-    for r in &all {
-        let before = old_objects.get(r).copied();
-        let after = new_objects.get(r).copied();
-        match (before, after) {
-            (Some(ObjectView::Role(a)), Some(ObjectView::Role(b))) => {
-                roles.push((Some(a), Some(b)))
-            }
-            (Some(ObjectView::Role(a)), None) => roles.push((Some(a), None)),
-            (None, Some(ObjectView::Role(b))) => roles.push((None, Some(b))),
-            (Some(ObjectView::Binding(a)), Some(ObjectView::Binding(b))) => {
-                bindings.push((Some(a), Some(b)))
-            }
-            (Some(ObjectView::Binding(a)), None) => bindings.push((Some(a), None)),
-            (None, Some(ObjectView::Binding(b))) => bindings.push((None, Some(b))),
-            _ => {}
-        }
-    }
-    let changed = all.iter().map(changed_object).collect();
-    let field_policies = all.iter().any(|r| r.kind == ObjectKind::FieldPolicy);
-    if field_policies && protected_paths_changed(old, new) {
-        return (Impact::everything(), changed);
-    }
-    (impact_of_objects(new, old, &roles, &bindings), changed)
 }
 
 /// The index's name for a changed object.

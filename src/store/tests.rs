@@ -68,14 +68,14 @@ roleRef:
     )
 }
 
-fn setup() -> (tempfile::TempDir, PathBuf, Arc<Recorder>, Store) {
+fn setup() -> (tempfile::TempDir, PathBuf, Arc<Recorder>, Arc<Store>) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("policy");
     std::fs::create_dir(&path).unwrap();
     std::fs::write(path.join("roles.yaml"), ROLES).unwrap();
     let recorder = Arc::new(Recorder::default());
     let backend = DirectoryBackend::new(vec![path.clone()], LoadOptions::default());
-    let store = Store::open(Box::new(backend), recorder.clone()).unwrap();
+    let store = Store::open_directory(backend, recorder.clone()).unwrap();
     (dir, path, recorder, store)
 }
 
@@ -227,7 +227,7 @@ async fn a_store_without_a_directory_is_read_only() {
     let file = dir.path().join("roles.yaml");
     std::fs::write(&file, ROLES).unwrap();
     let backend = DirectoryBackend::new(vec![file], LoadOptions::default());
-    let store = Store::open(Box::new(backend), Arc::new(Recorder::default())).unwrap();
+    let store = Store::open_directory(backend, Arc::new(Recorder::default())).unwrap();
     assert!(matches!(
         store.apply(objects_of(&binding("x", "bob")), None).await,
         Err(StoreError::ReadOnly)
@@ -250,21 +250,6 @@ fn stale_temp_files_of_a_crashed_writer_are_removed_on_open() {
     );
 }
 
-/// A sink that is never reached: these tests feed the watch side only.
-struct NoSink;
-
-#[tonic::async_trait]
-impl RemoteSink for NoSink {
-    async fn commit(
-        &self,
-        _: u64,
-        _: &[PolicyObject],
-        _: &[ObjectRef],
-    ) -> std::result::Result<u64, CommitError> {
-        Err(CommitError::Refused("not in this test".into()))
-    }
-}
-
 /// etcd mode's applier: revisions of changes applied one by one give the policy a full load
 /// of the same objects gives (canonical order kept by the binary-search edits), one event per
 /// changed object, and an impact that reaches exactly the subjects the change touched.
@@ -277,10 +262,10 @@ async fn applied_changes_equal_a_full_load_of_the_same_objects() {
         objects.extend(object(&binding(name, user)));
     }
     let recorder = Arc::new(Recorder::default());
-    let store = Store::open_remote(
+    let store = Store::open(
+        Arc::new(FeedOnly),
         PolicySet::default(),
         1,
-        Arc::new(NoSink),
         Arc::clone(&recorder) as Arc<dyn Publisher>,
     );
     let (_, mut events) = store.watch(0).await.unwrap();
@@ -373,13 +358,13 @@ impl LoopbackSink {
 }
 
 #[tonic::async_trait]
-impl RemoteSink for LoopbackSink {
+impl Backend for LoopbackSink {
     async fn commit(
         &self,
-        validated: u64,
-        upserts: &[PolicyObject],
-        deletes: &[ObjectRef],
+        _store: &Store,
+        commit: Commit<'_>,
     ) -> std::result::Result<u64, CommitError> {
+        let (validated, upserts, deletes) = (commit.expected, commit.upserts, commit.deletes);
         // A round trip's worth of time, for writes to queue behind this commit.
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
         let objects: Vec<ObjectRef> = upserts
@@ -421,6 +406,10 @@ impl RemoteSink for LoopbackSink {
         Ok(revision)
     }
 
+    async fn reload(&self, _: &Store) -> std::result::Result<Option<u64>, LoadErrors> {
+        Ok(None)
+    }
+
     fn max_objects(&self) -> usize {
         64
     }
@@ -432,10 +421,10 @@ fn loopback_store(sink: &Arc<LoopbackSink>) -> Arc<Store> {
     for object in parse_manifest("roles.yaml", ROLES, &options).unwrap() {
         edit::put_object(&mut roles, object.into());
     }
-    let store = Store::open_remote(
+    let store = Store::open(
+        Arc::clone(sink) as Arc<dyn Backend>,
         roles,
         1,
-        Arc::clone(sink) as Arc<dyn RemoteSink>,
         Arc::new(Recorder::default()),
     );
     sink.store.set(Arc::downgrade(&store)).unwrap();
@@ -615,10 +604,10 @@ async fn a_relist_keeps_the_abac_lines_the_store_was_opened_with() {
         abac: abac.clone(),
         ..PolicySet::default()
     };
-    let store = Store::open_remote(
+    let store = Store::open(
+        LoopbackSink::new(usize::MAX, 0) as Arc<dyn Backend>,
         policy,
         1,
-        LoopbackSink::new(usize::MAX, 0) as Arc<dyn RemoteSink>,
         Arc::new(Recorder::default()),
     );
     let objects =

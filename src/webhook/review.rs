@@ -2,15 +2,17 @@
 //! (docs/spec/kubernetes-semantics.md §5; upstream's `Authorize` in
 //! `staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go`).
 //!
-//! The spec is written once, as JSON: it is both the cache key (upstream keys its cache on
-//! `json.Marshal(r.Spec)`) and the body's `spec`. Fields come in the order of upstream's Go
-//! structs, and empty strings, lists and maps are left out (`omitempty`), so the body reads as
-//! upstream's does.
+//! The spec is the typed model's (`crate::kube::authorization`), written once, as JSON: it is
+//! both the cache key (upstream keys its cache on `json.Marshal(r.Spec)`) and the body's
+//! `spec`. Fields come in the order of upstream's Go structs, and empty strings, lists and maps
+//! are left out (`omitempty`), so the body reads as upstream's does.
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
 use serde::Deserialize;
 
 use super::WebhookVersion;
+use crate::kube::authorization::{
+    SubjectAccessReviewSpec, SubjectAccessReviewSpecV1beta1, SubjectAccessReviewStatus,
+};
 use crate::request::{Action, Request};
 
 /// Upstream's `maxControlledAttrCacheSize`: a request whose requester-controlled attributes
@@ -32,25 +34,21 @@ impl WebhookVersion {
             WebhookVersion::V1beta1 => "authorization.k8s.io/v1beta1",
         }
     }
-
-    /// v1 renamed v1beta1's `spec.group` to `spec.groups`.
-    fn groups_field(self) -> &'static str {
-        match self {
-            WebhookVersion::V1 => "groups",
-            WebhookVersion::V1beta1 => "group",
-        }
-    }
 }
 
-/// The JSON of `request`'s SubjectAccessReview spec in `version`'s shape.
+/// The JSON of `request`'s SubjectAccessReview spec in `version`'s shape (v1 renamed
+/// v1beta1's `spec.group` to `spec.groups`).
 pub(super) fn spec_json(request: &Request, version: WebhookVersion) -> String {
-    let spec = Spec {
-        request,
-        groups_field: version.groups_field(),
+    let spec = SubjectAccessReviewSpec::from(request);
+    let json = match version {
+        WebhookVersion::V1 => serde_json::to_string(&spec),
+        WebhookVersion::V1beta1 => {
+            serde_json::to_string(&SubjectAccessReviewSpecV1beta1::from(spec))
+        }
     };
     // Serializing strings and maps of strings into a String cannot fail; an empty object would
     // still be a well-formed spec if it ever did.
-    serde_json::to_string(&spec).unwrap_or_else(|_| "{}".to_string())
+    json.unwrap_or_else(|_| "{}".to_string())
 }
 
 /// The request body: the review around a spec from [`spec_json`].
@@ -90,93 +88,22 @@ pub(super) fn decode_status(body: &[u8]) -> Result<ReviewStatus, String> {
     #[derive(Deserialize)]
     struct Answer {
         #[serde(default)]
-        status: Option<Status>,
-    }
-    #[derive(Deserialize)]
-    struct Status {
-        #[serde(default)]
-        allowed: Option<bool>,
-        #[serde(default)]
-        denied: Option<bool>,
-        #[serde(default)]
-        reason: Option<String>,
+        status: Option<SubjectAccessReviewStatus>,
     }
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err("the answer has an empty body".to_string());
     }
-    let answer: Answer = serde_json::from_slice(body)
-        .map_err(|error| format!("the answer is not a SubjectAccessReview: {error}"))?;
-    let status = answer.status.unwrap_or(Status {
-        allowed: None,
-        denied: None,
-        reason: None,
-    });
+    let not_a_review = |error: String| format!("the answer is not a SubjectAccessReview: {error}");
+    let document: serde_json::Value =
+        serde_json::from_slice(body).map_err(|error| not_a_review(error.to_string()))?;
+    let answer: Answer =
+        crate::kube::from_document(&document).map_err(|error| not_a_review(error.to_string()))?;
+    let status = answer.status.unwrap_or_default();
     Ok(ReviewStatus {
-        allowed: status.allowed.unwrap_or(false),
-        denied: status.denied.unwrap_or(false),
-        reason: status.reason.unwrap_or_default(),
+        allowed: status.allowed,
+        denied: status.denied,
+        reason: status.reason,
     })
-}
-
-/// `SubjectAccessReviewSpec`, in upstream's field order: the attributes, then `user`,
-/// `groups`/`group`, `extra`, `uid`.
-struct Spec<'a> {
-    request: &'a Request,
-    groups_field: &'static str,
-}
-
-impl Serialize for Spec<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let user = &self.request.user;
-        let mut map = serializer.serialize_map(None)?;
-        match &self.request.action {
-            Action::Resource(r) => map.serialize_entry(
-                "resourceAttributes",
-                &NonEmpty(&[
-                    ("namespace", &r.namespace),
-                    ("verb", &r.verb),
-                    ("group", &r.group),
-                    ("version", &r.version),
-                    ("resource", &r.resource),
-                    ("subresource", &r.subresource),
-                    ("name", &r.name),
-                ]),
-            )?,
-            // Sent even when both are empty (`{}`): the attributes say "non-resource".
-            Action::NonResource(n) => map.serialize_entry(
-                "nonResourceAttributes",
-                &NonEmpty(&[("path", &n.path), ("verb", &n.verb)]),
-            )?,
-        }
-        if !user.name.is_empty() {
-            map.serialize_entry("user", &user.name)?;
-        }
-        if !user.groups.is_empty() {
-            map.serialize_entry(self.groups_field, &user.groups)?;
-        }
-        if !user.extra.is_empty() {
-            map.serialize_entry("extra", &user.extra)?;
-        }
-        if !user.uid.is_empty() {
-            map.serialize_entry("uid", &user.uid)?;
-        }
-        map.end()
-    }
-}
-
-/// An object of the named strings that are not empty.
-struct NonEmpty<'a>(&'a [(&'static str, &'a String)]);
-
-impl Serialize for NonEmpty<'_> {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = serializer.serialize_map(None)?;
-        for (key, value) in self.0 {
-            if !value.is_empty() {
-                map.serialize_entry(key, value)?;
-            }
-        }
-        map.end()
-    }
 }
 
 #[cfg(test)]

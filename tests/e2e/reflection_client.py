@@ -3,8 +3,8 @@
 
 It has no generated code and no .proto file: it lists the services, builds the message classes
 from descriptors fetched over grpc.reflection.v1alpha (the only version grpcio-reflection
-speaks), and calls Authorize and GetAllowedSubjects against the sample policy of
-tests/grpc_harness. Usage: reflection_client.py HOST:PORT. Exits non-zero on any failed check.
+speaks), and calls Authorize and GetAllowedSubjects against the sample policy
+(tests/fixtures/sample/). Usage: reflection_client.py HOST:PORT. Exits non-zero on any failed check.
 """
 
 import json
@@ -134,7 +134,7 @@ def main(address):
 
     # Envoy's ext_authz Check, with descriptors (envoy, xds, validate, google.rpc imports) from
     # reflection too. The server runs with the template
-    # /api/v1/namespaces/{namespace}/{resource}/{name} (tests/e2e_reflection.rs).
+    # /api/v1/namespaces/{namespace}/{resource}/{name} (tests/e2e/reflection.rs).
     envoy = Reflected(channel, pool, "envoy.service.auth.v3.Authorization")
     CheckRequest, envoy_check = envoy.method("Check")
 

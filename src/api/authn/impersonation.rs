@@ -19,6 +19,7 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{MAX_EXTRA_KEYS, MAX_EXTRA_VALUES, MAX_GROUPS, MAX_STRING_BYTES};
 use crate::policy::model::SERVICE_ACCOUNT_PREFIX;
 use crate::request::{Action, ResourceAttributes, UserInfo};
+use crate::serving::{Impersonating, Needed};
 
 const USER: &str = "impersonate-user";
 const GROUP: &str = "impersonate-group";
@@ -36,14 +37,6 @@ pub struct Impersonation {
     groups: Vec<String>,
     uid: Option<String>,
     extra: BTreeMap<String, Vec<String>>,
-}
-
-/// One `impersonate` permission the caller needs, and how a refusal names it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Needed {
-    pub action: Action,
-    /// `users "alice"`, `userextras/scopes "view"`, …
-    pub what: String,
 }
 
 impl Impersonation {
@@ -187,6 +180,14 @@ impl Impersonation {
             });
         }
         needed
+    }
+
+    /// What admission checks and whom it serves (see `serving::admission`).
+    pub fn into_admission(self) -> Impersonating {
+        Impersonating {
+            needed: self.needed(),
+            user: self.into_user(),
+        }
     }
 
     /// The identity the request is served as.

@@ -2,8 +2,9 @@
 //!
 //! Each `Check`: identify the caller (Envoy), turn the HTTP request Envoy describes into an engine
 //! request (subject from the mesh's authentication headers or the peer principal; action from
-//! the path and method), ask the same cached decision path the `Authorizer` service uses, and
-//! convert the answer into an Envoy `CheckResponse`. The engine decides; nothing here does.
+//! the path and method), ask the serving core's call for its decision as the `Authorizer`
+//! service does, and convert the answer into an Envoy `CheckResponse`. The serving core
+//! decides; nothing here does.
 //!
 //! Answers, as Envoy reads them (`CheckResponse.status` decides; `http_response` shapes it):
 //! * allowed: status `OK`, `OkHttpResponse` (optionally `x-authzd-allowed-by` added upstream);
@@ -39,14 +40,11 @@ use crate::api::authn::{Authenticator, Peer};
 use crate::api::convert::{self, WireSubject};
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::ContentLimits;
-use crate::api::privilege::{Gate, Privilege};
-use crate::engine::Authorize as _;
 use crate::proto;
 use crate::request;
 use crate::request::UserInfo;
-use crate::serving::ServingState;
+use crate::serving::{Call, Caller, Privilege, Refusal, ServingState, WithContent};
 use crate::telemetry::metrics::DecisionApi;
-use crate::telemetry::request::{record_caller, record_decision};
 
 use path_template::resource_verb;
 pub use path_template::PathTemplate;
@@ -194,23 +192,17 @@ impl EnvoyApi {
         AuthorizationServer::new(self).max_decoding_message_size(max_request_bytes)
     }
 
-    /// Who is calling `Check` (Envoy itself, not the HTTP client it asks about), and whether they
-    /// may: the single place the caller is identified. Envoy needs the privilege `Authorize`
-    /// needs (docs/spec/SPEC.md §3: the cluster-wide review privilege), checked by the shared [`Gate`]
-    /// against the policy in force.
-    fn admit_caller<T>(&self, request: &Request<T>) -> Result<Arc<UserInfo>> {
+    /// Who is calling `Check` (Envoy itself, not the HTTP client it asks about), admitted by
+    /// the serving core: the single place the caller is identified. Envoy needs the privilege
+    /// `Authorize` needs (docs/spec/SPEC.md §3: the cluster-wide review privilege), and the
+    /// check is answered from the snapshot that admitted it.
+    async fn admit<T>(&self, request: &Request<T>) -> Result<Call<'_>> {
         let caller = self.authenticator.authenticate(&Peer::of(request))?;
-        record_caller(&caller.name);
-        let snapshot = self
+        let call = self
             .state
-            .snapshot()
-            .ok_or(crate::api::error::ApiError::NotReady)?;
-        Gate {
-            state: &self.state,
-            snapshot: &snapshot,
-        }
-        .admit(&caller, Privilege::SUBJECT_ACCESS_REVIEW)?;
-        Ok(caller)
+            .admit(Caller::new(caller), Privilege::SUBJECT_ACCESS_REVIEW, 0)
+            .await?;
+        Ok(call)
     }
 
     /// The engine request the checked HTTP request stands for.
@@ -325,7 +317,7 @@ impl EnvoyApi {
         Ok((Some(content), field))
     }
 
-    async fn check_one(&self, mut check: CheckRequest) -> Result<CheckResponse> {
+    async fn check_one(&self, call: &Call<'_>, mut check: CheckRequest) -> Result<CheckResponse> {
         // What Envoy sent is the client's request: a refusal of it goes back to the client
         // (below), not to Envoy as a failed call.
         let (content, body_field) = match self.body_content(&mut check) {
@@ -336,43 +328,19 @@ impl EnvoyApi {
             Ok(request) => request,
             Err(refusal) => return Ok(refused(&refusal)),
         };
-        let snapshot = self.state.snapshot().ok_or(ApiError::NotReady)?;
-        let decided = match self
-            .state
-            .authorizer(&snapshot)
-            .decide_content(request.with_content(content.as_ref()))
-        {
+        let question = WithContent(&request, content.as_ref());
+        let decided = match call.decide(DecisionApi::EnvoyCheck, &question).await {
             Ok(decided) => decided,
             // A body a rule needs and cannot read: the client's request is malformed.
-            Err(unreadable) => {
+            Err(Refusal::Content(unreadable)) => {
                 let refusal = ApiError::from(unreadable).renamed(&[("content.object", body_field)]);
                 return Ok(refused(&refusal));
             }
+            // etcd mode: a fenced replica's allow is a failed call (Envoy's failure mode
+            // decides).
+            Err(refusal) => return Err(refusal.into()),
         };
-        // etcd mode: a fenced replica's allow is a failed call (Envoy's failure mode decides).
-        let decided = self
-            .state
-            .fresh(
-                decided,
-                snapshot.revision,
-                crate::serving::FencedAllow::Refuse,
-            )
-            .map_err(ApiError::from)?;
-        let decided = self.state.delegate(&request, decided).await;
         let response = &decided.response;
-        self.state
-            .metrics()
-            .decision(DecisionApi::EnvoyCheck, response.decision);
-        record_decision(response.decision, decided.cached, snapshot.revision);
-        tracing::debug!(
-            user = %request.user.name,
-            verb = request.action.verb(),
-            namespace = request.action.namespace(),
-            decision = %response.decision,
-            cached = decided.cached,
-            revision = snapshot.revision,
-            "envoy check"
-        );
         if response.allowed() {
             let mut ok = OkHttpResponseBuilder::new();
             if self.config.allowed_by_header {
@@ -587,8 +555,10 @@ impl Authorization for EnvoyApi {
         &self,
         request: Request<CheckRequest>,
     ) -> Result<Response<CheckResponse>, Status> {
-        self.admit_caller(&request)?;
-        Ok(Response::new(self.check_one(request.into_inner()).await?))
+        let call = self.admit(&request).await?;
+        Ok(Response::new(
+            self.check_one(&call, request.into_inner()).await?,
+        ))
     }
 }
 

@@ -14,58 +14,40 @@
 //! Without the flag the field is ignored (an old webhook: conditions are never returned, the
 //! fold answers) and the review endpoint does not exist.
 //!
-//! How authzd's conditional answer (rules in precedence order, the first that holds deciding)
-//! becomes condition sets (in which any true Deny beats any true Allow, and a set with neither
-//! passes to the next): one set per precedence tier that has returned rules (cluster rules,
-//! then namespace rules: within a tier denies precede allows, so "any deny, else any allow" is
-//! the first-match of the tier), then an unconditional set for what the authorizers after
-//! RBAC answer. That decomposition is exact only when each rule holds or not for the request
-//! as a whole; a rule scoped to changed paths (a `fields` clause, a condition over
-//! `changedPaths`, an allow narrowed by a FieldPolicy) is decided per path, together with the
-//! others, so then the whole answer travels as one set of two opaque conditions (deny if the
-//! rules deny, allow if they allow). A condition is `k8s.io/cel` when it is the rule's CEL
-//! condition over `object`/`oldObject` alone (or `true`), which kube-apiserver can evaluate
-//! itself; otherwise the set is of type `authzd.io/conditions`, each condition a JSON object
-//! carrying the rules and the request attributes they read, so it is self-contained as the
-//! KEP asks.
+//! What the sets say and how a chain is evaluated is the engine's
+//! (`engine::condition_sets`); this file reads and writes them as the KEP's JSON.
 
 use serde_json::{json, Map, Value};
 
 use super::document::{BodyError, Object};
+use super::kube_review;
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
-use crate::api::grpc::{Admitted, Review};
+use crate::api::grpc::Review;
 use crate::api::limits::{ContentLimits, MAX_CONDITIONS};
-use crate::api::privilege::Privilege;
-use crate::engine::conditional::ReturnedRule;
+use crate::engine::condition_sets::{
+    self, ChainVerdict, ConditionChain, ConditionSetError, Effect, Expression, PendingCondition,
+    PendingSet, Selectors, WrittenSet, AUTHZD_CONDITIONS,
+};
+use crate::engine::conditional::{ReturnedRule, CEL};
 use crate::engine::Decision;
+use crate::kube::authorization::SubjectAccessReviewSpec;
 use crate::proto;
 use crate::request;
+use crate::serving::{Call, Privilege};
 
 /// The review's group version, as the KEP names it.
 pub const REVIEW_API_VERSION: &str = "authorization.k8s.io/v1alpha1";
 pub const REVIEW_KIND: &str = "AuthorizationConditionsReview";
-/// Conditions authzd evaluates itself (see the module documentation).
-pub const AUTHZD_CONDITIONS: &str = "authzd.io/conditions";
-/// Kubernetes' built-in CEL condition type.
-pub const KUBE_CEL: &str = "k8s.io/cel";
 
 /// Nested `conditionSetChain`s followed at most this deep (composite authorizers).
 const MAX_CHAIN_DEPTH: usize = 8;
 /// Condition sets in one chain, at every level together.
 const MAX_SETS: usize = 64;
 
-/// Whether `spec` asks for conditions (`spec.conditionalAuthorization.mode` set).
-pub(super) fn asks_conditions(spec: &Object<'_>) -> std::result::Result<bool, BodyError> {
-    Ok(match spec.object("conditionalAuthorization")? {
-        Some(config) => !config.string("mode")?.is_empty(),
-        None => false,
-    })
-}
-
 /// What of the review's `spec` an `authzd.io/conditions` condition carries: the subject and
 /// the attributes, as the `SubjectAccessReview` wrote them.
-pub(super) fn request_context(spec: &Object<'_>) -> Value {
+pub(super) fn request_context(spec: Option<&Value>) -> Value {
     let mut context = Map::new();
     for key in [
         "user",
@@ -73,7 +55,7 @@ pub(super) fn request_context(spec: &Object<'_>) -> Value {
         "resourceAttributes",
         "nonResourceAttributes",
     ] {
-        if let Some(value) = spec.map.get(key).filter(|v| !v.is_null()) {
+        if let Some(value) = spec.and_then(|s| s.get(key)).filter(|v| !v.is_null()) {
             context.insert(key.to_string(), value.clone());
         }
     }
@@ -88,146 +70,64 @@ pub fn condition_set_chain(conditions: &[proto::Condition], context: &Value) -> 
         .enumerate()
         .map(|(i, c)| convert::returned_rule(c.clone(), &format!("conditions[{i}]")).ok())
         .collect();
-    let decomposable = rules
-        .as_deref()
-        .is_some_and(|rules| rules.iter().all(|rule| !path_scoped(rule)));
-    if !decomposable {
-        return whole_answer_set(conditions, context);
-    }
-    let rules = rules.unwrap_or_default();
-    let mut chain = Vec::new();
-    let mut start = 0;
-    while start < conditions.len() {
-        if rules[start].otherwise {
-            let verdict = if rules[start].deny {
-                "denied"
-            } else {
-                "allowed"
-            };
-            chain.push(json!({
-                "authorizerName": "after-rbac",
-                verdict: true,
-            }));
-            start += 1;
-            continue;
+    let sets = match rules {
+        Some(rules) => condition_sets::condition_sets(&rules),
+        // Conditions this server wrote always read back; if one did not, the whole answer
+        // still travels, evaluated together.
+        None => vec![condition_sets::whole_answer(conditions.iter().map(is_deny))],
+    };
+    Value::Array(
+        sets.iter()
+            .map(|set| set_json(set, conditions, context))
+            .collect(),
+    )
+}
+
+fn is_deny(condition: &proto::Condition) -> bool {
+    condition.effect == proto::RuleEffect::Deny as i32
+}
+
+/// One written set as the KEP's JSON.
+fn set_json(set: &WrittenSet, wire: &[proto::Condition], context: &Value) -> Value {
+    match set {
+        WrittenSet::Decided {
+            authorizer,
+            allowed,
+        } => {
+            let verdict = if *allowed { "allowed" } else { "denied" };
+            json!({"authorizerName": authorizer, verdict: true})
         }
-        let cluster = rules[start].cluster;
-        let end = (start..conditions.len())
-            .find(|&i| rules[i].otherwise || rules[i].cluster != cluster)
-            .unwrap_or(conditions.len());
-        chain.push(tier_set(
-            cluster,
-            &conditions[start..end],
-            &rules[start..end],
-            start,
-            context,
-        ));
-        start = end;
-    }
-    Value::Array(chain)
-}
-
-/// Whether a rule is decided per changed path (so not alone, as a condition is).
-fn path_scoped(rule: &ReturnedRule) -> bool {
-    rule.protected || rule.clauses.as_deref().is_some_and(|c| c.reads_changes())
-}
-
-/// A rule that is its CEL condition over the objects alone (or holds whatever the content).
-fn kube_cel(rule: &ReturnedRule) -> Option<String> {
-    let (language, expression) = rule.expression();
-    if language != crate::engine::conditional::CEL {
-        return None;
-    }
-    let reads_more = rule
-        .clauses
-        .as_deref()
-        .and_then(|c| c.condition.as_ref())
-        .is_some_and(|c| {
-            let reads = c.reads();
-            reads.request || reads.changed_paths || reads.selectors
-        });
-    (!reads_more).then_some(expression)
-}
-
-/// One precedence tier's rules as a condition set.
-fn tier_set(
-    cluster: bool,
-    wire: &[proto::Condition],
-    rules: &[ReturnedRule],
-    first_index: usize,
-    context: &Value,
-) -> Value {
-    let cel: Option<Vec<String>> = rules.iter().map(kube_cel).collect();
-    let any_deny = rules.iter().any(|r| r.deny);
-    let conditions: Vec<Value> = rules
-        .iter()
-        .enumerate()
-        .map(|(i, rule)| {
-            let condition = match &cel {
-                Some(texts) => texts[i].clone(),
-                None => authzd_condition(std::slice::from_ref(&wire[i]), context),
-            };
+        WrittenSet::Conditions {
+            authorizer,
+            conditions_type,
+            failure_mode,
+            conditions,
+        } => {
+            let conditions: Vec<Value> = conditions
+                .iter()
+                .map(|c| {
+                    let condition = match &c.expression {
+                        Expression::Cel(text) => text.clone(),
+                        Expression::Rules(range) => {
+                            authzd_condition(wire.get(range.clone()).unwrap_or_default(), context)
+                        }
+                    };
+                    json!({
+                        "id": c.id,
+                        "effect": c.effect.as_str(),
+                        "condition": condition,
+                        "description": c.description,
+                    })
+                })
+                .collect();
             json!({
-                "id": format!("rule-{}", first_index + i),
-                "effect": if rule.deny { "Deny" } else { "Allow" },
-                "condition": condition,
-                "description": description(rule),
+                "authorizerName": authorizer,
+                "conditionsType": conditions_type.as_str(),
+                "failureMode": failure_mode.as_str(),
+                "conditions": conditions,
             })
-        })
-        .collect();
-    json!({
-        "authorizerName": if cluster { "cluster-rules" } else { "namespace-rules" },
-        "conditionsType": if cel.is_some() { KUBE_CEL } else { AUTHZD_CONDITIONS },
-        "failureMode": if any_deny { "Deny" } else { "NoOpinion" },
-        "conditions": conditions,
-    })
-}
-
-/// The whole answer as one set: a Deny condition true when the rules deny, an Allow condition
-/// true when they allow (each only when the rules can answer so).
-fn whole_answer_set(conditions: &[proto::Condition], context: &Value) -> Value {
-    let effect = |c: &proto::Condition| c.effect == proto::RuleEffect::Deny as i32;
-    let can_deny = conditions.iter().any(effect);
-    let can_allow = conditions.iter().any(|c| !effect(c));
-    let condition = authzd_condition(conditions, context);
-    let mut set = Vec::new();
-    if can_deny {
-        set.push(json!({
-            "id": "deny",
-            "effect": "Deny",
-            "condition": condition,
-            "description": "the rules, evaluated together (per changed path), deny",
-        }));
+        }
     }
-    if can_allow {
-        set.push(json!({
-            "id": "allow",
-            "effect": "Allow",
-            "condition": condition,
-            "description": "the rules, evaluated together (per changed path), allow",
-        }));
-    }
-    json!([{
-        "authorizerName": "rbac",
-        "conditionsType": AUTHZD_CONDITIONS,
-        "failureMode": if can_deny { "Deny" } else { "NoOpinion" },
-        "conditions": set,
-    }])
-}
-
-fn description(rule: &ReturnedRule) -> String {
-    let r = &rule.rule_ref;
-    let mut text = String::new();
-    if !r.binding.is_empty() {
-        text.push_str(&r.binding);
-        text.push_str(" -> ");
-    }
-    if !r.role.is_empty() {
-        text.push_str(&format!("{} rules[{}]", r.role, r.rule_index));
-    } else {
-        text.push_str(r.authorizer);
-    }
-    text
 }
 
 /// An `authzd.io/conditions` condition: `{"request": context, "rules": [...]}`, the rules as
@@ -298,57 +198,8 @@ fn condition_from_json(value: &Object<'_>) -> std::result::Result<proto::Conditi
 
 // --- AuthorizationConditionsReview -------------------------------------------------------------
 
-/// One condition to evaluate: the rules it stands for and the request they are asked about.
-struct PendingCondition {
-    id: String,
-    effect: Effect,
-    rules: Vec<ReturnedRule>,
-    request: request::Request,
-    /// Which of the review's contents (the objects, with this request's selectors).
-    content: usize,
-}
-
-/// The selectors a request carries (KEP-4601's, from the review's `resourceAttributes`),
-/// which rules read as content.
-type Selectors = (
-    Vec<request::SelectorRequirement>,
-    Vec<request::SelectorRequirement>,
-);
-
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Effect {
-    Allow,
-    Deny,
-    NoOpinion,
-}
-
-/// One condition set of the chain sent back.
-enum PendingSet {
-    Allowed,
-    Denied,
-    Conditions(Vec<PendingCondition>),
-    Chain(Vec<PendingSet>),
-}
-
 /// An `AuthorizationConditionsReview` as sent: parsed when the content limits are at hand.
 pub struct ConditionsReviewCall(pub Value);
-
-/// A parsed `AuthorizationConditionsReview`: the chain and the content to evaluate it against.
-pub struct ConditionsReview {
-    chain: Vec<PendingSet>,
-    /// The objects sent, with each distinct request's selectors (in practice one: the
-    /// conditions of one answer share its request): decoded once each.
-    contents: Vec<request::Content>,
-    /// Condition sets in the chain, nested ones included (for the explanation).
-    sets: usize,
-}
-
-/// The concrete decision a chain evaluates to, and why.
-pub struct ChainVerdict {
-    pub decision: Decision,
-    pub reason: String,
-    pub evaluation_error: String,
-}
 
 /// Where the review's question is and where its answer goes: `request` and `response` (the
 /// KEP's Go sketch, AdmissionReview's style) or `spec` and `status` (its YAML examples).
@@ -361,7 +212,7 @@ pub fn review_keys(root: &Map<String, Value>) -> (&'static str, &'static str) {
 }
 
 /// The review's question, parsed and bounded.
-fn parse_review(root: &Object<'_>, limits: &ContentLimits) -> Result<ConditionsReview> {
+fn parse_review(root: &Object<'_>, limits: &ContentLimits) -> Result<ConditionChain> {
     let (question, _) = review_keys(root.map);
     let Some(body) = root.object(question)? else {
         return Err(BodyError::field(question, "is required").into());
@@ -400,18 +251,15 @@ fn parse_review(root: &Object<'_>, limits: &ContentLimits) -> Result<ConditionsR
         verb,
         limits,
         objects,
-        contents: Vec::new(),
-        selectors: Vec::new(),
-        sets: 0,
+        chain: ConditionChain::default(),
     };
-    let chain = parse.chain(&body, 0)?;
-    if chain.is_empty() {
+    let sets = parse.chain(&body, 0)?;
+    if sets.is_empty() {
         return Err(BodyError::field(&body.field_path("conditionSetChain"), "is required").into());
     }
-    Ok(ConditionsReview {
-        chain,
-        contents: parse.contents,
-        sets: parse.sets,
+    Ok(ConditionChain {
+        sets,
+        ..parse.chain
     })
 }
 
@@ -423,10 +271,7 @@ fn json_bytes(body: &Object<'_>, key: &str) -> std::result::Result<Vec<u8>, Body
     }
 }
 
-/// The action a `k8s.io/cel` condition is evaluated under. It reads only `object` and
-/// `oldObject`, so no attribute matters but the verb's kind: not a write, so that the
-/// condition is evaluated once over the whole request (a write's rules are evaluated per
-/// changed path), as a condition of a set is.
+/// An action to bound the objects sent with, through the gRPC conversion.
 fn placeholder_action() -> proto::Action {
     proto::Action {
         kind: Some(proto::action::Kind::ResourceAttributes(
@@ -446,10 +291,8 @@ struct ChainParse<'l> {
     limits: &'l ContentLimits,
     /// The objects sent, without selectors.
     objects: request::Content,
-    contents: Vec<request::Content>,
-    /// The selectors of each of `contents`.
-    selectors: Vec<Selectors>,
-    sets: usize,
+    /// What is parsed so far: the contents and the count of sets.
+    chain: ConditionChain,
 }
 
 impl ChainParse<'_> {
@@ -463,8 +306,8 @@ impl ChainParse<'_> {
         }
         let mut chain = Vec::new();
         for set in body.objects("conditionSetChain")? {
-            self.sets += 1;
-            if self.sets > MAX_SETS {
+            self.chain.set_count += 1;
+            if self.chain.set_count > MAX_SETS {
                 return Err(BodyError::field(
                     &set.path,
                     &format!("the chain holds more than {MAX_SETS} condition sets"),
@@ -513,80 +356,41 @@ impl ChainParse<'_> {
             };
             let text = condition.string("condition")?;
             let at = condition.field_path("condition");
-            let (rules, request, selectors) = match kind.as_str() {
-                KUBE_CEL => (
-                    vec![cel_rule(&text, &at, effect)?],
-                    placeholder_request(self.limits)?,
-                    Selectors::default(),
-                ),
-                AUTHZD_CONDITIONS => authzd_rules(&text, &at, self.verb, self.limits)?,
+            let id = condition.string("id")?;
+            let (condition, selectors) = match kind.as_str() {
+                CEL => PendingCondition::cel(id, effect, &text, &at)
+                    .map_err(|ConditionSetError::Cel(problem)| BodyError::field(&at, &problem))?,
+                AUTHZD_CONDITIONS => {
+                    let (rules, request, selectors) =
+                        authzd_rules(&text, &at, self.verb, self.limits)?;
+                    let condition = PendingCondition {
+                        id,
+                        effect,
+                        rules,
+                        request,
+                        content: 0,
+                    };
+                    (condition, selectors)
+                }
                 other => {
                     return Err(BodyError::field(
                         &set.field_path("conditionsType"),
                         &format!(
                             "`{other}` is not a condition type authzd wrote \
-                             ({KUBE_CEL} or {AUTHZD_CONDITIONS})"
+                             ({CEL} or {AUTHZD_CONDITIONS})"
                         ),
                     )
                     .into())
                 }
             };
-            let content = self.content_for(selectors);
+            let content = self.chain.content_for(&self.objects, selectors);
             pending.push(PendingCondition {
-                id: condition.string("id")?,
-                effect,
-                rules,
-                request,
                 content,
+                ..condition
             });
         }
         Ok(PendingSet::Conditions(pending))
     }
-
-    /// The index of the objects with `selectors`, added on first use.
-    fn content_for(&mut self, selectors: Selectors) -> usize {
-        if let Some(i) = self.selectors.iter().position(|s| *s == selectors) {
-            return i;
-        }
-        let mut content = self.objects.clone();
-        (content.field_selector, content.label_selector) = selectors.clone();
-        self.contents.push(content);
-        self.selectors.push(selectors);
-        self.contents.len() - 1
-    }
-}
-
-/// A `k8s.io/cel` condition as a rule that holds when the expression does: an allow rule for
-/// an Allow condition, else a deny rule (so that an evaluation error counts as true, as the
-/// fold counts a deny that cannot be evaluated).
-fn cel_rule(text: &str, at: &str, effect: Effect) -> Result<ReturnedRule> {
-    let clauses = if text.trim() == "true" {
-        None
-    } else {
-        let condition = crate::policy::content::condition::Condition::compile(text)
-            .map_err(|problem| BodyError::field(at, &problem))?;
-        Some(std::sync::Arc::new(crate::policy::content::Clauses {
-            condition: Some(condition),
-            ..Default::default()
-        }))
-    };
-    Ok(ReturnedRule {
-        deny: effect != Effect::Allow,
-        cluster: false,
-        rule_ref: crate::engine::explain::simple_rule_ref(crate::engine::explain::RBAC, ""),
-        reason: format!("the condition at {at} holds"),
-        clauses,
-        otherwise: false,
-        protected: false,
-    })
-}
-
-fn placeholder_request(limits: &ContentLimits) -> Result<request::Request> {
-    let (action, _) = convert::action(Some(placeholder_action()), None, limits)?;
-    Ok(request::Request {
-        user: request::UserInfo::default(),
-        action,
-    })
 }
 
 /// An `authzd.io/conditions` condition: its rules and the request it carries (the verb the
@@ -604,10 +408,17 @@ fn authzd_rules(
         map: root.map,
         path: at.to_string(),
     };
-    let Some(context) = root.object("request")? else {
+    if root.object("request")?.is_none() {
         return Err(BodyError::field(&root.field_path("request"), "is required").into());
-    };
-    let mut action = super::reviews::kube_action(&context)?;
+    }
+    let context_at = format!("{}.", root.field_path("request"));
+    let context: SubjectAccessReviewSpec =
+        crate::kube::from_document(&value["request"]).map_err(kube_review::at(&context_at))?;
+    let mut action = kube_review::action(
+        context.resource_attributes,
+        context.non_resource_attributes,
+        &context_at,
+    )?;
     if let (Some(verb), Some(proto::action::Kind::ResourceAttributes(r))) =
         (verb, action.kind.as_mut())
     {
@@ -618,9 +429,9 @@ fn authzd_rules(
         .map(|c| (c.field_selector, c.label_selector))
         .unwrap_or_default();
     let user = convert::review_subject(
-        context.string("user")?,
+        context.user,
         String::new(),
-        context.strings("groups")?,
+        context.groups,
         Default::default(),
     )?;
     let wire_rules = root.objects("rules")?;
@@ -639,116 +450,8 @@ fn authzd_rules(
     Ok((rules, request::Request { user, action }, selectors))
 }
 
-impl ConditionsReview {
-    /// The chain evaluated as the KEP says: set by set until one is concrete; within a set any
-    /// true Deny denies (an error too: authzd's sets fail closed), else any true NoOpinion
-    /// (or error) passes, else any true Allow allows; a set with none passes. `finish`
-    /// finishes returned rules against a request with content (the server's EvaluateConditions
-    /// path, or the engine's offline).
-    pub fn evaluate(&self, finish: &mut Finish<'_>) -> Result<ChainVerdict> {
-        let mut evaluate_one = |condition: &PendingCondition| -> Result<(bool, String)> {
-            let content = self.contents.get(condition.content);
-            let response = finish(&condition.rules, condition.request.with_content(content))?;
-            let error = response.evaluation_error();
-            let holds = match condition.effect {
-                Effect::Allow => response.decision == Decision::Allow,
-                // A deny rule that cannot be evaluated applies (the fold's rule): Deny.
-                Effect::Deny => response.decision == Decision::Deny,
-                // authzd writes none; one read as its rules denying, failing closed.
-                Effect::NoOpinion => response.decision == Decision::Deny || !error.is_empty(),
-            };
-            Ok((holds, error))
-        };
-        let verdict = evaluate_chain(&self.chain, &mut evaluate_one)?;
-        Ok(verdict.unwrap_or(ChainVerdict {
-            decision: Decision::NoOpinion,
-            reason: format!(
-                "no condition of the {} condition set(s) decided the request",
-                self.sets
-            ),
-            evaluation_error: String::new(),
-        }))
-    }
-}
-
-/// Finishes returned rules against a request with content.
-pub type Finish<'a> = dyn FnMut(
-        &[ReturnedRule],
-        request::RequestRef<'_>,
-    ) -> Result<std::sync::Arc<crate::engine::Response>>
-    + 'a;
-
-/// An `AuthorizationConditionsReview` document evaluated with `finish`, answered as the
-/// endpoint answers it (the document with `response` or `status`).
-pub fn answer_review(
-    document: Value,
-    limits: &ContentLimits,
-    finish: &mut Finish<'_>,
-) -> Result<Value> {
-    let review = parse_review(&Object::root(&document)?, limits)?;
-    let verdict = review.evaluate(finish)?;
-    Ok(review_answer(document, &verdict))
-}
-
-/// The first concrete verdict of `chain`, or `None` (no opinion).
-fn evaluate_chain(
-    chain: &[PendingSet],
-    evaluate_one: &mut dyn FnMut(&PendingCondition) -> Result<(bool, String)>,
-) -> Result<Option<ChainVerdict>> {
-    for set in chain {
-        let verdict = match set {
-            PendingSet::Allowed => Some(ChainVerdict {
-                decision: Decision::Allow,
-                reason: "allowed unconditionally after the conditional sets".into(),
-                evaluation_error: String::new(),
-            }),
-            PendingSet::Denied => Some(ChainVerdict {
-                decision: Decision::Deny,
-                reason: "denied unconditionally after the conditional sets".into(),
-                evaluation_error: String::new(),
-            }),
-            PendingSet::Chain(nested) => evaluate_chain(nested, evaluate_one)?,
-            PendingSet::Conditions(conditions) => evaluate_set(conditions, evaluate_one)?,
-        };
-        if verdict.is_some() {
-            return Ok(verdict);
-        }
-    }
-    Ok(None)
-}
-
-fn evaluate_set(
-    conditions: &[PendingCondition],
-    evaluate_one: &mut dyn FnMut(&PendingCondition) -> Result<(bool, String)>,
-) -> Result<Option<ChainVerdict>> {
-    let mut errors = Vec::new();
-    for effect in [Effect::Deny, Effect::NoOpinion, Effect::Allow] {
-        for condition in conditions.iter().filter(|c| c.effect == effect) {
-            let (holds, error) = evaluate_one(condition)?;
-            if !error.is_empty() {
-                errors.push(format!("condition '{}': {error}", condition.id));
-            }
-            if !holds {
-                continue;
-            }
-            let (decision, verb) = match effect {
-                Effect::Deny => (Decision::Deny, "denied"),
-                Effect::Allow => (Decision::Allow, "allowed"),
-                // This set cannot allow; later sets may.
-                Effect::NoOpinion => return Ok(None),
-            };
-            return Ok(Some(ChainVerdict {
-                decision,
-                reason: format!("condition '{}' {verb} the request", condition.id),
-                evaluation_error: errors.join("; "),
-            }));
-        }
-    }
-    Ok(None)
-}
-
 impl Review for ConditionsReviewCall {
-    type Asked = ConditionsReview;
+    type Asked = ConditionChain;
     type Reply = ChainVerdict;
 
     fn convert(self, limits: &ContentLimits) -> Result<(Self::Asked, u64)> {
@@ -761,8 +464,8 @@ impl Review for ConditionsReviewCall {
         Privilege::SUBJECT_ACCESS_REVIEW
     }
 
-    async fn answer(call: Admitted<'_>, asked: Self::Asked) -> Result<Self::Reply> {
-        asked.evaluate(&mut |rules, request| call.finish_conditions(rules, request))
+    async fn answer(call: &Call<'_>, asked: Self::Asked) -> Result<Self::Reply> {
+        Ok(asked.evaluate(&mut |rules, request| call.finish_conditions(rules, request))?)
     }
 }
 
@@ -794,4 +497,140 @@ pub fn review_answer(document: Value, verdict: &ChainVerdict) -> Value {
         map.insert(answer_key.to_string(), Value::Object(answer));
     }
     document
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::engine::condition_sets::{AFTER_RBAC, CLUSTER_RULES, NAMESPACE_RULES, WHOLE_ANSWER};
+    use crate::engine::conditional::evaluate;
+    use crate::engine::content::DEFAULT_DIFF;
+    use crate::engine::RuleRef;
+    use crate::policy::content::condition::Condition;
+    use crate::policy::content::Clauses;
+
+    fn rule(deny: bool, cluster: bool, condition: Option<&str>) -> ReturnedRule {
+        ReturnedRule {
+            deny,
+            cluster,
+            rule_ref: RuleRef {
+                authorizer: crate::engine::explain::RBAC,
+                binding: Arc::from("ClusterRoleBinding/b"),
+                role: Arc::from("ClusterRole/r"),
+                rule_index: 0,
+                source: Arc::from("p.yaml:1"),
+            },
+            reason: "a rule".into(),
+            clauses: condition.map(|text| {
+                Arc::new(Clauses {
+                    condition: Some(Condition::compile(text).unwrap()),
+                    ..Default::default()
+                })
+            }),
+            otherwise: false,
+            protected: false,
+        }
+    }
+
+    /// Every shape the engine writes (CEL tiers, authzd tiers, the whole answer, an
+    /// authorizer after RBAC), written as JSON here and read back by the review endpoint's
+    /// parser, evaluates exactly as the engine's own chain for the same request and objects.
+    #[test]
+    fn written_chains_read_back_to_the_same_verdicts() {
+        let after = ReturnedRule {
+            otherwise: true,
+            ..rule(false, false, None)
+        };
+        let protected = ReturnedRule {
+            protected: true,
+            ..rule(false, false, None)
+        };
+        let answers = [
+            vec![
+                rule(true, true, Some("object.spec.x == 2")),
+                rule(false, true, Some("object.spec.x >= 1")),
+            ],
+            vec![
+                rule(
+                    false,
+                    true,
+                    Some("request.verb == 'get' && object.spec.x == 1"),
+                ),
+                after.clone(),
+            ],
+            vec![
+                rule(true, false, Some("object.spec.x == 3")),
+                protected,
+                after,
+            ],
+            vec![rule(false, false, Some("object.spec.x == 1"))],
+        ];
+        let request = crate::request::Request {
+            user: crate::request::UserInfo {
+                name: "alice".into(),
+                groups: vec!["dev".into()],
+                ..Default::default()
+            },
+            action: crate::request::Action::Resource(crate::request::ResourceAttributes {
+                namespace: "ns".into(),
+                verb: "get".into(),
+                resource: "widgets".into(),
+                name: "w".into(),
+                ..Default::default()
+            }),
+        };
+        let context = json!({
+            "user": "alice",
+            "groups": ["dev"],
+            "resourceAttributes": {"namespace": "ns", "verb": "get", "resource": "widgets", "name": "w"},
+        });
+        let finish = |rules: &[ReturnedRule], with: crate::request::RequestRef<'_>| {
+            evaluate(rules, with, &DEFAULT_DIFF)
+        };
+        let shapes = [
+            vec![(CLUSTER_RULES, Some(CEL))],
+            vec![(CLUSTER_RULES, Some(AUTHZD_CONDITIONS)), (AFTER_RBAC, None)],
+            vec![(WHOLE_ANSWER, Some(AUTHZD_CONDITIONS))],
+            vec![(NAMESPACE_RULES, Some(CEL))],
+        ];
+        let mut decisions = std::collections::BTreeSet::new();
+        for (rules, shape) in answers.iter().zip(shapes) {
+            let wire: Vec<proto::Condition> = rules.iter().map(convert::condition).collect();
+            let chain = condition_set_chain(&wire, &context);
+            let written: Vec<_> = chain
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|set| {
+                    (
+                        set["authorizerName"].as_str().unwrap(),
+                        set["conditionsType"].as_str(),
+                    )
+                })
+                .collect();
+            assert_eq!(written, shape, "{chain}");
+            for x in [1, 2, 3] {
+                let object = json!({"spec": {"x": x}});
+                let review = json!({
+                    "apiVersion": REVIEW_API_VERSION,
+                    "kind": REVIEW_KIND,
+                    "request": {"conditionSetChain": chain, "object": object},
+                });
+                let parsed =
+                    parse_review(&Object::root(&review).unwrap(), &ContentLimits::default())
+                        .unwrap();
+                let from_json = parsed.evaluate(&mut |r, w| finish(r, w)).unwrap();
+                let mut content = crate::request::Content::default();
+                content.object = Some(object.to_string().into_bytes());
+                let sets = condition_sets::condition_sets(rules);
+                let engine = ConditionChain::of_written(&sets, rules, &request, &content).unwrap();
+                let from_engine = engine.evaluate(&mut |r, w| finish(r, w)).unwrap();
+                assert_eq!(from_json, from_engine, "{chain} with x = {x}");
+                decisions.insert(format!("{:?}", from_json.decision));
+            }
+        }
+        assert_eq!(decisions.len(), 3, "every decision comes up: {decisions:?}");
+    }
 }

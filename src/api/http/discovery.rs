@@ -40,12 +40,11 @@ use tonic::metadata::MetadataMap;
 
 use super::{status, HttpApi};
 use crate::api::error::{bounded_message, ApiError, Result};
-use crate::api::grpc::{Admitted, Review};
+use crate::api::grpc::Review;
 use crate::api::limits::ContentLimits;
-use crate::api::privilege::Privilege;
 use crate::policy::index::Index;
 use crate::policy::model::PolicyRule;
-use crate::serving::Snapshot;
+use crate::serving::{Call, Privilege, Snapshot};
 
 use builtin::{Group, Resource, GROUPS, READ_WRITE};
 
@@ -121,7 +120,8 @@ struct DiscoveryCall;
 
 impl Review for DiscoveryCall {
     type Asked = ();
-    type Reply = ();
+    /// The snapshot that admitted the call: the documents describe its policy.
+    type Reply = Arc<Snapshot>;
 
     fn convert(self, _limits: &ContentLimits) -> Result<((), u64)> {
         Ok(((), 0))
@@ -131,8 +131,8 @@ impl Review for DiscoveryCall {
         Privilege::Authenticated
     }
 
-    async fn answer(_call: Admitted<'_>, _asked: ()) -> Result<()> {
-        Ok(())
+    async fn answer(call: &Call<'_>, _asked: ()) -> Result<Arc<Snapshot>> {
+        Ok(Arc::clone(call.snapshot()))
     }
 }
 
@@ -144,12 +144,9 @@ async fn answer(api: HttpApi, policy: PolicyCache, asked: Asked, request: Reques
         parts.extensions,
         DiscoveryCall,
     );
-    if let Err(error) = api.grpc.serve(call).await {
-        return refused(&error);
-    }
-    // The snapshot the call was admitted on, or a newer one: never none once one was.
-    let Some(snapshot) = api.state.snapshot() else {
-        return refused(&ApiError::NotReady);
+    let snapshot = match api.grpc.serve(call).await {
+        Ok(snapshot) => snapshot,
+        Err(error) => return refused(&error),
     };
     let policy = policy.for_snapshot(&snapshot);
     match document(&asked, &policy, &server_address) {

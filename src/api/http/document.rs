@@ -4,8 +4,6 @@
 //! bad field. A protobuf body becomes the JSON document the same object sent as JSON is, so the
 //! field-by-field reading is one for both.
 
-use std::collections::HashMap;
-
 use axum::body::Body;
 use http_body_util::BodyExt as _;
 use serde_json::{Map, Value};
@@ -15,7 +13,6 @@ use thiserror::Error;
 use super::kube_protobuf::{self, ProtobufError};
 use crate::api::error::{ApiError, Invalid};
 use crate::api::limits::MAX_REQUEST_BYTES;
-use crate::proto;
 
 /// How deep a request document may nest. Real review objects are 4 levels deep; anything
 /// near this is an attack or a bug, refused before it can cost stack or time.
@@ -309,25 +306,6 @@ impl<'a> Object<'a> {
                 })
                 .collect(),
             Some(_) => Err(BodyError::field(&path, "must be a list of objects")),
-        }
-    }
-
-    /// Kubernetes `extra`: a map of string to list of strings.
-    pub fn extra(&self, key: &str) -> Result<HashMap<String, proto::ExtraValues>, BodyError> {
-        let path = self.field_path(key);
-        match self.get(key) {
-            None => Ok(HashMap::new()),
-            Some(Value::Object(map)) => map
-                .iter()
-                .map(|(name, values)| {
-                    let values = string_list(Some(values), &format!("{path}[{name:?}]"))?;
-                    Ok((name.clone(), proto::ExtraValues { values }))
-                })
-                .collect(),
-            Some(_) => Err(BodyError::field(
-                &path,
-                "must be a map of string to list of strings",
-            )),
         }
     }
 }

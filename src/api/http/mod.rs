@@ -13,6 +13,7 @@ pub mod conditional;
 mod discovery;
 mod document;
 mod kube_protobuf;
+mod kube_review;
 mod reviews;
 mod self_reviews;
 mod status;
@@ -27,7 +28,7 @@ use http::StatusCode;
 use tokio::sync::watch;
 
 use crate::api::grpc::GrpcApi;
-use crate::serving::ServingState;
+use crate::serving::{Readiness, ServingState};
 
 pub use document::MAX_DOCUMENT_DEPTH;
 
@@ -140,16 +141,15 @@ async fn healthz() -> Response {
 /// 503 otherwise, so a load balancer stops sending before the listener closes.
 async fn readyz(State(api): State<HttpApi>) -> Response {
     if *api.draining.borrow() {
-        plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
-    } else if api.state.snapshot().is_none() {
-        plain(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet")
-    } else if api.state.fenced() {
-        plain(
+        return plain(StatusCode::SERVICE_UNAVAILABLE, "shutting down");
+    }
+    match api.state.readiness() {
+        Readiness::NoPolicy => plain(StatusCode::SERVICE_UNAVAILABLE, "no policy loaded yet"),
+        Readiness::Fenced => plain(
             StatusCode::SERVICE_UNAVAILABLE,
             "fenced: this replica cannot prove its policy current with etcd",
-        )
-    } else {
-        plain(StatusCode::OK, "ok")
+        ),
+        Readiness::Ready => plain(StatusCode::OK, "ok"),
     }
 }
 
@@ -223,7 +223,7 @@ mod tests {
             CacheConfig::default(),
         ));
         let identity = Arc::new(LocalIdentity::new("me".into(), vec![]));
-        let grpc = GrpcApi::new(Arc::clone(&state), identity, Duration::from_secs(1));
+        let grpc = GrpcApi::new(Arc::clone(&state), identity);
         let (draining, draining_rx) = watch::channel(false);
         let api = HttpApi::new(grpc, Arc::clone(&state), draining_rx, "/authorize");
 
@@ -268,7 +268,7 @@ mod tests {
             state.set_freshness(Arc::new(Freshness::new(Duration::from_secs(1), on_stale)));
         }
         let identity = Arc::new(LocalIdentity::new("me".into(), vec![]));
-        let grpc = GrpcApi::new(Arc::clone(&state), identity, Duration::from_secs(1));
+        let grpc = GrpcApi::new(Arc::clone(&state), identity);
         let (_draining, draining_rx) = watch::channel(false);
         HttpApi::new(grpc, state, draining_rx, "/authorize")
     }
@@ -451,7 +451,6 @@ mod tests {
         let grpc = GrpcApi::new(
             Arc::clone(&state),
             Arc::clone(&recording) as Arc<dyn crate::api::authn::Authenticator>,
-            Duration::from_secs(1),
         );
         let (_draining, draining_rx) = watch::channel(false);
         let api = HttpApi::new(grpc, state, draining_rx, "/authorize");

@@ -25,10 +25,12 @@ use serde_json::{json, Map, Value};
 use tonic::metadata::MetadataMap;
 
 use super::document::{parse_body, read_body, BodyError, BodyMedia, Object};
+use super::kube_review::{self, SpecVersion};
 use super::status::AnswerMedia;
 use super::{conditional, status, HttpApi, Namespace};
 use crate::api::error::ApiError;
 use crate::api::grpc::Review;
+use crate::kube::authorization::ConditionalStatus;
 use crate::proto;
 use crate::serving::FencedAllow;
 
@@ -172,103 +174,6 @@ pub(super) fn check_type_meta<'v>(
     Ok(version)
 }
 
-fn required_spec<'a>(root: &Object<'a>) -> Result<Object<'a>, BodyError> {
-    root.object("spec")?
-        .ok_or_else(|| BodyError::field("spec", "is required"))
-}
-
-/// `spec.resourceAttributes` xor `spec.nonResourceAttributes` (upstream's validation), with
-/// the resource attributes' KEP-4601 `fieldSelector` and `labelSelector`.
-pub(super) fn kube_action(spec: &Object<'_>) -> Result<proto::Action, BodyError> {
-    use proto::action::Kind;
-    let resource = spec.object("resourceAttributes")?;
-    let non_resource = spec.object("nonResourceAttributes")?;
-    let kind = match (resource, non_resource) {
-        (Some(_), Some(_)) => {
-            return Err(BodyError::field(
-                "spec.nonResourceAttributes",
-                "cannot be specified in combination with resourceAttributes",
-            ))
-        }
-        (None, None) => {
-            return Err(BodyError::field(
-                "spec.resourceAttributes",
-                "exactly one of nonResourceAttributes or resourceAttributes must be specified",
-            ))
-        }
-        (Some(r), None) => Kind::ResourceAttributes(proto::ResourceAttributes {
-            namespace: r.string("namespace")?,
-            verb: r.string("verb")?,
-            group: r.string("group")?,
-            version: r.string("version")?,
-            resource: r.string("resource")?,
-            subresource: r.string("subresource")?,
-            name: r.string("name")?,
-            field_selector: kube_selector(&r, "fieldSelector")?.map(
-                |(raw_selector, requirements)| proto::FieldSelectorAttributes {
-                    raw_selector,
-                    requirements,
-                },
-            ),
-            label_selector: kube_selector(&r, "labelSelector")?.map(
-                |(raw_selector, requirements)| proto::LabelSelectorAttributes {
-                    raw_selector,
-                    requirements,
-                },
-            ),
-        }),
-        (None, Some(n)) => Kind::NonResourceAttributes(proto::NonResourceAttributes {
-            path: n.string("path")?,
-            verb: n.string("verb")?,
-        }),
-    };
-    Ok(proto::Action { kind: Some(kind) })
-}
-
-/// A KEP-4601 selector of `resourceAttributes` (`FieldSelectorAttributes`,
-/// `LabelSelectorAttributes`): `{rawSelector, requirements: [{key, operator, values}]}`, read
-/// as written. What makes one valid (never both, never neither, known operators, bounds) is the
-/// gRPC conversion's, so both transports refuse alike; the renames name the document's fields.
-fn kube_selector(
-    attributes: &Object<'_>,
-    key: &str,
-) -> Result<Option<(String, Vec<proto::SelectorRequirement>)>, BodyError> {
-    let Some(selector) = attributes.object(key)? else {
-        return Ok(None);
-    };
-    let requirements = selector
-        .objects("requirements")?
-        .iter()
-        .map(|r| {
-            Ok(proto::SelectorRequirement {
-                key: r.string("key")?,
-                operator: r.string("operator")?,
-                values: r.strings("values")?,
-            })
-        })
-        .collect::<Result<_, BodyError>>()?;
-    Ok(Some((selector.string("rawSelector")?, requirements)))
-}
-
-/// `SubjectAccessReviewStatus`: `allowed` always, the rest only when set (omitempty).
-fn kube_status(review: &proto::SubjectAccessReviewResponse) -> Value {
-    let mut status = Map::new();
-    status.insert("allowed".into(), Value::Bool(review.allowed));
-    if review.denied {
-        status.insert("denied".into(), Value::Bool(true));
-    }
-    if !review.reason.is_empty() {
-        status.insert("reason".into(), Value::String(review.reason.clone()));
-    }
-    if !review.evaluation_error.is_empty() {
-        status.insert(
-            "evaluationError".into(),
-            Value::String(review.evaluation_error.clone()),
-        );
-    }
-    Value::Object(status)
-}
-
 /// The object the caller sent, with `status` filled (as kube-apiserver echoes a review).
 pub(super) fn echo(mut document: Value, status: Value, namespace: Option<&str>) -> Value {
     if let Value::Object(map) = &mut document {
@@ -288,7 +193,10 @@ fn kube_answer(
     code: StatusCode,
     namespace: Option<&str>,
 ) -> impl FnOnce(Value, &proto::SubjectAccessReviewResponse) -> (StatusCode, Value) + '_ {
-    move |document, review| (code, echo(document, kube_status(review), namespace))
+    move |document, review| {
+        let status = kube_review::review_status(review);
+        (code, echo(document, status, namespace))
+    }
 }
 
 /// The webhook: a `SubjectAccessReview` (v1 `spec.groups`, v1beta1 `spec.group`) in, the same
@@ -305,13 +213,14 @@ pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
             "SubjectAccessReview",
             &[K8S_GROUP_V1, K8S_GROUP_V1BETA1],
         )?;
-        let (groups_key, renames) = if version == K8S_GROUP_V1 {
-            ("groups", KUBE_RENAMES)
+        let (spec_version, renames) = if version == K8S_GROUP_V1 {
+            (SpecVersion::V1, KUBE_RENAMES)
         } else {
-            ("group", KUBE_V1BETA1_RENAMES)
+            (SpecVersion::V1beta1, KUBE_V1BETA1_RENAMES)
         };
-        let mut message = kube_review_request(root, groups_key, min_revision)?;
-        if conditional_authorization && conditional::asks_conditions(&required_spec(root)?)? {
+        let spec = kube_review::review_spec(root.map, spec_version)?;
+        let mut message = kube_review::review_request(spec, min_revision)?;
+        if conditional_authorization && kube_review::conditional_spec(root.map)?.asks_conditions() {
             message.conditions_mode = proto::ConditionsMode::Return as i32;
         }
         Ok((message, renames))
@@ -320,15 +229,13 @@ pub(super) async fn webhook(api: HttpApi, request: Request) -> Response {
         if reply.conditions.is_empty() {
             return kube_answer(StatusCode::OK, None)(document, reply);
         }
-        let context = Object::root(&document)
-            .and_then(|root| required_spec(&root))
-            .map(|spec| conditional::request_context(&spec))
-            .unwrap_or_default();
-        let status = json!({
-            "allowed": false,
-            "reason": reply.reason,
-            "conditionSetChain": conditional::condition_set_chain(&reply.conditions, &context),
-        });
+        let context = conditional::request_context(document.get("spec"));
+        let status = ConditionalStatus {
+            allowed: false,
+            reason: reply.reason.clone(),
+            condition_set_chain: conditional::condition_set_chain(&reply.conditions, &context),
+        };
+        let status = serde_json::to_value(&status).unwrap_or_default();
         (StatusCode::OK, echo(document, status, None))
     };
     review(&api, request, parse, respond).await
@@ -349,7 +256,7 @@ pub(super) async fn authorization_conditions_review(
         let document = Value::Object(root.map.clone());
         Ok((conditional::ConditionsReviewCall(document), NO_RENAMES))
     };
-    let respond = |document: Value, verdict: &conditional::ChainVerdict| {
+    let respond = |document: Value, verdict: &crate::engine::condition_sets::ChainVerdict| {
         (
             StatusCode::OK,
             conditional::review_answer(document, verdict),
@@ -360,25 +267,6 @@ pub(super) async fn authorization_conditions_review(
 
 /// For documents whose errors already name their own paths.
 const NO_RENAMES: Renames = &[];
-
-fn kube_review_request(
-    root: &Object<'_>,
-    groups_key: &str,
-    min_revision: u64,
-) -> Result<proto::SubjectAccessReviewRequest, BodyError> {
-    let spec = required_spec(root)?;
-    let action = kube_action(&spec)?;
-    Ok(proto::SubjectAccessReviewRequest {
-        action: Some(action),
-        user: spec.string("user")?,
-        groups: spec.strings(groups_key)?,
-        uid: spec.string("uid")?,
-        extra: spec.extra("extra")?,
-        min_revision,
-        content: None,
-        conditions_mode: proto::ConditionsMode::Fold as i32,
-    })
-}
 
 /// `review` asked within `namespace`.
 fn local_review(
@@ -415,8 +303,9 @@ pub(super) async fn kube_subject_access_review(
 ) -> Response {
     let parse = |root: &Object<'_>, min_revision| {
         check_type_meta(root, "SubjectAccessReview", &[K8S_GROUP_V1])?;
+        let spec = kube_review::review_spec(root.map, SpecVersion::V1)?;
         Ok((
-            kube_review_request(root, "groups", min_revision)?,
+            kube_review::review_request(spec, min_revision)?,
             KUBE_RENAMES,
         ))
     };
@@ -430,9 +319,9 @@ pub(super) async fn kube_self_subject_access_review(
 ) -> Response {
     let parse = |root: &Object<'_>, min_revision| {
         check_type_meta(root, "SelfSubjectAccessReview", &[K8S_GROUP_V1])?;
-        let spec = required_spec(root)?;
+        let (resource, non_resource) = kube_review::attributes_document(root.map)?;
         let message = proto::PersonalSubjectAccessReviewRequest {
-            action: Some(kube_action(&spec)?),
+            action: Some(kube_review::action(resource, non_resource, "spec.")?),
             min_revision,
             content: None,
         };
@@ -462,10 +351,10 @@ pub(super) async fn kube_local_subject_access_review(
                 .into());
             }
         }
-        let spec = required_spec(root)?;
-        if let Some(resource) = spec.object("resourceAttributes")? {
-            let attribute = resource.string("namespace")?;
-            if attribute != namespace {
+        let spec = kube_review::review_spec(root.map, SpecVersion::V1)?;
+        if let Some(resource) = &spec.resource_attributes {
+            let attribute = &resource.namespace;
+            if *attribute != namespace {
                 return Err(BodyError::field(
                     "spec.resourceAttributes.namespace",
                     &format!("`{attribute}` must match the namespace of the request `{namespace}`"),
@@ -473,7 +362,7 @@ pub(super) async fn kube_local_subject_access_review(
                 .into());
             }
         }
-        let request = kube_review_request(root, "groups", min_revision)?;
+        let request = kube_review::review_request(spec, min_revision)?;
         Ok((local_review(namespace.clone(), request), KUBE_RENAMES))
     };
     let answer = kube_answer(StatusCode::CREATED, Some(&namespace));
@@ -628,7 +517,7 @@ fn seed_review_response(
     if with_namespace {
         response.insert("namespace".into(), Value::String(review.namespace.clone()));
     }
-    if let Value::Object(status) = kube_status(review) {
+    if let Value::Object(status) = kube_review::review_status(review) {
         response.extend(status);
     }
     Value::Object(response)

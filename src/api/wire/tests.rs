@@ -9,7 +9,8 @@ use tonic::Status;
 
 use super::*;
 use crate::api::limits::ContentLimits;
-use crate::engine::EncodedOnce;
+use crate::engine::content::ContentError;
+use crate::engine::{Authorize, EncodedOnce};
 use crate::request::Request;
 
 /// Strings as clients send them, with the edge cases validation and UTF-8 care about.
@@ -1079,7 +1080,7 @@ fn requests_reach_the_engine_with_their_content() {
                 }
             }
         };
-        input.decide(&authorizer)
+        authorizer.decide_content(input.as_request())
     };
     let plain = proto::AuthorizeRequest {
         user: Some(proto::UserInfo {

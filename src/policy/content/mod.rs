@@ -19,9 +19,9 @@ use smallvec::SmallVec;
 
 use serde_json::Value;
 
-use crate::policy::model::LabelSelector;
 use crate::request::{Content, SelectorOperator, SelectorRequirement, Which};
 use path::{DiffConfig, FieldPath, PathPattern};
+use selector::LabelSelector;
 
 /// Content a rule needed and could not read: the request gets `INVALID_ARGUMENT` naming the
 /// field, never a decision (docs/spec/SPEC.md §10).

@@ -2,10 +2,48 @@
 //! watch and deletecollection, compared with the request's own KEP-4601 selectors.
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 
 use serde_json::Value;
 
 use crate::request::{SelectorOperator, SelectorRequirement};
+
+/// `metav1.LabelSelector`, as ClusterRole `aggregationRule` and a rule's `objectSelector` use
+/// it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct LabelSelector {
+    pub match_labels: BTreeMap<String, String>,
+    pub match_expressions: Vec<LabelSelectorRequirement>,
+}
+
+/// One `matchExpressions` entry: the same shape as a request's selector requirement.
+pub type LabelSelectorRequirement = SelectorRequirement;
+
+impl LabelSelector {
+    /// Kubernetes semantics: every `matchLabels` pair and every expression must hold; an empty
+    /// selector matches everything.
+    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        self.match_labels
+            .iter()
+            .all(|(k, v)| labels.get(k) == Some(v))
+            && self.match_expressions.iter().all(|req| {
+                let value = labels.get(&req.key).map(String::as_str);
+                admits(req.operator, value, |v| req.values.iter().any(|w| w == v))
+            })
+    }
+}
+
+/// Whether `value` (the selected thing's value for the key, `None` when absent) satisfies a
+/// requirement with `operator` whose values `listed` recognises, as `labels.Selector`
+/// matches: the one statement of the four operators.
+fn admits(operator: SelectorOperator, value: Option<&str>, listed: impl Fn(&str) -> bool) -> bool {
+    match operator {
+        SelectorOperator::In => value.is_some_and(listed),
+        SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
+        SelectorOperator::Exists => value.is_some(),
+        SelectorOperator::DoesNotExist => value.is_none(),
+    }
+}
 
 /// A rule's requirement as one request sees it (templates resolved).
 pub struct Requirement<'a> {
@@ -18,13 +56,7 @@ impl Requirement<'_> {
     /// Whether `value` (the object's value for the key, `None` when absent) satisfies the
     /// requirement, as `labels.Selector` matches.
     pub fn holds(&self, value: Option<&str>) -> bool {
-        let listed = |v: &str| self.values.iter().any(|w| w == v);
-        match self.operator {
-            SelectorOperator::In => value.is_some_and(listed),
-            SelectorOperator::NotIn => value.is_none_or(|v| !listed(v)),
-            SelectorOperator::Exists => value.is_some(),
-            SelectorOperator::DoesNotExist => value.is_none(),
-        }
+        admits(self.operator, value, |v| self.values.iter().any(|w| w == v))
     }
 }
 

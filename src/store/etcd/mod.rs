@@ -36,7 +36,7 @@ use tokio_stream::StreamExt;
 
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::policy::model::{PolicyObject, PolicySet};
-use crate::store::{CommitError, ObjectKind, ObjectRef, ObjectView, RemoteSink};
+use crate::store::{Backend, Commit, CommitError, ObjectKind, ObjectRef, ObjectView, Store};
 
 use client::rpc;
 pub use client::{EtcdClient, EtcdConfig, EtcdError};
@@ -315,17 +315,34 @@ fn op_bytes(op: &rpc::RequestOp) -> usize {
 }
 
 #[tonic::async_trait]
-impl RemoteSink for EtcdSink {
+impl Backend for EtcdSink {
     fn max_objects(&self) -> usize {
         MAX_TXN_OPS - 1
     }
 
-    async fn commit(
-        &self,
-        validated: u64,
-        upserts: &[PolicyObject],
-        deletes: &[ObjectRef],
-    ) -> Result<u64, CommitError> {
+    /// Nothing to read again: the watch delivers every change, and a relist follows a
+    /// compaction or a restored etcd by itself.
+    async fn reload(&self, _store: &Store) -> Result<Option<u64>, crate::policy::load::LoadErrors> {
+        Err(crate::policy::load::LoadErrors(vec![
+            crate::policy::load::LoadError {
+                file: "etcd".to_string(),
+                line: 0,
+                message: "in etcd mode the policy is read from etcd, not reloaded from files"
+                    .into(),
+            },
+        ]))
+    }
+
+    /// One transaction: the objects and the head, if the head is still at or below the
+    /// revision the writes were validated against. The change comes back through this
+    /// replica's watch ([`run_applier`]), as every replica's does.
+    async fn commit(&self, _store: &Store, commit: Commit<'_>) -> Result<u64, CommitError> {
+        let Commit {
+            expected: validated,
+            upserts,
+            deletes,
+            ..
+        } = commit;
         if upserts.len() + deletes.len() + 1 > MAX_TXN_OPS {
             return Err(CommitError::TooLarge(format!(
                 "one write may change at most {} objects in etcd mode (etcd's transaction limit); split it",

@@ -239,7 +239,7 @@ impl Replication {
         let compiling = Instant::now();
         let mut policy = listing.policy;
         policy.abac = config.abac.clone();
-        let store = Store::open_remote(policy, listing.revision, sink, publisher);
+        let store = Store::open(sink, policy, listing.revision, publisher);
         tracing::info!(
             compile_ms = compiling.elapsed().as_millis(),
             "etcd: policy published"

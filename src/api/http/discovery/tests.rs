@@ -3,7 +3,6 @@
 //! `/apis/...` with).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::body::Body;
 use http::StatusCode;
@@ -82,7 +81,7 @@ impl Authenticator for NoOne {
 }
 
 fn api_with(state: &Arc<ServingState>, authenticator: Arc<dyn Authenticator>) -> HttpApi {
-    let grpc = GrpcApi::new(Arc::clone(state), authenticator, Duration::from_secs(1));
+    let grpc = GrpcApi::new(Arc::clone(state), authenticator);
     let (_draining, draining) = watch::channel(false);
     HttpApi::new(grpc, Arc::clone(state), draining, "/authorize")
 }

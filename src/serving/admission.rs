@@ -1,0 +1,133 @@
+//! Admission: the first step of every call, whichever adapter received it. Who asks (an
+//! adapter authenticated them), whom they ask to be served as, which snapshot answers
+//! (`min_revision`, bounded by the caller's deadline), and whether the policy of that same
+//! snapshot allows them the call: a privilege revoked at revision N is refused to every call
+//! answered at N or later, and the answer comes from the snapshot that admitted it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::call::Call;
+use super::privilege::{Gate, Privilege};
+use super::refusal::Refusal;
+use super::{FencedAllow, ServingState, Snapshot};
+use crate::request::{Action, UserInfo};
+use crate::telemetry::request::record_caller;
+
+/// Who asks, as the adapter knows them once authenticated.
+pub struct Caller {
+    /// The authenticated caller.
+    pub user: Arc<UserInfo>,
+    /// Whom the caller asks to be served as (Kubernetes' impersonation headers), if anyone.
+    pub impersonation: Option<Impersonating>,
+    /// The time left before the caller's deadline, if it sent one.
+    pub deadline: Option<Duration>,
+    /// How an allow this replica may not give while fenced is answered.
+    pub fenced_allow: FencedAllow,
+}
+
+impl Caller {
+    /// A caller with no deadline who impersonates no one.
+    pub fn new(user: Arc<UserInfo>) -> Self {
+        Self {
+            user,
+            impersonation: None,
+            deadline: None,
+            fenced_allow: FencedAllow::default(),
+        }
+    }
+}
+
+/// A request to be served as someone else: the `impersonate` permissions that needs, in the
+/// order upstream checks them, and the identity served once they hold.
+pub struct Impersonating {
+    pub needed: Vec<Needed>,
+    pub user: UserInfo,
+}
+
+/// One `impersonate` permission the caller needs, and how a refusal names it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Needed {
+    pub action: Action,
+    /// `users "alice"`, `userextras/scopes "view"`, …
+    pub what: String,
+}
+
+impl ServingState {
+    /// Admits `caller` to a call needing `privilege`, answered from the snapshot at
+    /// `min_revision` or later.
+    pub async fn admit(
+        &self,
+        caller: Caller,
+        privilege: Privilege<'_>,
+        min_revision: u64,
+    ) -> Result<Call<'_>, Refusal> {
+        self.admit_all(caller, std::slice::from_ref(&privilege), min_revision)
+            .await
+    }
+
+    /// [`Self::admit`] for a call needing every one of `privileges`, all checked against the
+    /// one snapshot the call is answered from.
+    pub async fn admit_all(
+        &self,
+        caller: Caller,
+        privileges: &[Privilege<'_>],
+        min_revision: u64,
+    ) -> Result<Call<'_>, Refusal> {
+        let Caller {
+            mut user,
+            impersonation,
+            deadline,
+            fenced_allow,
+        } = caller;
+        record_caller(&user.name);
+        let snapshot = self.snapshot_for(min_revision, deadline).await?;
+        let gate = Gate {
+            state: self,
+            snapshot: &snapshot,
+        };
+        // An impersonating caller must first be allowed each `impersonate` it needs; from then
+        // on it is served as the impersonated user, who must hold the call's privilege itself
+        // (as kube-apiserver serves an impersonated request).
+        if let Some(impersonation) = impersonation {
+            for needed in impersonation.needed {
+                gate.admit_action(&user, needed.action, || {
+                    format!("user {:?} cannot impersonate {}", user.name, needed.what)
+                })?;
+            }
+            user = Arc::new(impersonation.user);
+            record_caller(&user.name);
+        }
+        for privilege in privileges {
+            gate.admit(&user, *privilege)?;
+        }
+        Ok(Call::new(self, user, snapshot, fenced_allow))
+    }
+
+    /// The snapshot to answer from: the current one, once it is at least `min_revision`. A
+    /// call behind the server waits, bounded by its deadline and `--max-revision-wait`.
+    async fn snapshot_for(
+        &self,
+        min_revision: u64,
+        deadline: Option<Duration>,
+    ) -> Result<Arc<Snapshot>, Refusal> {
+        if min_revision == 0 {
+            return self.snapshot().ok_or(Refusal::NotReady);
+        }
+        // Stop waiting a little before the caller's deadline, so that the refusal (naming the
+        // revision reached) arrives instead of the client's own cancellation.
+        let max_wait = self.max_revision_wait;
+        let wait = deadline.map_or(max_wait, |d| {
+            d.saturating_sub((d / 5).max(Duration::from_millis(50)))
+                .min(max_wait)
+        });
+        match self.snapshot_at_least(min_revision, wait).await {
+            Ok(snapshot) => Ok(snapshot),
+            Err(0) => Err(Refusal::NotReady),
+            Err(current) => Err(Refusal::RevisionNotReached {
+                requested: min_revision,
+                current,
+            }),
+        }
+    }
+}

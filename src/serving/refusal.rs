@@ -1,0 +1,32 @@
+//! Why the serving core refuses a call: the one error its verbs return. Every adapter maps it
+//! into its protocol's refusal in one place (`api::error`'s `From<Refusal>`), so a call refused
+//! here is refused alike over gRPC, HTTP and Envoy.
+
+use thiserror::Error;
+
+use crate::engine::content::ContentError;
+
+#[derive(Debug, Error)]
+pub enum Refusal {
+    /// No policy has compiled yet; health says `NOT_SERVING` meanwhile.
+    #[error("no policy is loaded yet; retry when health reports SERVING")]
+    NotReady,
+
+    /// The request asked for a policy revision the server has not reached in time.
+    #[error("server is at revision {current}, behind the requested min_revision {requested}")]
+    RevisionNotReached { requested: u64, current: u64 },
+
+    /// The caller lacks the privilege the call needs; the message says which.
+    #[error("{0}")]
+    PermissionDenied(String),
+
+    /// etcd mode: this replica cannot prove its policy current, and the answer was an allow
+    /// (or a list of who is allowed).
+    #[error("{0}")]
+    Fenced(String),
+
+    /// Content a rule needed and could not read: the request is refused naming the field,
+    /// never decided.
+    #[error(transparent)]
+    Content(#[from] ContentError),
+}

@@ -1,0 +1,89 @@
+//! The checks on one caller's policy write, as Kubernetes makes them: `create`, `update` or
+//! `delete` on the object (API group `rbac.authorization.k8s.io`, `authzd.io` for
+//! FieldPolicies), then privilege-escalation prevention (`engine::escalation`).
+//!
+//! The store calls the guard under its writer lock (in etcd mode its committer does, on behalf
+//! of the waiting writer, which is why the guard is owned), so the snapshot loaded there is the
+//! policy the write changes; the checks are evaluated uncached for the same reason.
+
+use std::sync::Arc;
+
+use super::privilege::Privilege;
+use super::ServingState;
+use crate::engine::escalation::EscalationCheck;
+use crate::policy::model::{PolicyObject, PolicySet};
+use crate::request::UserInfo;
+use crate::store::{find_object, ObjectRef, WriteGuard};
+
+/// What a policy write is, for the RBAC verb it needs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOp {
+    /// Create (new object) or update (existing object), then escalation prevention.
+    Apply,
+    Delete,
+}
+
+impl ServingState {
+    /// The guard of `caller`'s `op` on policy objects, for the store to check the write with.
+    pub fn write_guard(
+        self: &Arc<Self>,
+        caller: Arc<UserInfo>,
+        op: WriteOp,
+    ) -> Arc<dyn WriteGuard> {
+        Arc::new(PolicyWriteGuard {
+            state: Arc::clone(self),
+            caller,
+            op,
+        })
+    }
+}
+
+struct PolicyWriteGuard {
+    state: Arc<ServingState>,
+    caller: Arc<UserInfo>,
+    op: WriteOp,
+}
+
+impl WriteGuard for PolicyWriteGuard {
+    fn check(&self, current: &PolicySet, objects: &[PolicyObject]) -> Result<(), String> {
+        let snapshot = self
+            .state
+            .snapshot()
+            .ok_or_else(|| "no policy is loaded yet".to_string())?;
+        let refusals: Vec<String> = objects
+            .iter()
+            .filter_map(|object| {
+                let object = ObjectRef::of(object);
+                let verb = match self.op {
+                    WriteOp::Delete => "delete",
+                    WriteOp::Apply if find_object(current, &object).is_some() => "update",
+                    WriteOp::Apply => "create",
+                };
+                let privilege =
+                    Privilege::object(verb, object.kind, &object.namespace, &object.name);
+                (!privilege.held_by(&snapshot.engine, &self.caller))
+                    .then(|| privilege.refusal(&self.caller))
+            })
+            .collect();
+        if !refusals.is_empty() {
+            return Err(refusals.join("\n"));
+        }
+        let escalation = EscalationCheck {
+            engine: &snapshot.engine,
+            caller: &self.caller,
+        };
+        match self.op {
+            WriteOp::Apply => escalation.check(current, objects),
+            // Deleting a role or binding only takes access away; deleting a FieldPolicy can
+            // open protected paths, so it is checked as writing one is.
+            WriteOp::Delete => {
+                let field_policies: Vec<_> = objects
+                    .iter()
+                    .filter(|o| matches!(o, PolicyObject::FieldPolicy(_)))
+                    .cloned()
+                    .collect();
+                escalation.check(current, &field_policies)
+            }
+        }
+    }
+}

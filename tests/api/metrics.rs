@@ -1,0 +1,162 @@
+//! `/metrics` end to end: the real server is scraped over HTTP on its gRPC port, the
+//! exposition parses, and the counters move exactly as this test's requests predict.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+
+use crate::support::server::{resource_request, sample_policy, Server};
+use authzd::proto::authorizer_client::AuthorizerClient;
+use authzd::proto::policy_admin_client::PolicyAdminClient;
+
+/// `GET /metrics` over HTTP/1.1; the parsed samples, `name{labels}` → value.
+fn scrape(server: &Server) -> HashMap<String, f64> {
+    let mut stream = TcpStream::connect(server.addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.1\r\nHost: authzd\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
+    assert!(
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4"),
+        "{head}"
+    );
+    parse_exposition(body)
+}
+
+/// Prometheus text format: `# HELP`/`# TYPE` comments, then `series value` lines. Every
+/// non-comment line must parse.
+fn parse_exposition(body: &str) -> HashMap<String, f64> {
+    let mut samples = HashMap::new();
+    for line in body
+        .lines()
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+    {
+        let (series, value) = line
+            .rsplit_once(' ')
+            .unwrap_or_else(|| panic!("not a sample line: {line:?}"));
+        let value: f64 = value
+            .parse()
+            .unwrap_or_else(|_| panic!("not a number in {line:?}"));
+        samples.insert(series.to_string(), value);
+    }
+    samples
+}
+
+fn get(samples: &HashMap<String, f64>, series: &str) -> f64 {
+    *samples
+        .get(series)
+        .unwrap_or_else(|| panic!("{series} missing from /metrics"))
+}
+
+#[tokio::test]
+async fn counters_move_as_the_requests_predict() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let before = scrape(&server);
+    assert_eq!(get(&before, "authzd_policy_revision"), 1.0);
+    let allow = r#"authzd_decisions_total{api="authorize",decision="allow"}"#;
+    let deny = r#"authzd_decisions_total{api="authorize",decision="deny"}"#;
+    let no_opinion = r#"authzd_decisions_total{api="authorize",decision="no_opinion"}"#;
+    let authorize_requests = r#"authzd_requests_total{route="authorize"}"#;
+    assert_eq!(get(&before, allow), 0.0);
+
+    let mut client = AuthorizerClient::new(server.channel().await);
+    // alice reads pods (allow), twice: the second answer comes from the cache.
+    for _ in 0..2 {
+        let answer = client
+            .authorize(resource_request("alice", &[], "dev", "get", "pods"))
+            .await
+            .unwrap()
+            .into_inner();
+        assert!(answer.allowed);
+    }
+    // An intern in dev is denied secrets by a deny rule.
+    let answer = client
+        .authorize(resource_request(
+            "ivan",
+            &["interns"],
+            "dev",
+            "get",
+            "secrets",
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.allowed);
+    // Nobody granted mallory anything.
+    let answer = client
+        .authorize(resource_request("mallory", &[], "dev", "delete", "nodes"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.allowed);
+
+    let after = scrape(&server);
+    let moved = |series: &str| get(&after, series) - before.get(series).copied().unwrap_or(0.0);
+    assert_eq!(moved(allow), 2.0);
+    assert_eq!(moved(deny), 1.0);
+    assert_eq!(moved(no_opinion), 1.0);
+    assert_eq!(moved(authorize_requests), 4.0);
+    assert_eq!(moved("authzd_cache_hits_total"), 1.0);
+    assert_eq!(moved("authzd_cache_misses_total"), 3.0);
+    assert_eq!(get(&after, "authzd_cache_entries"), 3.0);
+    assert_eq!(
+        get(
+            &after,
+            r#"authzd_request_duration_seconds_count{route="authorize"}"#
+        ),
+        4.0
+    );
+    // The scrape in flight counts itself.
+    assert_eq!(get(&after, "authzd_requests_in_flight"), 1.0);
+
+    // A batch counts each of its decisions under its own API, by outcome.
+    let batch = authzd::proto::BatchAuthorizeRequest {
+        requests: vec![
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("alice", &[], "dev", "get", "pods"),
+            resource_request("ivan", &["interns"], "dev", "get", "secrets"),
+            resource_request("mallory", &[], "dev", "delete", "nodes"),
+        ],
+    };
+    let answers = client.batch_authorize(batch).await.unwrap().into_inner();
+    assert_eq!(answers.responses.len(), 5);
+    let batched = scrape(&server);
+    let batch_moved = |decision: &str| {
+        let series =
+            format!(r#"authzd_decisions_total{{api="batch_authorize",decision="{decision}"}}"#);
+        get(&batched, &series) - after.get(&series).copied().unwrap_or(0.0)
+    };
+    assert_eq!(batch_moved("allow"), 3.0);
+    assert_eq!(batch_moved("deny"), 1.0);
+    assert_eq!(batch_moved("no_opinion"), 1.0);
+    assert_eq!(
+        get(&batched, allow),
+        get(&after, allow),
+        "a batch is not Authorize"
+    );
+
+    // A policy change moves the revision and invalidates what it could affect.
+    let mut admin = PolicyAdminClient::new(server.channel().await);
+    admin
+        .delete(authzd::proto::DeleteRequest {
+            object: Some(authzd::proto::ObjectRef {
+                kind: "ClusterRoleBinding".into(),
+                namespace: String::new(),
+                name: "read-pods".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let changed = scrape(&server);
+    assert_eq!(get(&changed, "authzd_policy_revision"), 2.0);
+    assert!(get(&changed, "authzd_cache_invalidations_total") >= 1.0);
+    assert_eq!(get(&changed, "authzd_policy_reload_errors_total"), 0.0);
+}

@@ -1,0 +1,20 @@
+//! The `authzd` command line, and the corpora the engine is held to:
+//!
+//! * `client`: the client commands (`apply`, `delete`, `get`, `watch`, `status`) against a
+//!   running server; `commands`: the offline commands (`check`, `lint`, ...) and their exit
+//!   codes;
+//! * `diff`: `authzd diff` and `apply --dry-run` on the hand-written changes of `tests/diff/`;
+//! * `test_runner`: `authzd test` on `examples/policy-test.yaml`, its report and JUnit output;
+//! * `golden`: the golden corpus of `tests/golden/*.yaml` (policy, requests, expected decision
+//!   and reason), asked of the engine.
+//!
+//! `cargo test --test cli`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod client;
+mod commands;
+mod diff;
+mod golden;
+mod test_runner;

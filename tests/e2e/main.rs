@@ -1,0 +1,31 @@
+//! End to end with real, independent peers, and the slow whole-system runs:
+//!
+//! * `kubectl*`: kubectl (`create --raw`, `auth can-i`/`whoami` over JSON and Kubernetes
+//!   protobuf, API discovery, TLS with a bearer token);
+//! * `envoy`: a real Envoy calling `ext_authz`; `buf`: `buf curl` through reflection;
+//!   `reflection`: a Python grpcio client that knows authzd only through reflection
+//!   (`reflection_client.py`, beside this file, with the pinned `requirements*.txt`);
+//! * `deploy`: `deploy/`'s manifests parse and agree with the binary and the shipped policy;
+//! * `loadgen`: the load generator against a spawned authzd and the no-op server;
+//! * `soak`: 60 s at saturation with good, hostile and slow traffic — opt-in locally
+//!   (`AUTHZD_SOAK=1`), always under `CI=true`.
+//!
+//! The tools come from `AUTHZD_E2E_*` (`scripts/test.sh` installs and exports them all), else
+//! their usual place (`tests/support/tools.rs`); a missing one skips its test, saying why,
+//! except under `CI=true`, where it fails.
+//!
+//! `cargo test --test e2e`.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod buf;
+mod deploy;
+mod envoy;
+mod kubectl;
+mod kubectl_auth;
+mod kubectl_discovery;
+mod kubectl_protobuf;
+mod loadgen;
+mod reflection;
+mod soak;
