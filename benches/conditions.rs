@@ -1,4 +1,4 @@
-//! CEL conditions on rules (issue 19). Every bench checks its expected answer before it
+//! CEL conditions on rules (docs/policy.md §6). Every bench checks its expected answer before it
 //! measures.
 //!
 //! * `conditions/eval_seed004`: seed 004's condition (`object.metadata.labels ==

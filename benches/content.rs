@@ -1,4 +1,4 @@
-//! Content-aware rules (issue 16), side by side with the plain path they must not slow down.
+//! Content-aware rules (docs/policy.md §4), side by side with the plain path they must not slow down.
 //! Every bench checks its expected answer before it measures.
 //!
 //! * `content/plain-hit` vs `content/unread-2k-hit`: a cache hit, without content and carrying

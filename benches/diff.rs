@@ -1,4 +1,4 @@
-//! `authzd diff` figures (issue 20 point 4), the delta computation alone (both policies loaded
+//! `authzd diff` figures (docs/cli.md §6), the delta computation alone (both policies loaded
 //! and compiled beforehand, as `authzd diff` does before it):
 //!
 //! * `diff/one-binding-100k_ns-reader`: 100,000 synthetic bindings; the change adds one

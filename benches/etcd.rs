@@ -1,4 +1,4 @@
-//! Replicas on etcd (issue 17), measured with the real thing: a 3-member etcd cluster on
+//! Replicas on etcd (docs/etcd.md §1), measured with the real thing: a 3-member etcd cluster on
 //! loopback (data on tmpfs) and real authzd replicas, all on this machine's 2 cores.
 //!
 //! * propagation: a grant or revocation written on replica A (`ACK_COMMITTED`), until replicas

@@ -1,4 +1,4 @@
-//! `authzd test` over 10,000 cases (issue 20: "`test` runs 10k cases ≤ 1 s"), timed as a user
+//! `authzd test` over 10,000 cases (docs/cli.md §5; the target: 10k cases in ≤ 1 s), timed as a user
 //! runs it: the real binary (the bench profile's build), started once per iteration on a
 //! generated test file, its report read to the end through a pipe.
 //!

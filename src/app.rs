@@ -400,7 +400,7 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
     }
 }
 
-/// The caller authentication for `settings` (docs/spec/SPEC.md §3): tokens if configured, the local identity
+/// The caller authentication for `settings` (docs/security.md §1): tokens if configured, the local identity
 /// only where [`listener_access`] allows it (loopback and Unix-socket listeners are local).
 /// Refuses an unauthenticated remote listener.
 fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {

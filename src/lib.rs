@@ -17,8 +17,8 @@
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...);
 //!   [`policy_test`]: `authzd test`, files of expected answers run against the engine.
 //!
-//! The specification the code answers to is in `docs/spec/`, cited by path and section
-//! (`docs/spec/SPEC.md §3` is its section 3).
+//! The documentation the code answers to is in `docs/`, cited by path and section
+//! (`docs/security.md §2` is its section 2).
 
 pub mod api;
 pub mod app;

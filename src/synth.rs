@@ -31,7 +31,7 @@ pub struct Shape {
 
 impl Shape {
     /// `bindings` bindings over `bindings / 10` namespaces (at least one), probe user in 10
-    /// groups: the shape of issue 4's headline target.
+    /// groups: the shape of BENCHMARKS.md's headline run.
     pub fn with_bindings(bindings: usize) -> Self {
         Shape {
             bindings,

@@ -619,8 +619,8 @@ where
     Ok(enforcer)
 }
 
-/// A policy and shape for `bindings` bindings, namespaces capped at 10,000 (issue 4's scaling
-/// shape: at 100k bindings and beyond, 10k namespaces; the probe user is in 10 groups).
+/// A policy and shape for `bindings` bindings, namespaces capped at 10,000 (the scaling shape
+/// of BENCHMARKS.md's peers table: at 100k bindings and beyond, 10k namespaces; the probe user is in 10 groups).
 pub fn scaling_shape(bindings: usize) -> Shape {
     Shape {
         namespaces: (bindings / 10).clamp(1, 10_000),

@@ -222,7 +222,7 @@ impl ApiError {
 }
 
 /// Content a rule needed and could not read (unreadable JSON, a malformed changed path): the
-/// request is refused naming the field, never decided (docs/spec/SPEC.md §10).
+/// request is refused naming the field, never decided (docs/api.md §7).
 impl From<ContentError> for ApiError {
     fn from(error: ContentError) -> Self {
         ApiError::invalid(error.field, Invalid::Other(error.problem))
@@ -329,7 +329,7 @@ const GRPC_STATUS: http::HeaderName = http::HeaderName::from_static("grpc-status
 
 /// Transport-level half of the mapping, applied to every HTTP response as one tower layer
 /// (one header lookup per response): two refusals tonic's codec makes before any handler runs
-/// are the caller's fault, and get the codes gRPC's convention and docs/spec/SPEC.md §10 give them.
+/// are the caller's fault, and get the codes gRPC's convention and docs/api.md §7 give them.
 ///
 /// * A message over the size limit is refused with `OUT_OF_RANGE`; it becomes
 ///   `RESOURCE_EXHAUSTED`.

@@ -97,7 +97,7 @@ pub struct ServeArgs {
     pub etcd: EtcdArgs,
 }
 
-/// The policy in etcd instead of a directory (issue 17), flags as kube-apiserver names them.
+/// The policy in etcd instead of a directory (docs/etcd.md §2), flags as kube-apiserver names them.
 #[derive(Debug, Args, Clone, Default)]
 pub struct EtcdArgs {
     /// etcd endpoints (`http://HOST:PORT` or `https://…`), comma-separated or repeated: the
@@ -213,7 +213,7 @@ impl EtcdArgs {
     }
 }
 
-/// How callers authenticate (docs/spec/SPEC.md §3). Without any of these, only a local listener
+/// How callers authenticate (docs/security.md §1). Without any of these, only a local listener
 /// (loopback or Unix socket) serves, and every caller is the local identity.
 #[derive(Debug, Args, Clone, Default)]
 pub struct AuthArgs {

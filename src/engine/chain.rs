@@ -52,7 +52,7 @@ impl Verdict {
 
 /// The first matching rule of each class, in evaluation order (binding order, then rule order).
 ///
-/// Seed 003 / docs/spec/SPEC.md §3 precedence: cluster deny, cluster allow, namespace deny, namespace allow.
+/// Seed 003 / docs/semantics.md §6 precedence: cluster deny, cluster allow, namespace deny, namespace allow.
 #[derive(Clone, Copy)]
 pub struct FirstMatches<H> {
     cluster_deny: Option<H>,

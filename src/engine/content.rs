@@ -1,4 +1,4 @@
-//! Content-aware rules at decision time (issue 16; docs/spec/SPEC.md §3).
+//! Content-aware rules at decision time (docs/policy.md §4).
 //!
 //! A request whose matching rules all lack content clauses is decided exactly as before: its
 //! content is never read, not even decoded. When a matching rule has clauses (or the request
@@ -8,7 +8,7 @@
 //! needing it applies) and attaches a [`ContentPlan`]: the candidate rules in walk order with
 //! their compiled clauses, everything needed to finish the answer against content without
 //! the index. The decision cache stores that answer under the content-free key (content never
-//! enters a key, ENGINEERING habit H); [`finish`] completes it per request, after the lookup.
+//! enters a key: docs/api.md §4); [`finish`] completes it per request, after the lookup.
 //!
 //! Per unit of change (a changed path for writes, the root otherwise), each rule is checked
 //! and recorded by seed 003's precedence; the request is denied if any unit is denied,

@@ -1,4 +1,4 @@
-//! The access delta of a policy change (issue 20): who gains and who loses which access, per
+//! The access delta of a policy change (docs/cli.md §6): who gains and who loses which access, per
 //! scope and action pattern, computed from the changed objects and the engines' indexes, not
 //! by enumerating requests.
 //!

@@ -17,7 +17,7 @@
 //! rule are ignored when breaking it down — the rule is treated as granting its positive
 //! entries, which can only make the check stricter.
 //!
-//! Content clauses (issue 16): a rule with clauses is narrower than the same rule without, so
+//! Content clauses (docs/security.md §4): a rule with clauses is narrower than the same rule without, so
 //! an unrestricted grant covers it; a grant the caller holds only under clauses covers only a
 //! rule restricted exactly the same way (a refusal says so).
 //!
@@ -334,7 +334,7 @@ impl EscalationCheck<'_> {
     ) -> Vec<String> {
         let denies = deny_rules_for(policy, aggregated, self.caller, namespace);
         // Allow rules the caller holds only under content clauses: each covers exactly the
-        // same rule restricted the same way (issue 16 point 7).
+        // same rule restricted the same way (docs/security.md §4).
         let restricted = rules_for(policy, aggregated, self.caller, namespace, |rule| {
             !rule.deny && rule.clauses.is_some()
         });

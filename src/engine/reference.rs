@@ -76,7 +76,7 @@ impl ReferenceEvaluator {
     }
 
     /// RBAC's verdict. When a matching rule has content clauses, each unit of change of the
-    /// request (docs/spec/SPEC.md §3) is judged by walking every rule again.
+    /// request (docs/policy.md §4) is judged by walking every rule again.
     fn rbac(&self, request: &Request, content: Option<&Content>) -> Result<Verdict, ContentError> {
         let namespace = request.action.namespace();
         let target = MatchTarget::new(request.action.as_borrowed());

@@ -1,7 +1,7 @@
 //! `authzd-loadgen`: drives `Authorize`, `BatchAuthorize` and `GetAllowedSubjects` against
 //! authzd and, in the same run with the identical load, against an in-process no-op tonic
 //! server — the physical limit of gRPC on this machine — and reports both side by side with
-//! the ratios authzd ÷ no-op (ENGINEERING.md, "Measuring": ratios measured in the same run).
+//! the ratios authzd ÷ no-op (docs/loadgen.md §3; ratios are measured in the same run, docs/development.md §2).
 //!
 //! * [`workload`]: the prepared request stream (probe requests with known answers, hot or
 //!   fresh for the cache) and the codec that writes it;

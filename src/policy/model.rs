@@ -276,7 +276,7 @@ pub struct PolicySet {
     pub roles: Vec<Arc<Role>>,
     pub bindings: Vec<Arc<Binding>>,
     pub abac: Vec<AbacRule>,
-    /// How changed paths are computed (issue 16), sorted by name.
+    /// How changed paths are computed (docs/policy.md §5), sorted by name.
     pub field_policies: Vec<FieldPolicy>,
 }
 

@@ -226,7 +226,7 @@ impl<'a> RequestRef<'a> {
         let RequestRef {
             user: SubjectRef { name, groups },
             action,
-            // Content never decides which answer is cached (ENGINEERING habit H): rules that
+            // Content never decides which answer is cached (docs/api.md §4): rules that
             // read it are finished per request from a content-free plan.
             content: _,
         } = self;
@@ -323,7 +323,7 @@ impl<'a> ActionFields<'a> {
     }
 }
 
-/// What a request carries beyond its deciding fields (docs/spec/SPEC.md §1): the object as it
+/// What a request carries beyond its deciding fields (docs/api.md §4): the object as it
 /// will be stored, the stored object, or the caller's own list of changed paths, and the
 /// request's field and label selectors (KEP-4601). Read only by rules with content clauses,
 /// after the cache lookup; the JSON is decoded at most once, and only when such a rule asks.

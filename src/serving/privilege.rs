@@ -1,4 +1,4 @@
-//! What a caller must be allowed to call each RPC (docs/spec/SPEC.md §3, "Review flavours").
+//! What a caller must be allowed to call each RPC (docs/security.md §2).
 //!
 //! [`Privilege`] states what an RPC needs; [`Gate`] checks it through the policy itself.
 //! Admission ([`super::admission`]) asks the gate for every call, whichever adapter received

@@ -1,6 +1,6 @@
 //! The Webhook authorizer's client: a decision delegated to a remote SubjectAccessReview
 //! endpoint, as kube-apiserver's `--authorization-mode=Webhook` does
-//! (docs/spec/kubernetes-semantics.md §5; upstream's
+//! (docs/semantics.md §8; upstream's
 //! `staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go`).
 //!
 //! [`WebhookAuthorizer::authorize`] writes the request as a SubjectAccessReview

@@ -1,5 +1,5 @@
 //! The SubjectAccessReview a webhook is sent, and the status read back from its answer
-//! (docs/spec/kubernetes-semantics.md §5; upstream's `Authorize` in
+//! (docs/semantics.md §8; upstream's `Authorize` in
 //! `staging/src/k8s.io/apiserver/plugin/pkg/authorizer/webhook/webhook.go`).
 //!
 //! The spec is the typed model's (`crate::kube::authorization`), written once, as JSON: it is

@@ -1,4 +1,4 @@
-//! Rules over object content end to end (issue 16), against the real server over gRPC and the
+//! Rules over object content end to end (docs/policy.md §4), against the real server over gRPC and the
 //! webhook: seed 003's ProtectorBot, Edgar and kubelet on the shipped policy, seed 004's own
 //! finalizer and restricted secret role, KEP-4601 selectors narrowing list and watch, and the
 //! missing-content fold.

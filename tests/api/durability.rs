@@ -1,4 +1,4 @@
-//! Durability (issue 3): acknowledged admin writes survive `kill -9` of the real `authzd`
+//! Durability (docs/policy.md §2): acknowledged admin writes survive `kill -9` of the real `authzd`
 //! binary, at several points of a stream of writes, and the server restarts cleanly on the
 //! same directory: no half-written file is loaded, leftover temporary files are skipped.
 

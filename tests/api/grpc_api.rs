@@ -350,7 +350,7 @@ async fn who_can_lists_allowed_and_denied_subjects() {
 #[tokio::test]
 async fn the_five_review_flavours() {
     let policy = sample_policy();
-    // The caller is `dave` in group `readers`, who may create every kind of review (docs/spec/SPEC.md §3:
+    // The caller is `dave` in group `readers`, who may create every kind of review (docs/security.md §2:
     // the privileges come from the policy).
     std::fs::write(
         policy.path().join("reviewer.yaml"),

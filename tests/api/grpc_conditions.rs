@@ -1,4 +1,4 @@
-//! CEL conditions and conditional answers over gRPC, against the real server (issue 19): the
+//! CEL conditions and conditional answers over gRPC, against the real server (docs/policy.md §6-7): the
 //! fold for callers that do not ask, DECISION_CONDITIONAL with self-contained conditions in
 //! RETURN mode, EvaluateConditions finishing them against content (and refusing bad ones with
 //! INVALID_ARGUMENT naming the field), and a condition that does not load refused with its

@@ -1,4 +1,4 @@
-//! Caller identity and privileges against the real server (docs/spec/SPEC.md §3, §6, §10): bearer tokens
+//! Caller identity and privileges against the real server (docs/security.md §1-2, docs/security.md §4, docs/api.md §7): bearer tokens
 //! from a `--token-auth-file`, the review table's privileges enforced through the policy,
 //! revocation of a privilege, PolicyAdmin's RBAC verbs and escalation prevention with real
 //! (token) identities, and the listener safety rule.

@@ -1,4 +1,4 @@
-//! Revocation (issue 3) against the real `authzd` binary on loopback, no mocks:
+//! Revocation (docs/api.md §3) against the real `authzd` binary on loopback, no mocks:
 //!
 //! * every kind of policy change revokes (and grants) for the very next request on the same
 //!   connection, although the old answer was warm in the cache;
@@ -516,12 +516,12 @@ struct HammerReport {
     failures: Vec<String>,
 }
 
-/// A role whose grants are partly content rules (issue 16): reads plain, label-only updates,
+/// A role whose grants are partly content rules (docs/policy.md §4): reads plain, label-only updates,
 /// deletes of `app=web` pods; and a standing restricted deny that the hammer's updates (labels
 /// only) never trigger, so plans carry a deny rule too.
 const POD_CONTENT_ROLES: &str = include_str!("../fixtures/hammer-pod-content.yaml");
 
-/// The hammer's toggled grant as CEL conditions (issue 19): reads plain, updates that keep
+/// The hammer's toggled grant as CEL conditions (docs/policy.md §6): reads plain, updates that keep
 /// the `app` label, deletes of `app=web` pods, and patches of `app=web` pods, which the hammer
 /// asks in RETURN mode without content (a conditional answer while granted, none once
 /// revoked).

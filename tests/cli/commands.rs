@@ -293,7 +293,7 @@ fn lint_reports_file_line_problems_and_exits_one() {
     assert!(text.contains("problem(s) in"), "{text}");
 }
 
-/// A labels-only rule (issue 16), asked offline with the objects in files, a changed-path
+/// A labels-only rule (docs/policy.md §4), asked offline with the objects in files, a changed-path
 /// list, and an object that is not JSON; who-can reads the same content. Lint warns on a typo.
 #[test]
 fn check_and_who_can_read_content_from_files() {

@@ -1,4 +1,4 @@
-//! `authzd diff` (issue 20 point 2) on hand-written changes, through the real binary: each
+//! `authzd diff` (docs/cli.md §6) on hand-written changes, through the real binary: each
 //! directory of `tests/diff/` holds `old.yaml`, `new.yaml` and the delta expected, checked by
 //! hand (a binding added; a subject removed from a group binding; a ClusterRole rule narrowed
 //! with a negation; a deny rule added; an aggregated ClusterRole's label changed); the gates'

@@ -20,7 +20,7 @@
 //!     resource: {namespace: ns, verb: get, group: "", version: v1, resource: pods,
 //!                subresource: "", name: ""}
 //!     # or non_resource: {path: /healthz, verb: get}
-//!     content:                 # optional (issue 16): what the request carries
+//!     content:                 # optional (docs/api.md §4): what the request carries
 //!       object: {metadata: {labels: {a: b}}}       # the object as it will be stored
 //!       old_object: {...}                          # the stored object
 //!       object_text: "not json"                    # raw text instead of `object`
@@ -49,7 +49,7 @@
 //!
 //! Every case is checked against both the serving [`Engine`] and the [`ReferenceEvaluator`]; the
 //! two must return identical responses. Who-can answers are also checked against `Authorize`
-//! (docs/spec/SPEC.md §3): each listed user is allowed asking alone, each listed group is allowed for a user
+//! (docs/semantics.md §7): each listed user is allowed asking alone, each listed group is allowed for a user
 //! bound nowhere, and likewise for the denied lists. Every mismatch of every file is reported,
 //! not just the first.
 //!
@@ -126,7 +126,7 @@ struct NonResourceSpec {
     verb: String,
 }
 
-/// What a request carries beyond its deciding fields (issue 16): objects as YAML, the
+/// What a request carries beyond its deciding fields (docs/api.md §4): objects as YAML, the
 /// caller's own changed paths, and KEP-4601 selectors as `key op value` strings.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -705,7 +705,7 @@ fn check_who_can(expect: &WhoCanExpect, got: &AllowedSubjects) -> Vec<String> {
     problems
 }
 
-/// docs/spec/SPEC.md §3: every listed user is allowed asking alone; every listed group is allowed for a user
+/// docs/semantics.md §7: every listed user is allowed asking alone; every listed group is allowed for a user
 /// bound nowhere; the denied lists are denied the same way.
 fn who_can_agrees_with_authorize(
     engine: &Engine,

@@ -315,7 +315,7 @@ subjects: [{kind: User, name: alice}]
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: web-configmaps}
 "#;
 
-/// Issue 16 through a real Envoy: with `with_request_body` and authzd's
+/// Rules over content (docs/envoy.md §4) through a real Envoy: with `with_request_body` and authzd's
 /// `--envoy-body-as-object`, a POST's body is the object a content rule reads.
 #[tokio::test]
 async fn envoy_sends_the_body_and_content_rules_read_it() {

@@ -87,7 +87,7 @@ async fn kubectl_create_raw_reviews_answer_as_the_policy_says() {
     };
     let policy = sample_policy();
     // The caller is alice (no super-group), so the self review has something to refuse. The
-    // review privileges come from the policy (docs/spec/SPEC.md §3), so alice is granted them.
+    // review privileges come from the policy (docs/security.md §2), so alice is granted them.
     std::fs::write(
         policy.path().join("reviewer.yaml"),
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: reviewer}\nrules:\n- apiGroups: [authorization.k8s.io]\n  resources: [subjectaccessreviews, localsubjectaccessreviews]\n  verbs: [create]\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: alice-reviews}\nsubjects: [{kind: User, name: alice, apiGroup: rbac.authorization.k8s.io}]\nroleRef: {kind: ClusterRole, name: reviewer, apiGroup: rbac.authorization.k8s.io}\n",

@@ -19,7 +19,7 @@ async fn python_client_uses_only_reflection() {
         return;
     };
     let policy = sample_policy();
-    // A rule over object content (issue 16), which the client exercises with `content`.
+    // A rule over object content (docs/policy.md §4), which the client exercises with `content`.
     std::fs::write(
         policy.path().join("content.yaml"),
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: labeler}\n\

@@ -104,7 +104,7 @@ def main(address):
         check(error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"code: {error.code()}")
         check(error.details().startswith("action: "), f"names the field: {error.details()}")
 
-    # Content (issue 16): labelbot may change a Deployment's labels and nothing else; the
+    # Content (docs/policy.md §4): labelbot may change a Deployment's labels and nothing else; the
     # objects travel as JSON bytes in `content`, a message learnt from reflection like the rest.
     def update_deployment(old, new):
         request = AuthorizeRequest()

@@ -1,4 +1,4 @@
-//! Operating replicas on etcd (issue 17, points 4 and 6) with the real thing: a 3-member etcd
+//! Operating replicas on etcd (docs/etcd.md §7, §10) with the real thing: a 3-member etcd
 //! cluster on loopback and real authzd replicas, driven as an operator and kube-apiserver do —
 //! `authzd apply/delete/status/replicas` as subprocesses, the webhook and `/metrics` over HTTP.
 //!

@@ -1,4 +1,4 @@
-//! Replicas on etcd (issue 17) with the real thing: a 3-member etcd cluster on loopback (data
+//! Replicas on etcd (docs/etcd.md §11) with the real thing: a 3-member etcd cluster on loopback (data
 //! on tmpfs) and three real authzd replicas sharing one prefix.
 //!
 //! etcd comes from `AUTHZD_E2E_ETCD` (set by `scripts/test.sh`, which installs Debian's

@@ -1,4 +1,4 @@
-//! The access delta is exact (issue 20 point 3), as a property over random policies (the shared
+//! The access delta is exact (docs/cli.md §6), as a property over random policies (the shared
 //! vocabulary of `tests/support/generators.rs`: RBAC with deny rules, negation, aggregation, content clauses;
 //! ABAC; chains) and random changes to them:
 //!

@@ -5,7 +5,7 @@
 //! purpose so that names collide, wildcards overlap and edge cases (`*/`, case differences,
 //! negation, missing roles, service accounts without namespaces) come up often.
 //!
-//! Who-can is also checked against Authorize itself, as docs/spec/SPEC.md §3 states it: every listed user is
+//! Who-can is also checked against Authorize itself, as docs/semantics.md §7 states it: every listed user is
 //! allowed when asking alone, every listed group is allowed for an unbound member, no unlisted
 //! subject is allowed that way, and the denied lists are exactly the explicit denies.
 

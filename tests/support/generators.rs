@@ -373,7 +373,7 @@ const FIELD_PATTERNS: &[&str] = &[
 ];
 const OBJECT_LABELS: &[&str] = &["protected", "app", "team.example.com/owner"];
 
-/// CEL conditions rules may carry (issue 19), over what [`object`], [`user`] and [`action`]
+/// CEL conditions rules may carry (docs/policy.md §6), over what [`object`], [`user`] and [`action`]
 /// vary: the request alone (decided without content), either object, the changed paths, a
 /// macro, a pattern, and conditions that fail on some objects (a label that may be absent).
 const CONDITIONS: &[&str] = &[

@@ -1,4 +1,4 @@
-//! The startup rule for a listener (docs/spec/SPEC.md §3): whether callers without credentials get the
+//! The startup rule for a listener (docs/security.md §1): whether callers without credentials get the
 //! local identity on it.
 
 use thiserror::Error;
@@ -27,7 +27,7 @@ pub struct UnsafeListener {
     pub local_user: String,
 }
 
-/// The startup rule for a listener (docs/spec/SPEC.md §3): with authentication configured nobody gets the
+/// The startup rule for a listener (docs/security.md §1): with authentication configured nobody gets the
 /// local identity; without it, only local listeners (loopback, Unix socket) hand it out, and a
 /// remote one refuses to start unless the operator passed [`INSECURE_REMOTE_FLAG`].
 pub fn listener_access(

@@ -1,4 +1,4 @@
-//! Who is calling (docs/spec/SPEC.md §3, "Review flavours"), as kube-apiserver answers it: a union of
+//! Who is calling (docs/security.md §1), as kube-apiserver answers it: a union of
 //! authenticators, each with its own file.
 //!
 //! * [`AuthChain`] turns a transport peer into the caller: a verified client certificate

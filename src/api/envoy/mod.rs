@@ -194,7 +194,7 @@ impl EnvoyApi {
 
     /// Who is calling `Check` (Envoy itself, not the HTTP client it asks about), admitted by
     /// the serving core: the single place the caller is identified. Envoy needs the privilege
-    /// `Authorize` needs (docs/spec/SPEC.md §3: the cluster-wide review privilege), and the
+    /// `Authorize` needs (docs/security.md §2: the cluster-wide review privilege), and the
     /// check is answered from the snapshot that admitted it.
     async fn admit<T>(&self, request: &Request<T>) -> Result<Call<'_>> {
         let caller = self.authenticator.authenticate(&Peer::of(request))?;

@@ -186,7 +186,7 @@ rules: []
 }
 
 /// A holder's restricted rule covers only the identical restricted rule; an unrestricted
-/// grant covers any restriction of it (issue 16 point 7).
+/// grant covers any restriction of it (docs/security.md §4).
 #[test]
 fn restricted_grants_cover_only_the_same_restriction() {
     let (policy, engine) = setup(

@@ -1,4 +1,4 @@
-//! CEL conditions on rules (issue 19; docs/spec/SPEC.md §3): `condition: <CEL>` on a rule is
+//! CEL conditions on rules (docs/policy.md §6): `condition: <CEL>` on a rule is
 //! one more content clause, a predicate over the request and its objects, named as in
 //! ValidatingAdmissionPolicy: `object`, `oldObject` (null when the request does not carry
 //! it), `request` (`verb`, `apiGroup`, `apiVersion`, `resource`, `subresource`, `name`,

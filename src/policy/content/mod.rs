@@ -1,11 +1,11 @@
-//! Rules over an object's content (issue 16, seeds 003 and 004): the clauses a rule may carry
+//! Rules over an object's content (docs/policy.md §4; seeds 003 and 004): the clauses a rule may carry
 //! and what they mean for one request.
 //!
 //! A rule's clauses AND with its match and with each other. Field clauses decide per changed
 //! path; the other clauses are predicates over the object(s) or, for collection verbs, over
 //! the request's own selectors. What cannot be known without content the request does not
 //! carry is [`Coverage::Missing`], which the caller folds: an allow grants nothing, a deny
-//! applies (KEP-5681's fold; docs/spec/SPEC.md §3).
+//! applies (KEP-5681's fold; docs/policy.md §4).
 
 pub mod condition;
 pub mod path;
@@ -24,7 +24,7 @@ use path::{DiffConfig, FieldPath, PathPattern};
 use selector::LabelSelector;
 
 /// Content a rule needed and could not read: the request gets `INVALID_ARGUMENT` naming the
-/// field, never a decision (docs/spec/SPEC.md §10).
+/// field, never a decision (docs/api.md §7).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ContentError {
     /// The API field at fault (`content.object`, `content.changed_paths[3]`).
@@ -55,7 +55,7 @@ pub struct Clauses {
     pub same_node: bool,
     /// A restriction authzd cannot evaluate (its description): never satisfied, never widens.
     pub unevaluable: Option<String>,
-    /// `condition:`, a CEL expression over the request and its objects (issue 19).
+    /// `condition:`, a CEL expression over the request and its objects (docs/policy.md §6).
     pub condition: Option<condition::Condition>,
 }
 

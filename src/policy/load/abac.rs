@@ -1,6 +1,6 @@
 //! ABAC policy files (JSON lines), as upstream's `pkg/auth/authorizer/abac` reads them, with
 //! the conversions of `pkg/apis/abac/{v0,v1beta1}/conversion.go` (see
-//! `docs/spec/kubernetes-semantics.md` §1).
+//! `docs/semantics.md` §3).
 //!
 //! Each line is trimmed; empty lines and lines starting with `#` are skipped. A line is:
 //!

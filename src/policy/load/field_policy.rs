@@ -1,5 +1,5 @@
 //! `kind: FieldPolicy` (`authzd.io/v1alpha1`): how the server-side diff of rules over object
-//! content treats paths (issue 16, point 2). Added to the built-in defaults:
+//! content treats paths (docs/policy.md §5). Added to the built-in defaults:
 //!
 //! ```yaml
 //! apiVersion: authzd.io/v1alpha1

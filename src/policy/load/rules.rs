@@ -29,7 +29,7 @@ pub(super) fn check_name(value: &str, path: &str, line: u32, p: &mut Problems) {
 }
 
 /// `attributeRestrictions` as canonical JSON (kept for rendering), and what they translate
-/// to (issue 16 point 3): `fieldsMutatable` -> `fields`, `labelsContain` -> an object selector,
+/// to (docs/policy.md §4): `fieldsMutatable` -> `fields`, `labelsContain` -> an object selector,
 /// `{kind: sameMinionRestriction}` -> the same-node predicate. Anything else stays
 /// unevaluable: reported at evaluation, never widening.
 pub(super) fn restrictions(node: &Node, path: &str, p: &mut Problems) -> (String, Clauses) {

@@ -1083,7 +1083,7 @@ fn shipped_policy_directory_loads() {
     assert_eq!(set.abac[0].source.line, 3);
 }
 
-/// A FieldPolicy loads from policy files (issue 16) and from an admin manifest (which etcd
+/// A FieldPolicy loads from policy files (docs/policy.md §5) and from an admin manifest (which etcd
 /// mode, having no files, needs), and is unique by name.
 #[test]
 fn field_policies_load_from_files_and_manifests() {

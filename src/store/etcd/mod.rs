@@ -1,4 +1,4 @@
-//! The etcd policy store (issue 17): any number of stateless replicas share one policy in
+//! The etcd policy store (docs/etcd.md §1): any number of stateless replicas share one policy in
 //! etcd, and a change acknowledged by one of them holds on all of them.
 //!
 //! **Layout** under `--etcd-prefix` (default `/authzd/`):
@@ -9,7 +9,7 @@
 //! | `v1/head` | rewritten by every authzd write: the revision writes compare against |
 //! | `v1/replicas/ID` | one per live replica (on its lease): the revision it has applied |
 //!
-//! **A reflector** (ENGINEERING habit G; kube-rs `kube-runtime/src/watcher.rs`): a replica lists
+//! **A reflector** (docs/etcd.md §4; kube-rs `kube-runtime/src/watcher.rs`): a replica lists
 //! the prefix at a revision, then applies every later change from one watch, grouped by
 //! revision, through [`crate::store::Store::apply_changes`] (incremental index update, precise invalidation,
 //! publish). Nobody publishes what it writes: the writer's own change comes back through its

@@ -1,4 +1,4 @@
-//! What makes an acknowledged change hold on every replica (issue 17, point 4).
+//! What makes an acknowledged change hold on every replica (docs/etcd.md §7-8).
 //!
 //! **Freshness.** Each replica proves, every `--max-staleness`/5, that it is current: a
 //! linearizable read of the head key, sent at `t0`, returns the revision `M` of the newest

@@ -1,5 +1,5 @@
 //! Golden cases for every accepted construct, and a refusal for every construct outside the
-//! subset (issue 19).
+//! subset (docs/policy.md §6).
 
 use serde_json::json;
 
