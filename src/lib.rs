@@ -1,7 +1,7 @@
 //! authzd: an out-of-process authorization service for Kubernetes-style policy.
 //!
 //! Floors, from the ground up; each names only the floors below it (ARCHITECTURE.md's table,
-//! guarded by `tests/layering.rs`):
+//! guarded by `tests/house/layering.rs`):
 //! * [`request`]: the question — who asks to do what, and the one list of what decides;
 //! * [`policy`]: the plain policy model, its loaders, its exact matching semantics and its
 //!   compilation into an immutable index; [`kube`]: the Kubernetes objects authzd reads and

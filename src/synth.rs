@@ -260,7 +260,7 @@ pub fn who_can_action() -> Action {
 
 /// One policy shape that stresses one part of the decision path, with a request and the answer
 /// it must get. Shared by `benches/shapes.rs` (which checks the answer before timing) and
-/// `tests/shapes.rs` (which holds the engine and the reference evaluator to it).
+/// `tests/properties/shapes.rs` (which holds the engine and the reference evaluator to it).
 pub struct ShapeCase {
     pub name: &'static str,
     pub policy: PolicySet,

@@ -16,7 +16,7 @@
 //! Property tests hold both halves to prost: a view validates and converts to what prost +
 //! [`convert`] give, and a reply encodes to the bytes prost writes for
 //! [`convert::authorize_response`]. The field numbers both halves use are declared once, in
-//! [`fields`], and `tests/wire_contract.rs` holds those tables (and [`routes`], the methods
+//! [`fields`], and `tests/api/wire_contract.rs` holds those tables (and [`routes`], the methods
 //! `build.rs` declares) to the compiled contract.
 //!
 //! Decoding is bounded by what a request may hold, not only by its size: a batch past
@@ -58,7 +58,7 @@ pub mod routes;
 /// The contract's fields as this module knows them: per message, its full proto name and the
 /// (number, name) of every field the view reader reads or the encoder writes. The reader and the
 /// encoder use these constants and nothing else, so these tables are what the fast path knows,
-/// and `tests/wire_contract.rs` fails when one differs from the message in the descriptor set
+/// and `tests/api/wire_contract.rs` fails when one differs from the message in the descriptor set
 /// (a field added, removed or renamed in `proto/authz/v1/authz.proto`).
 pub mod fields {
     /// A message of the contract as the fast path knows it.

@@ -16,7 +16,7 @@
 //! [`evaluate`] finishes such an answer: it rebuilds a plan of exactly the returned rules and
 //! finishes it as the engine finishes its own plans, so that for any content,
 //! `evaluate(returned(Authorize(no content)), content) == Authorize(content)` (checked by
-//! `tests/conditional.rs`).
+//! `tests/properties/conditional.rs`).
 
 use std::sync::Arc;
 

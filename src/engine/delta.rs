@@ -34,7 +34,7 @@
 //! Rows then merge: a cell's namespaces become one row everywhere (with the namespaces whose
 //! answer differs excepted and given rows of their own), and cells that differ in one
 //! dimension become one row with `*` when they cover its fresh value (with the values they do
-//! not cover excepted). `tests/delta.rs` holds the result to both directions of exactness on
+//! not cover excepted). `tests/properties/delta.rs` holds the result to both directions of exactness on
 //! random policies and changes: every request whose answer changes is covered by a row of its
 //! direction naming one of its subjects, and every subject a row names has a witness there.
 //!

@@ -7,7 +7,7 @@
 //! deny, cluster allow, namespace deny, namespace allow; binding then rule order within each).
 //! So the *first* rule that matches a request decides it — a deny denies, an allow allows,
 //! none: no opinion — exactly as Authorize decides it ([`SubjectRules::decide`]; property-
-//! tested against Authorize in `tests/rules_review.rs`). Rules with content clauses are
+//! tested against Authorize in `tests/properties/rules_review.rs`). Rules with content clauses are
 //! returned flagged `conditional`: they decide only where their clauses hold.
 //!
 //! **Kubernetes' form** ([`SubjectRules::kubernetes`]) has no deny, no negation and no

@@ -68,7 +68,7 @@
 //! `authzd-bench-peers` (in `bench-peers/`) reports the resulting bytes per binding.
 //!
 //! INVARIANT: every query answers exactly what the reference evaluator answers on the same
-//! policy; `tests/differential.rs` property-tests this, and `tests/incremental.rs` that an
+//! policy; `tests/properties/differential.rs` property-tests this, and `tests/properties/incremental.rs` that an
 //! updated index answers exactly what a full build of the new policy answers.
 
 use std::collections::HashMap;

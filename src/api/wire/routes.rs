@@ -1,6 +1,6 @@
 // The routes of the hand-declared `authz.v1.Authorizer` server, in one file read by both sides:
 // `build.rs` generates the server from them (`include!`, since a build script cannot use the
-// crate) and the crate compiles them as `api::wire::routes`, where `tests/wire_contract.rs`
+// crate) and the crate compiles them as `api::wire::routes`, where `tests/api/wire_contract.rs`
 // holds them to the service in the compiled descriptor set. So the server cannot gain, lose or
 // retype a method without the contract test seeing it. Plain `//` comments only: `include!`
 // does not take inner doc comments.
