@@ -121,6 +121,7 @@ async fn rbac_then_webhook_delegates_what_rbac_leaves_and_caches_for_the_ttl() {
     assert_eq!(secrets.decision(), Decision::Deny, "{secrets:?}");
     assert_eq!(secrets.denied_by[0].authorizer, "RBAC");
     // What RBAC leaves undecided, the webhook decides.
+    let first_asked = Instant::now();
     let configmaps = authorize(&local, "configmaps").await;
     assert_eq!(
         decided_by(&configmaps),
@@ -148,11 +149,26 @@ async fn rbac_then_webhook_delegates_what_rbac_leaves_and_caches_for_the_ttl() {
     if revoked.elapsed() < Duration::from_secs(3) {
         assert!(soon.cached && soon.allowed, "within the TTL: {soon:?}");
     }
-    tokio::time::sleep(
-        Duration::from_secs(3).saturating_sub(revoked.elapsed()) + Duration::from_millis(500),
-    )
-    .await;
-    let later = authorize(&local, "configmaps").await;
+    // Waited for, not slept: every answer inside the TTL is the cached allow, and the first
+    // answer that is not comes after the TTL, and soon after it.
+    let later = loop {
+        let asked = Instant::now();
+        let answer = authorize(&local, "configmaps").await;
+        if !answer.allowed {
+            break answer;
+        }
+        assert!(
+            revoked.elapsed() < Duration::from_secs(6),
+            "still allowed long after the TTL: {answer:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100).saturating_sub(asked.elapsed())).await;
+    };
+    // The webhook's answer was cached when first asked, no earlier.
+    assert!(
+        first_asked.elapsed() >= Duration::from_secs(3),
+        "the cached allow ended before its TTL ({:?}): {later:?}",
+        first_asked.elapsed()
+    );
     assert_eq!(
         later.decision(),
         Decision::NoOpinion,

@@ -349,8 +349,20 @@ async fn losing_quorum_fails_writes_and_fences_replicas_until_it_returns() {
     assert_eq!(refused.code(), tonic::Code::Unavailable, "{refused:?}");
     assert!(refused.message().contains("etcd"), "{refused:?}");
 
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let fenced = a.ask(&frank).await.expect_err("a fenced allow");
+    // Fenced once its last proof is older than --max-staleness: waited for, not slept.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let fenced = loop {
+        match a.ask(&frank).await {
+            Err(status) => break status,
+            Ok(answer) => assert!(answer.allowed, "before the fence: {answer:?}"),
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never fenced\n{}",
+            a.server.stderr()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     assert_eq!(fenced.code(), tonic::Code::Unavailable, "{fenced:?}");
     assert!(fenced.message().contains("fenced"), "{fenced:?}");
     let deny = a.ask(&nobody).await.expect("denies are still answered");

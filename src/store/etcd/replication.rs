@@ -21,6 +21,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+/// The fence's clock is tokio's, so that its tests can run on a paused clock.
+use tokio::time::Instant as FenceInstant;
+
 use tokio::sync::Notify;
 
 use super::client::rpc;
@@ -93,7 +96,7 @@ struct Proof {
 /// old snapshot is still being answered).
 #[derive(Debug)]
 pub struct Freshness {
-    epoch: Instant,
+    epoch: FenceInstant,
     /// The last proofs, newest first.
     proofs: arc_swap::ArcSwap<[Proof; PROOFS_KEPT]>,
     max_staleness: Duration,
@@ -103,14 +106,14 @@ pub struct Freshness {
 impl Freshness {
     pub fn new(max_staleness: Duration, on_stale: OnStale) -> Self {
         Self {
-            epoch: Instant::now(),
+            epoch: FenceInstant::now(),
             proofs: arc_swap::ArcSwap::from_pointee([Proof::default(); PROOFS_KEPT]),
             max_staleness,
             on_stale,
         }
     }
 
-    fn since_epoch(&self, at: Instant) -> u64 {
+    fn since_epoch(&self, at: FenceInstant) -> u64 {
         u64::try_from(at.saturating_duration_since(self.epoch).as_nanos()).unwrap_or(u64::MAX)
     }
 
@@ -118,7 +121,10 @@ impl Freshness {
     pub fn age(&self) -> Option<Duration> {
         let latest = self.proofs.load()[0];
         (latest.at != 0).then(|| {
-            Duration::from_nanos(self.since_epoch(Instant::now()).saturating_sub(latest.at))
+            Duration::from_nanos(
+                self.since_epoch(FenceInstant::now())
+                    .saturating_sub(latest.at),
+            )
         })
     }
 
@@ -136,7 +142,7 @@ impl Freshness {
         if self.on_stale == OnStale::ServeStale {
             return false;
         }
-        let now = self.since_epoch(Instant::now());
+        let now = self.since_epoch(FenceInstant::now());
         let limit = u64::try_from(self.max_staleness.as_nanos()).unwrap_or(u64::MAX);
         !self
             .proofs
@@ -159,7 +165,7 @@ impl Freshness {
 
     /// Records a proof: the head read at `t0` was `head`, applied here. Proofs are made one
     /// at a time (one task), so they arrive in order.
-    fn proved(&self, t0: Instant, head: u64) {
+    fn proved(&self, t0: FenceInstant, head: u64) {
         let proof = Proof {
             at: self.since_epoch(t0).max(1),
             head,
@@ -418,7 +424,7 @@ impl Replication {
 
     /// One proof: the head read linearizably, then this replica's applied revision.
     async fn prove(&self) -> Proving {
-        let t0 = Instant::now();
+        let t0 = FenceInstant::now();
         let head = self
             .client
             .range(rpc::RangeRequest {
@@ -506,14 +512,15 @@ mod tests {
 
     /// An answer is fresh only on a snapshot some recent proof covers: a proof made after the
     /// snapshot was loaded (of a newer head) does not vouch for it.
-    #[test]
-    fn a_proof_covers_only_snapshots_at_or_after_the_head_it_read() {
+    /// On tokio's paused clock: time passes only when the test advances it.
+    #[tokio::test(start_paused = true)]
+    async fn a_proof_covers_only_snapshots_at_or_after_the_head_it_read() {
         let freshness = Freshness::new(Duration::from_millis(300), OnStale::Unavailable);
         assert!(
             freshness.fenced() && freshness.fenced_for(10),
             "never proved"
         );
-        freshness.proved(Instant::now(), 5);
+        freshness.proved(FenceInstant::now(), 5);
         assert!(!freshness.fenced());
         assert!(!freshness.fenced_for(5) && !freshness.fenced_for(6));
         assert!(
@@ -521,14 +528,19 @@ mod tests {
             "a snapshot older than the proved head"
         );
         // An older proof of an older head still covers the older snapshot.
-        freshness.proved(Instant::now(), 8);
+        freshness.proved(FenceInstant::now(), 8);
         assert!(!freshness.fenced_for(5) && freshness.fenced_for(4));
         // Proofs older than --max-staleness cover nothing.
-        std::thread::sleep(Duration::from_millis(350));
+        tokio::time::advance(Duration::from_millis(300)).await;
+        assert!(
+            !freshness.fenced_for(8),
+            "exactly --max-staleness old still covers"
+        );
+        tokio::time::advance(Duration::from_millis(1)).await;
         assert!(freshness.fenced() && freshness.fenced_for(8) && freshness.fenced_for(100));
         // Only the last few proofs are kept.
         for head in 20..20 + PROOFS_KEPT as u64 {
-            freshness.proved(Instant::now(), head);
+            freshness.proved(FenceInstant::now(), head);
         }
         assert!(freshness.fenced_for(19) && !freshness.fenced_for(20));
         let serve_stale = Freshness::new(Duration::from_millis(1), OnStale::ServeStale);
