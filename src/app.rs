@@ -560,7 +560,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         &settings.webhook_path,
     )
     .with_conditional_authorization(settings.conditional_authorization);
-    let replication_cell: crate::api::admin::ReplicationCell = Arc::default();
+    let replication_cell: crate::serving::ReplicationCell = Arc::default();
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -784,7 +784,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
 fn metrics_exposition(
     state: &Arc<ServingState>,
     store: &StoreCell,
-    replication: &crate::api::admin::ReplicationCell,
+    replication: &crate::serving::ReplicationCell,
 ) -> impl Fn() -> std::future::Ready<([(http::header::HeaderName, &'static str); 1], String)>
        + Clone
        + Send
@@ -796,7 +796,7 @@ fn metrics_exposition(
     move || {
         let mut figures = state.scrape_figures();
         figures.reload_errors = store.get().map_or(0, |store| store.reload_errors());
-        figures.store = crate::api::admin::store_figures(&replication);
+        figures.store = crate::serving::store_figures(&replication);
         std::future::ready((
             [(
                 http::header::CONTENT_TYPE,

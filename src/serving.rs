@@ -37,10 +37,30 @@ use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
+use crate::store::etcd::replication::Replication;
 use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
-use crate::telemetry::metrics::{Metrics, ScrapeFigures};
+use crate::telemetry::metrics::{EtcdFigures, Metrics, ScrapeFigures, StoreFigures};
 use delegation::Delegation;
+
+/// The replication, set once etcd mode has started (empty in directory mode).
+pub type ReplicationCell = Arc<std::sync::OnceLock<Arc<Replication>>>;
+
+/// Where the policy lives, read now: what `Status` answers and `/metrics` exports.
+pub fn store_figures(replication: &ReplicationCell) -> StoreFigures {
+    let Some(replication) = replication.get() else {
+        return StoreFigures::Directory;
+    };
+    let freshness = &replication.freshness;
+    StoreFigures::Etcd(EtcdFigures {
+        replica_id: replication.id().to_string(),
+        endpoint: replication.active_endpoint(),
+        freshness_age: freshness.age(),
+        fenced: freshness.fenced(),
+        replicas: replication.replicas(),
+        head_revision: replication.head_revision(),
+    })
+}
 
 /// One compiled policy state and the revision it is published as.
 pub struct Snapshot {

@@ -14,10 +14,11 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
+use crate::serving::{store_figures, ReplicationCell};
 use crate::serving::{Caller, Privilege, ServingState, WriteOp};
-use crate::store::etcd::{AckMode, AckReport, Replication};
+use crate::store::etcd::{AckMode, AckReport};
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
-use crate::telemetry::metrics::{EtcdFigures, StoreFigures};
+use crate::telemetry::metrics::StoreFigures;
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
 const ALL_KINDS: [ObjectKind; 5] = ObjectKind::ALL;
@@ -46,25 +47,6 @@ pub struct AdminApi {
     watch_slots: Arc<tokio::sync::Semaphore>,
     /// etcd mode: the replicas a write's acknowledgement waits for.
     replication: ReplicationCell,
-}
-
-/// The replication, set once etcd mode has started (empty in directory mode).
-pub type ReplicationCell = Arc<std::sync::OnceLock<Arc<Replication>>>;
-
-/// Where the policy lives, read now: what `Status` answers and `/metrics` exports.
-pub fn store_figures(replication: &ReplicationCell) -> StoreFigures {
-    let Some(replication) = replication.get() else {
-        return StoreFigures::Directory;
-    };
-    let freshness = &replication.freshness;
-    StoreFigures::Etcd(EtcdFigures {
-        replica_id: replication.id().to_string(),
-        endpoint: replication.active_endpoint(),
-        freshness_age: freshness.age(),
-        fenced: freshness.fenced(),
-        replicas: replication.replicas(),
-        head_revision: replication.head_revision(),
-    })
 }
 
 impl AdminApi {
