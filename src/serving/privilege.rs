@@ -225,15 +225,7 @@ impl Gate<'_> {
         let Some(action) = privilege.action() else {
             return Ok(());
         };
-        let request = Request {
-            user: UserInfo::clone(caller),
-            action,
-        };
-        let decided = self
-            .state
-            .privilege_authorizer(self.snapshot)
-            .decide(request.as_borrowed());
-        if decided.response.allowed() {
+        if self.allows(caller, action) {
             remember_admitted(self.snapshot, Arc::clone(caller), privilege);
             Ok(())
         } else {
@@ -253,19 +245,25 @@ impl Gate<'_> {
         action: Action,
         refusal: impl FnOnce() -> String,
     ) -> Result<(), Refusal> {
-        let request = Request {
-            user: UserInfo::clone(caller),
-            action,
-        };
-        let decided = self
-            .state
-            .privilege_authorizer(self.snapshot)
-            .decide(request.as_borrowed());
-        if decided.response.allowed() {
+        if self.allows(caller, action) {
             Ok(())
         } else {
             Err(Refusal::PermissionDenied(refusal()))
         }
+    }
+
+    /// Whether the snapshot's policy allows `caller` to do `action`, through the privilege
+    /// cache.
+    fn allows(&self, caller: &UserInfo, action: Action) -> bool {
+        let request = Request {
+            user: caller.clone(),
+            action,
+        };
+        self.state
+            .privilege_authorizer(self.snapshot)
+            .decide(request.as_borrowed())
+            .response
+            .allowed()
     }
 }
 
