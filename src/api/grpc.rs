@@ -72,6 +72,7 @@ pub type WithOwnContent<T> = (T, Option<request::Content>);
 /// An Authorize request as the serving core reads it: borrowed from the wire view or the
 /// decoded message, built whole only for the webhooks and the audit log.
 impl Question for AuthorizeInput<'_, '_> {
+    #[inline]
     fn borrowed(&self) -> request::RequestRef<'_> {
         self.as_request()
     }

@@ -441,6 +441,7 @@ impl AuthorizeView<'_> {
     }
 
     /// The request as the engine reads it. Only for a validated view, as [`Self::to_request`].
+    #[inline]
     fn as_request(&self) -> request::RequestRef<'_> {
         let user = self.user.as_ref();
         request::RequestRef {
@@ -480,6 +481,7 @@ impl AuthorizeInput<'_, '_> {
 
     /// The request as the cache and the engine read it, with its content: a view is never
     /// copied, hit or miss (a view carries no content).
+    #[inline]
     pub fn as_request(&self) -> request::RequestRef<'_> {
         match self {
             AuthorizeInput::Borrowed(view) => view.as_request(),
