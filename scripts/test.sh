@@ -3,7 +3,7 @@
 # lints and runs every test target. Works from a fresh clone with only cargo, python3, pip and npm.
 #
 #   scripts/test.sh            # everything
-#   scripts/test.sh --quick    # tests only (skip fmt and clippy)
+#   scripts/test.sh --quick    # tests only (skip fmt, clippy and the benches' smoke run)
 #
 # The tests climb a staircase: unit tests in src/, then one binary per floor under tests/ —
 # tests/properties (random policies against an oracle), tests/cli, tests/api (the real server),
@@ -144,8 +144,10 @@ fi
 if cargo nextest --version >/dev/null 2>&1; then
   cargo nextest run --lib --bins --tests
   # Each criterion bench once, as a smoke test (so the benches cannot rot); nextest does not
-  # run benches in test mode.
-  cargo test --benches
+  # run benches in test mode. The full run does it (CI, before a commit); the quick loop not.
+  if ! $quick; then
+    cargo test --benches
+  fi
 else
   cargo test --all-targets
 fi
