@@ -72,11 +72,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 fn wire_method(route: &routes::Route) -> tonic_build::manual::Method {
-    tonic_build::manual::Method::builder()
+    let mut method = tonic_build::manual::Method::builder()
         .name(route.method)
         .route_name(route.route)
         .input_type(route.input_type)
         .output_type(route.output_type)
-        .codec_path(route.codec)
-        .build()
+        .codec_path(route.codec);
+    if route.client_streaming {
+        method = method.client_streaming();
+    }
+    if route.server_streaming {
+        method = method.server_streaming();
+    }
+    method.build()
 }

@@ -148,6 +148,8 @@ if cargo nextest --version >/dev/null 2>&1; then
   if ! $quick; then
     cargo test --benches
   fi
+  # The client library crate (a facade over the authzd crate) and its build.
+  cargo build --quiet -p authzd-client
 else
   cargo test --all-targets
 fi

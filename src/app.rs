@@ -519,7 +519,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
 
     let state = Arc::new(
         ServingState::new(settings.engine.engine.clone(), settings.cache.clone())
-            .with_max_revision_wait(settings.max_revision_wait),
+            .with_max_revision_wait(settings.max_revision_wait)
+            .with_subscribers(settings.max_staleness, settings.limits.max_subscribers),
     );
     if !settings.webhooks.is_empty() {
         state.set_delegation(Arc::new(delegation(&settings)?));
@@ -548,11 +549,12 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     )
     .with_content_limits(settings.limits.content)
     .service(MAX_REQUEST_BYTES);
+    let (draining, draining_rx) = tokio::sync::watch::channel(false);
     let grpc_api = GrpcApi::new(Arc::clone(&state), Arc::clone(&identity))
-        .with_content_limits(settings.limits.content);
+        .with_content_limits(settings.limits.content)
+        .with_draining(draining_rx.clone());
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
-    let (draining, draining_rx) = tokio::sync::watch::channel(false);
     let http_api = HttpApi::new(
         grpc_api,
         Arc::clone(&state),

@@ -13,6 +13,9 @@
 //!   SubjectAccessReview endpoint);
 //! * [`serving`]: the snapshot in force and the publish order the revocation guarantee rests on;
 //! * [`api`]: protocol adapters (gRPC, HTTP, Envoy) that convert and validate, never decide;
+//! * [`caller`]: the library callers link (published as the `authzd-client` crate): a typed
+//!   client, a decision cache in the caller's process kept exact by the server's invalidation
+//!   stream, and a `tower` layer;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...);
 //!   [`policy_test`]: `authzd test`, files of expected answers run against the engine.
@@ -24,6 +27,7 @@ pub mod api;
 pub mod app;
 pub mod audit;
 pub mod cache;
+pub mod caller;
 pub mod client;
 pub mod config;
 pub mod counter;

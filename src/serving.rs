@@ -17,6 +17,7 @@ pub mod call;
 pub mod delegation;
 pub mod privilege;
 pub mod refusal;
+pub mod subscribers;
 pub mod write_guard;
 
 pub use admission::{Caller, Impersonating, Needed};
@@ -72,6 +73,9 @@ pub struct Snapshot {
 /// Privilege checks repeat a few (caller, review kind, namespace) triples; this bounds them.
 const PRIVILEGE_CACHE_CAPACITY: usize = 10_000;
 
+/// How long a caller's cache keeps a proof unless `--max-staleness` says otherwise (its default).
+const DEFAULT_MAX_STALENESS: Duration = Duration::from_secs(5);
+
 /// How long a `min_revision` call waits at most unless `--max-revision-wait` says otherwise.
 const DEFAULT_MAX_REVISION_WAIT: Duration = Duration::from_secs(5);
 
@@ -94,6 +98,8 @@ pub struct ServingState {
     audit: std::sync::OnceLock<Arc<AuditLog>>,
     /// The longest a `min_revision` call waits when its deadline allows more (or it has none).
     max_revision_wait: Duration,
+    /// The callers' caches following this server (WatchInvalidations).
+    subscribers: Arc<subscribers::Subscribers>,
 }
 
 /// Whether the server should receive traffic (`/readyz`).
@@ -147,7 +153,17 @@ impl ServingState {
             delegation: std::sync::OnceLock::new(),
             audit: std::sync::OnceLock::new(),
             max_revision_wait: DEFAULT_MAX_REVISION_WAIT,
+            subscribers: Arc::new(subscribers::Subscribers::new(DEFAULT_MAX_STALENESS)),
         }
+    }
+
+    /// Callers' caches hold a proof of being current for at most `max_staleness`
+    /// (`--max-staleness`), and at most `max_subscribers` follow this server at once.
+    #[must_use]
+    pub fn with_subscribers(mut self, max_staleness: Duration, max_subscribers: usize) -> Self {
+        self.subscribers =
+            Arc::new(subscribers::Subscribers::new(max_staleness).with_max(max_subscribers));
+        self
     }
 
     /// `min_revision` calls wait at most `wait` (`--max-revision-wait`).
@@ -242,6 +258,7 @@ impl ServingState {
                 plan: Default::default(),
             }),
             cached: false,
+            cacheable: false,
         };
         match (freshness.on_stale, fenced_allow) {
             (OnStale::Unavailable, FencedAllow::Refuse) => {
@@ -401,8 +418,20 @@ impl Publisher for ServingState {
         self.privileges.invalidate(impact, cause);
         self.current
             .store(Some(Arc::new(Snapshot { engine, revision })));
+        // Callers' caches hear of the change once it is in force here: an answer they fetch
+        // at `revision` is then never older than the invalidation they receive for it.
+        self.subscribers.published(revision, impact);
         tracing::debug!(revision, removed, ?cause, "policy published");
         self.revisions.send_replace(revision);
+    }
+
+    fn settled(
+        &self,
+        revision: u64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send + '_>> {
+        Box::pin(async move {
+            self.subscribers.acknowledge(revision).await;
+        })
     }
 }
 

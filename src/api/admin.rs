@@ -14,9 +14,10 @@ use crate::api::error::{ApiError, Invalid, Result};
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
+use crate::serving::subscribers::Acknowledged;
 use crate::serving::{store_figures, ReplicationCell};
 use crate::serving::{Caller, Privilege, ServingState, WriteOp};
-use crate::store::etcd::{AckMode, AckReport};
+use crate::store::etcd::AckMode;
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
 use crate::telemetry::metrics::StoreFigures;
 
@@ -75,18 +76,16 @@ impl AdminApi {
         self
     }
 
-    /// How far a committed write at `revision` reached, as `ack` asks (nothing to report in
-    /// directory mode).
-    async fn acknowledge(&self, revision: u64, ack: i32) -> AckReport {
-        let Some(replication) = self.replication.get() else {
-            return AckReport::default();
-        };
+    /// How far a committed write at `revision` reached, as `ack` asks.
+    async fn acknowledge(&self, revision: u64, ack: i32) -> Acknowledged {
         let mode = match proto::Ack::try_from(ack).unwrap_or(proto::Ack::Cluster) {
             proto::Ack::Cluster => AckMode::Cluster,
             proto::Ack::Local => AckMode::Local,
             proto::Ack::Committed => AckMode::Committed,
         };
-        replication.acknowledge(revision, mode).await
+        self.state
+            .acknowledge(&self.replication, revision, mode)
+            .await
     }
 
     /// At most `max` watch streams open at once; one more is refused with
@@ -328,8 +327,11 @@ impl PolicyAdmin for AdminApi {
             objects,
             delta,
         } = outcome?;
-        let report = if wire.dry_run {
-            AckReport::default()
+        let Acknowledged {
+            replicas: report,
+            subscribers,
+        } = if wire.dry_run {
+            Acknowledged::default()
         } else {
             self.acknowledge(revision, wire.ack).await
         };
@@ -339,6 +341,8 @@ impl PolicyAdmin for AdminApi {
             dry_run = wire.dry_run,
             confirmed = report.confirmed.len(),
             fenced = report.fenced.len(),
+            subscribers_confirmed = subscribers.confirmed,
+            subscribers_fenced = subscribers.fenced,
             "policy applied"
         );
         let (delta, delta_withheld) = match delta {
@@ -353,6 +357,8 @@ impl PolicyAdmin for AdminApi {
             replicas_fenced: report.fenced,
             delta,
             delta_withheld,
+            subscribers_confirmed: subscribers.confirmed,
+            subscribers_fenced: subscribers.fenced,
         }))
     }
 
@@ -395,18 +401,25 @@ impl PolicyAdmin for AdminApi {
             },
         );
         let (revision, object) = outcome?;
-        let report = self.acknowledge(revision, ack).await;
+        let Acknowledged {
+            replicas: report,
+            subscribers,
+        } = self.acknowledge(revision, ack).await;
         tracing::info!(
             revision,
             %object,
             confirmed = report.confirmed.len(),
             fenced = report.fenced.len(),
+            subscribers_confirmed = subscribers.confirmed,
+            subscribers_fenced = subscribers.fenced,
             "policy object deleted"
         );
         Ok(Response::new(proto::DeleteResponse {
             revision,
             replicas_confirmed: report.confirmed,
             replicas_fenced: report.fenced,
+            subscribers_confirmed: subscribers.confirmed,
+            subscribers_fenced: subscribers.fenced,
         }))
     }
 
@@ -520,6 +533,17 @@ impl PolicyAdmin for AdminApi {
             cache_inserts: cache.inserts,
             cache_stale_inserts_refused: cache.stale_inserts_refused,
             audit_dropped: self.state.audit_dropped(),
+            subscribers: self
+                .state
+                .subscriber_figures()
+                .into_iter()
+                .map(|subscriber| proto::SubscriberStatus {
+                    id: subscriber.id,
+                    applied_revision: subscriber.applied_revision,
+                    connected: subscriber.connected,
+                    proof_age_seconds: subscriber.proof_age.map_or(-1.0, |age| age.as_secs_f64()),
+                })
+                .collect(),
             ..self.store_status()
         }))
     }

@@ -581,6 +581,7 @@ pub fn authorize_response(decided: &Decided, revision: u64) -> proto::AuthorizeR
         revision,
         cached: decided.cached,
         conditions: Vec::new(),
+        cacheable: decided.cacheable,
     }
 }
 
@@ -601,6 +602,7 @@ pub fn conditional_response(
         revision,
         cached,
         conditions: conditions.iter().map(condition).collect(),
+        cacheable: false,
     }
 }
 

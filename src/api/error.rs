@@ -21,6 +21,11 @@ impl From<Refusal> for ApiError {
             }
             Refusal::PermissionDenied(message) => ApiError::PermissionDenied(message),
             Refusal::Fenced(message) => ApiError::Fenced(message),
+            Refusal::Exhausted(message) => ApiError::Exhausted(message),
+            Refusal::Invalid { field, problem } => ApiError::InvalidArgument {
+                field: field.into(),
+                problem: Invalid::Other(problem),
+            },
             Refusal::Content(error) => error.into(),
         }
     }
@@ -66,6 +71,10 @@ pub enum ApiError {
     /// `--max-watches` streams are open already.
     #[error("too many open watch streams (--max-watches); retry with backoff")]
     TooManyWatches,
+
+    /// A bound on open streams other than watches (invalidation subscribers) is reached.
+    #[error("{0}")]
+    Exhausted(String),
 
     /// A watch stream fell too far behind the changes to be continued.
     #[error(
@@ -141,7 +150,9 @@ impl ApiError {
             ApiError::InvalidArgument { .. }
             | ApiError::Malformed(_)
             | ApiError::UnsupportedMediaType(_) => Code::InvalidArgument,
-            ApiError::TooLarge | ApiError::TooManyWatches => Code::ResourceExhausted,
+            ApiError::TooLarge | ApiError::TooManyWatches | ApiError::Exhausted(_) => {
+                Code::ResourceExhausted
+            }
             ApiError::RevisionNotReached { .. } => Code::FailedPrecondition,
             ApiError::NotReady | ApiError::Fenced(_) => Code::Unavailable,
             ApiError::WatchLagged { .. } => Code::DataLoss,

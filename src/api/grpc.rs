@@ -40,6 +40,8 @@ pub struct GrpcApi {
     authenticator: Arc<dyn Authenticator>,
     /// How much content a request may carry (`--max-content-bytes`).
     content_limits: ContentLimits,
+    /// Becomes `true` when the server drains: invalidation streams end then.
+    draining: tokio::sync::watch::Receiver<bool>,
 }
 
 /// One review RPC, stated by what differs between them: what its message converts into, what
@@ -88,7 +90,15 @@ impl GrpcApi {
             state,
             authenticator,
             content_limits: ContentLimits::default(),
+            draining: tokio::sync::watch::channel(false).1,
         }
+    }
+
+    /// Long-lived streams end when `draining` becomes `true` (graceful shutdown).
+    #[must_use]
+    pub fn with_draining(mut self, draining: tokio::sync::watch::Receiver<bool>) -> Self {
+        self.draining = draining;
+        self
     }
 
     /// Bounds the content requests may carry (`--max-content-bytes`).
@@ -538,6 +548,7 @@ impl Authorizer for GrpcApi {
         let decided = Decided {
             response,
             cached: false,
+            cacheable: false,
         };
         Ok(Response::new(convert::authorize_response(
             &decided,
@@ -589,6 +600,23 @@ impl Authorizer for GrpcApi {
         request: Request<proto::GetAllowedSubjectsRequest>,
     ) -> Result<Response<proto::GetAllowedSubjectsResponse>, Status> {
         Ok(Response::new(self.serve(request).await?))
+    }
+
+    type WatchInvalidationsStream = crate::api::invalidations::InvalidationStream;
+
+    async fn watch_invalidations(
+        &self,
+        request: Request<tonic::Streaming<proto::InvalidationsRequest>>,
+    ) -> Result<Response<Self::WatchInvalidationsStream>, Status> {
+        let caller = self.caller(&request)?;
+        let stream = crate::api::invalidations::watch(
+            Arc::clone(&self.state),
+            caller,
+            request.into_inner(),
+            self.draining.clone(),
+        )
+        .await?;
+        Ok(Response::new(stream))
     }
 }
 

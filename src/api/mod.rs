@@ -4,6 +4,7 @@
 //! * [`http`]: the HTTP/JSON review endpoints and webhook, calling the same handlers;
 //! * [`admin`]: `authz.v1.PolicyAdmin` over the store;
 //! * [`envoy`]: `envoy.service.auth.v3.Authorization` (Envoy ext_authz) over the [`serving`](crate::serving) core;
+//! * [`invalidations`]: `Authorizer/WatchInvalidations`, a caller's cache following the server;
 //! * [`dispatch`]: the Authorizer's calls straight to it, the rest through the router;
 //! * [`convert`]: wire <-> engine types with typed, field-naming validation errors;
 //! * [`delta_wire`]: the access delta of a dry-run `Apply`, to the wire and back;
@@ -21,6 +22,7 @@ pub mod envoy;
 pub mod error;
 pub mod grpc;
 pub mod http;
+pub mod invalidations;
 pub mod limits;
 pub mod shed;
 pub mod wire;

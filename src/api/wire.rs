@@ -202,6 +202,7 @@ pub mod fields {
         /// Written by prost: a conditional answer is a [`super::super::AuthorizeReply`] of a
         /// whole message (`AuthorizeReply::message`), never a cached encoding.
         pub const CONDITIONS: u32 = 10;
+        pub const CACHEABLE: u32 = 11;
         pub const MESSAGE: super::Message = super::Message {
             name: "authz.v1.AuthorizeResponse",
             fields: &[
@@ -215,6 +216,7 @@ pub mod fields {
                 (REVISION, "revision"),
                 (CACHED, "cached"),
                 (CONDITIONS, "conditions"),
+                (CACHEABLE, "cacheable"),
             ],
         };
     }
@@ -826,6 +828,7 @@ fn read_non_resource(mut reader: Reader<'_>) -> Option<(&str, &str)> {
 pub struct Answer {
     response: Arc<Response>,
     cached: bool,
+    cacheable: bool,
     revision: u64,
 }
 
@@ -834,6 +837,7 @@ impl Answer {
         Self {
             response: decided.response,
             cached: decided.cached,
+            cacheable: decided.cacheable,
             revision,
         }
     }
@@ -880,12 +884,14 @@ impl Answer {
         self.response_fields().len()
             + varint_field_len(authorize_response::REVISION, self.revision)
             + bool_field_len(authorize_response::CACHED, self.cached)
+            + bool_field_len(authorize_response::CACHEABLE, self.cacheable)
     }
 
     fn encode_body(&self, buf: &mut impl BufMut) {
         buf.put_slice(self.response_fields());
         put_varint_field(buf, authorize_response::REVISION, self.revision);
         put_bool_field(buf, authorize_response::CACHED, self.cached);
+        put_bool_field(buf, authorize_response::CACHEABLE, self.cacheable);
     }
 }
 

@@ -106,15 +106,15 @@ pub enum InvalidationCause {
     Reload,
 }
 
-struct CacheEntry {
-    /// The digest of the key (see [`DecisionCache::key`]): the table's hash, kept to rehash.
+struct CacheEntry<V> {
+    /// The digest of the key (see [`CacheKey::fill`]): the table's hash, kept to rehash.
     digest: u64,
     /// Where the entry's canonical request bytes (see [`encode_into`]) are in its shard's
     /// [`Shard::keys`]: compared on every hit to tell digest collisions from hits, and decoded
     /// by invalidation to find the subject and namespace.
     key_at: u32,
     key_len: u32,
-    response: Arc<Response>,
+    response: V,
     /// The revision the response was computed at.
     revision: u64,
     expires: Option<Instant>,
@@ -130,10 +130,37 @@ struct CacheEntry {
 /// The hot path (`CachedEngine`'s [`Authorize::decide`](crate::engine::Authorize::decide)) keeps one on its stack and has it filled
 /// in place ([`DecisionCache::probe`]) and read in place ([`DecisionCache::insert`]):
 /// at about 400 bytes, each move would be a `memcpy`.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct CacheKey {
     digest: u64,
     encoded: EncodedKey,
+}
+
+impl CacheKey {
+    #[cfg(test)]
+    pub(crate) fn of(
+        user: &str,
+        groups: &[&str],
+        action: crate::request::ActionRef<'_>,
+    ) -> CacheKey {
+        let mut key = CacheKey::default();
+        key.fill(user, groups, &action.decision_fields());
+        key
+    }
+
+    /// Writes the canonical form of the request into `key`, and its digest.
+    fn fill(&mut self, user: &str, groups: &[&str], action: &ActionFields<'_>) {
+        encode_into(&mut self.encoded, user, groups, action);
+        let mut h = FxHasher::default();
+        h.write(&self.encoded);
+        // Fx is fast but weakly mixed; finish with a multiply-xorshift so the shard (middle
+        // bits), hashbrown's buckets (low bits) and its tags (top bits) all spread.
+        let mut digest = h.finish();
+        digest ^= digest >> 33;
+        digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
+        digest ^= digest >> 33;
+        self.digest = digest;
+    }
 }
 
 /// A canonical form, on the stack up to [`KEY_INLINE_BYTES`] so that a lookup does not
@@ -143,6 +170,7 @@ pub struct CacheKey {
 /// cost about 1.7k instructions per request in `scripts/profile.sh`.)
 // Large on purpose: the inline bytes are the point.
 #[allow(clippy::large_enum_variant)]
+#[derive(Clone)]
 pub enum EncodedKey {
     Inline {
         len: usize,
@@ -277,9 +305,29 @@ fn encode_into(out: &mut EncodedKey, user: &str, groups: &[&str], action: &Actio
     *out = EncodedKey::Heap(heap);
 }
 
+/// Whether a request's key is small enough to be cached (by this cache or a caller's).
+pub fn within_bounds(request: RequestRef<'_>) -> bool {
+    let (user, groups, action) = request.decision_fields();
+    let groups: SmallVec<[&str; 16]> = groups.iter().collect();
+    groups.len() <= MAX_CACHEABLE_GROUPS
+        && attribute_bytes(user, &groups, &action) < MAX_CACHEABLE_ATTRIBUTE_BYTES
+}
+
+/// What a cache keeps per request: the server's engine responses, or a caller's answers
+/// (`caller::local`). Clones are cheap (an `Arc`); whether it allows picks its TTL.
+pub trait CachedValue: Clone + Send + Sync + 'static {
+    fn is_allow(&self) -> bool;
+}
+
+impl CachedValue for Arc<Response> {
+    fn is_allow(&self) -> bool {
+        self.decision == Decision::Allow
+    }
+}
+
 /// What [`DecisionCache::probe`] found; on a miss the caller's key holds the request.
-pub enum Probe {
-    Hit(Arc<Response>),
+pub enum Probe<V = Arc<Response>> {
+    Hit(V),
     Miss,
     Bypass,
 }
@@ -287,8 +335,8 @@ pub enum Probe {
 /// What a lookup found.
 // The key is large on purpose: its bytes live on the stack so a lookup does not allocate.
 #[allow(clippy::large_enum_variant)]
-pub enum Lookup {
-    Hit(Arc<Response>),
+pub enum Lookup<V = Arc<Response>> {
+    Hit(V),
     /// Not cached; insert the answer with this key.
     Miss(CacheKey),
     /// Never cached (cache disabled, or oversized attributes).
@@ -327,8 +375,8 @@ const SHARDS: usize = 128;
 /// cache under misses churns: one allocation each is a malloc on the request thread and a
 /// free on the sweeper's; here an insert appends to memory the shard already holds, and
 /// removals leave garbage that [`Shard::compact`] reclaims in place.
-struct Shard {
-    entries: HashTable<CacheEntry>,
+struct Shard<V> {
+    entries: HashTable<CacheEntry<V>>,
     keys: Vec<u8>,
     /// Bytes of `keys` that no entry names any more.
     garbage: usize,
@@ -336,14 +384,14 @@ struct Shard {
 
 /// `entry`'s key in its shard's key buffer `keys` (empty if the offsets were ever wrong, which
 /// then compares unequal to every request and decodes to nothing: a miss, or a fail-safe drop).
-fn key_in<'k>(keys: &'k [u8], entry: &CacheEntry) -> &'k [u8] {
+fn key_in<'k, V>(keys: &'k [u8], entry: &CacheEntry<V>) -> &'k [u8] {
     let at = entry.key_at as usize;
     keys.get(at..at + entry.key_len as usize)
         .unwrap_or_default()
 }
 
-impl Shard {
-    fn key_of(&self, entry: &CacheEntry) -> &[u8] {
+impl<V> Shard<V> {
+    fn key_of(&self, entry: &CacheEntry<V>) -> &[u8] {
         key_in(&self.keys, entry)
     }
 
@@ -359,7 +407,7 @@ impl Shard {
 
     /// Keeps the entries for which `keep` (given each entry and its key) says so, and
     /// reclaims the key space once enough of it is garbage. Returns how many were removed.
-    fn retain(&mut self, mut keep: impl FnMut(&CacheEntry, &[u8]) -> bool) -> usize {
+    fn retain(&mut self, mut keep: impl FnMut(&CacheEntry<V>, &[u8]) -> bool) -> usize {
         let Shard {
             entries,
             keys,
@@ -389,7 +437,7 @@ impl Shard {
     /// Moves the live keys to the front of the buffer, in the order they were written, and
     /// drops the garbage. The buffer keeps its capacity: the next inserts reuse it.
     fn compact(&mut self) {
-        let mut live: Vec<&mut CacheEntry> = self.entries.iter_mut().collect();
+        let mut live: Vec<&mut CacheEntry<V>> = self.entries.iter_mut().collect();
         live.sort_unstable_by_key(|entry| entry.key_at);
         let mut write = 0usize;
         for entry in live {
@@ -407,7 +455,7 @@ impl Shard {
 /// A shard behind its own lock, on its own cache lines so that neighbouring shards' lock words
 /// do not share one.
 #[repr(align(128))]
-struct ShardLock(RwLock<Shard>);
+struct ShardLock<V>(RwLock<Shard<V>>);
 
 /// Each shard's table is sized at start for its share of the hard limit (up to this many
 /// entries in all): a growing table rehashes under its write lock, on the request path, and
@@ -421,7 +469,7 @@ fn presized_entries(capacity: usize) -> usize {
     share + share / 8
 }
 
-impl ShardLock {
+impl<V> ShardLock<V> {
     fn with_capacity(entries: usize) -> Self {
         Self(RwLock::new(Shard {
             entries: HashTable::with_capacity(entries),
@@ -435,13 +483,13 @@ impl ShardLock {
     // the request's and its digest the entry's), but invalidation would decode the wrong
     // subject. So a writer that finds the lock poisoned drops the shard's entries (see
     // `write`), and readers carry on.
-    fn read(&self) -> RwLockReadGuard<'_, Shard> {
+    fn read(&self) -> RwLockReadGuard<'_, Shard<V>> {
         self.0.read().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// The shard for writing; a poisoned one is emptied first (its entries subtracted from
     /// `len`, the cache's count).
-    fn write(&self, len: &AtomicUsize) -> RwLockWriteGuard<'_, Shard> {
+    fn write(&self, len: &AtomicUsize) -> RwLockWriteGuard<'_, Shard<V>> {
         match self.0.write() {
             Ok(shard) => shard,
             Err(poisoned) => {
@@ -459,25 +507,25 @@ impl ShardLock {
 
 /// What the background sweeper shares with the cache (it holds a weak reference, and stops
 /// when the cache is dropped).
-struct Shared {
-    shards: Box<[ShardLock]>,
+struct Shared<V> {
+    shards: Box<[ShardLock<V>]>,
     len: AtomicUsize,
     /// The CLOCK hand: the shard the next eviction sweep starts at.
     hand: AtomicUsize,
 }
 
-impl Shared {
+impl<V> Shared<V> {
     /// The shard of a digest. Bits from the middle: hashbrown takes a table's bucket from the
     /// low bits and its tag from the top seven, and a shard must not fix either.
-    fn shard(&self, digest: u64) -> &ShardLock {
+    fn shard(&self, digest: u64) -> &ShardLock<V> {
         let index = (digest >> 40) as usize % SHARDS;
         // `shards` has SHARDS elements; the modulo keeps the index in range.
         &self.shards[index]
     }
 }
 
-pub struct DecisionCache {
-    shared: Arc<Shared>,
+pub struct DecisionCache<V = Arc<Response>> {
+    shared: Arc<Shared<V>>,
     config: CacheConfig,
     /// Inserts are accepted only when computed at this revision (see the module docs).
     accepting_revision: AtomicU64,
@@ -487,7 +535,7 @@ pub struct DecisionCache {
     pub stats: Arc<CacheStats>,
 }
 
-impl Drop for DecisionCache {
+impl<V> Drop for DecisionCache<V> {
     fn drop(&mut self) {
         // The sweeper notices the cache is gone the next time it wakes.
         if let Some(sweeper) = &self.sweeper {
@@ -502,8 +550,19 @@ fn attribute_bytes(user: &str, groups: &[&str], action: &ActionFields<'_>) -> us
     action + user.len() + groups.iter().map(|g| g.len()).sum::<usize>()
 }
 
-impl DecisionCache {
+impl<V: CachedValue> DecisionCache<V> {
     pub fn new(config: CacheConfig) -> Self {
+        Self::with_sweeper(config, true)
+    }
+
+    /// A cache whose evictions run inline, on the inserting thread (tests that inspect the
+    /// shards must not race a sweeper thread).
+    #[cfg(test)]
+    fn sweeping_inline(config: CacheConfig) -> Self {
+        Self::with_sweeper(config, false)
+    }
+
+    fn with_sweeper(config: CacheConfig, background: bool) -> Self {
         let shared = Arc::new(Shared {
             shards: (0..SHARDS)
                 .map(|_| ShardLock::with_capacity(presized_entries(config.capacity)))
@@ -512,7 +571,7 @@ impl DecisionCache {
             hand: AtomicUsize::new(0),
         });
         let stats = Arc::new(CacheStats::default());
-        let sweeper = (config.capacity > 0)
+        let sweeper = (background && config.capacity > 0)
             .then(|| spawn_sweeper(Arc::downgrade(&shared), Arc::clone(&stats), config.capacity))
             .flatten();
         Self {
@@ -540,35 +599,14 @@ impl DecisionCache {
         self.config.capacity
     }
 
-    #[cfg(test)]
-    fn key(user: &str, groups: &[&str], action: crate::request::ActionRef<'_>) -> CacheKey {
-        let mut key = CacheKey::default();
-        Self::fill_key(&mut key, user, groups, &action.decision_fields());
-        key
-    }
-
-    /// Writes the canonical form of the request into `key`, and its digest.
-    fn fill_key(key: &mut CacheKey, user: &str, groups: &[&str], action: &ActionFields<'_>) {
-        encode_into(&mut key.encoded, user, groups, action);
-        let mut h = FxHasher::default();
-        h.write(&key.encoded);
-        // Fx is fast but weakly mixed; finish with a multiply-xorshift so the shard (middle
-        // bits), hashbrown's buckets (low bits) and its tags (top bits) all spread.
-        let mut digest = h.finish();
-        digest ^= digest >> 33;
-        digest = digest.wrapping_mul(0xff51_afd7_ed55_8ccd);
-        digest ^= digest >> 33;
-        key.digest = digest;
-    }
-
     /// Looks `request` up whatever revision its entry was computed at.
-    pub fn lookup(&self, request: &Request) -> Lookup {
+    pub fn lookup(&self, request: &Request) -> Lookup<V> {
         self.lookup_at(request, u64::MAX)
     }
 
     /// Looks `request` up for a reader of the snapshot at `revision`: an entry computed at a
     /// later revision is not a hit (see the module docs).
-    pub fn lookup_at(&self, request: &Request, revision: u64) -> Lookup {
+    pub fn lookup_at(&self, request: &Request, revision: u64) -> Lookup<V> {
         let mut key = CacheKey::default();
         match self.probe(&mut key, request.as_borrowed(), revision) {
             Probe::Hit(response) => Lookup::Hit(response),
@@ -580,7 +618,7 @@ impl DecisionCache {
     /// [`Self::lookup_at`] for a request borrowed from wherever its strings live (the bytes
     /// of a request on the wire): a hit copies nothing. The request's key is written into
     /// `key`, which the caller keeps for [`Self::insert`] on a miss.
-    pub fn probe(&self, key: &mut CacheKey, request: RequestRef<'_>, revision: u64) -> Probe {
+    pub fn probe(&self, key: &mut CacheKey, request: RequestRef<'_>, revision: u64) -> Probe<V> {
         if !self.enabled() {
             return Probe::Bypass;
         }
@@ -591,7 +629,7 @@ impl DecisionCache {
         {
             return Probe::Bypass;
         }
-        Self::fill_key(key, user, &canonical_groups(groups), &action);
+        key.fill(user, &canonical_groups(groups), &action);
         let shard = self.shared.shard(key.digest).read();
         if let Some(entry) = shard.entries.find(key.digest, |e| e.digest == key.digest) {
             if entry.revision <= revision && shard.key_of(entry) == &*key.encoded {
@@ -614,16 +652,17 @@ impl DecisionCache {
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved
     /// on since: the decision may already be stale.
-    pub fn insert(&self, key: &CacheKey, response: Arc<Response>, revision: u64) {
+    pub fn insert(&self, key: &CacheKey, response: V, revision: u64) {
         if self.len() >= hard_limit(self.config.capacity) {
             // The sweeper is behind: answer uncached rather than grow without bound.
             self.stats.inserts_skipped_full.add(1);
             self.request_eviction();
             return;
         }
-        let ttl = match response.decision {
-            Decision::Allow => self.config.allow_ttl,
-            Decision::Deny | Decision::NoOpinion => self.config.deny_ttl,
+        let ttl = if response.is_allow() {
+            self.config.allow_ttl
+        } else {
+            self.config.deny_ttl
         };
         let expires = ttl.map(|ttl| Instant::now() + ttl);
         let digest = key.digest;
@@ -727,8 +766,8 @@ fn hard_limit(capacity: usize) -> usize {
 
 /// Starts the background sweeper: it wakes when asked (and every 250 ms), evicts when the cache
 /// is over capacity, and ends when the cache is dropped.
-fn spawn_sweeper(
-    shared: std::sync::Weak<Shared>,
+fn spawn_sweeper<V: Send + Sync + 'static>(
+    shared: std::sync::Weak<Shared<V>>,
     stats: Arc<CacheStats>,
     capacity: usize,
 ) -> Option<std::thread::Thread> {
@@ -756,7 +795,7 @@ fn spawn_sweeper(
 /// more round, so hot entries stay. Shard by shard, so readers wait for one small shard at most;
 /// each shard gives up its share of the excess in proportion to its size, so shards stay even
 /// (no shard is emptied while another grows its table), starting where the last sweep stopped.
-fn sweep(shared: &Shared, stats: &CacheStats, capacity: usize) {
+fn sweep<V>(shared: &Shared<V>, stats: &CacheStats, capacity: usize) {
     let target = capacity - capacity / 8;
     for _pass in 0..2 {
         let len = shared.len.load(Ordering::Relaxed);
@@ -820,6 +859,7 @@ impl crate::engine::Authorize for CachedEngine<'_> {
         let mut key = CacheKey::default();
         match self.cache.probe(&mut key, request, self.revision) {
             Probe::Hit(response) => crate::engine::Decided {
+                cacheable: response.plan.0.is_none(),
                 response,
                 cached: true,
             },
@@ -827,14 +867,19 @@ impl crate::engine::Authorize for CachedEngine<'_> {
                 let response = self.engine.authorize_shared(request);
                 self.cache.insert(&key, response.clone(), self.revision);
                 crate::engine::Decided {
+                    cacheable: response.plan.0.is_none(),
                     response,
                     cached: false,
                 }
             }
-            Probe::Bypass => crate::engine::Decided {
-                response: self.engine.authorize_shared(request),
-                cached: false,
-            },
+            Probe::Bypass => {
+                let response = self.engine.authorize_shared(request);
+                crate::engine::Decided {
+                    cacheable: response.plan.0.is_none() && within_bounds(request),
+                    response,
+                    cached: false,
+                }
+            }
         }
     }
 

@@ -220,7 +220,12 @@ fn compaction_keeps_every_surviving_key() {
 #[test]
 fn eviction_spreads_over_the_shards() {
     let capacity = 100 * SHARDS;
-    let c = cache(capacity);
+    // Evicting inline: a sweeper thread woken by the inserts would race the counts below.
+    let c = DecisionCache::sweeping_inline(CacheConfig {
+        capacity,
+        ..Default::default()
+    });
+    c.begin_revision(1);
     for i in 0..capacity + capacity / 8 {
         if let Lookup::Miss(key) = c.lookup(&request(&format!("user-{i}"), &[], "ns")) {
             c.insert(&key, response(Decision::Allow), 1);
@@ -248,7 +253,7 @@ fn a_poisoned_shard_is_emptied_by_its_next_writer() {
     let req = request("alice", &[], "ns");
     put(&c, &req, 1);
     put(&c, &request("bob", &[], "ns"), 1);
-    let digest = DecisionCache::key("alice", &[], req.action.as_borrowed()).digest;
+    let digest = CacheKey::of("alice", &[], req.action.as_borrowed()).digest;
     let shard = c.shared.shard(digest);
     let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let _locked = shard.write(&c.shared.len);
@@ -360,7 +365,7 @@ fn racing_inserts_never_survive_an_invalidation() {
 fn canonical_encoding_is_unambiguous_and_decodes() {
     fn key(req: &Request) -> CacheKey {
         let groups = canonical_groups(req.user.groups.iter().map(String::as_str).collect());
-        let key = DecisionCache::key(&req.user.name, &groups, req.action.as_borrowed());
+        let key = CacheKey::of(&req.user.name, &groups, req.action.as_borrowed());
         // A key too long for the stack is allocated at its exact size, so storing it as the
         // entry's key does not reallocate.
         if let EncodedKey::Heap(bytes) = &key.encoded {
@@ -424,7 +429,7 @@ fn a_digest_collision_is_a_miss() {
     let asked = request("mallory", &["dev"], "ns");
     let key_of = |req: &Request| {
         let groups = canonical_groups(req.user.groups.iter().map(String::as_str).collect());
-        DecisionCache::key(&req.user.name, &groups, req.action.as_borrowed())
+        CacheKey::of(&req.user.name, &groups, req.action.as_borrowed())
     };
     // alice's decision, filed under mallory's digest.
     let colliding = CacheKey {
@@ -451,7 +456,7 @@ fn every_deciding_field_changes_the_key() {
         name: "web".into(),
     };
     let key_of = |user: &str, groups: &[&str], action: &Action| {
-        DecisionCache::key(user, groups, action.as_borrowed())
+        CacheKey::of(user, groups, action.as_borrowed())
             .encoded
             .to_vec()
     };

@@ -7,6 +7,7 @@
 //!
 //! [`text`] renders the offline commands' answers (`check`, `who-can`) the same way.
 
+pub mod ask;
 pub mod text;
 
 use std::future::Future;
@@ -19,6 +20,7 @@ use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity
 use tonic::{Code, Status};
 
 use crate::api::error::ErrorReason;
+use crate::caller::connect::error_chain;
 use crate::config::{Ack, ClientCommand, ClientSettings, ManifestSource};
 use crate::proto;
 use crate::proto::policy_admin_client::PolicyAdminClient;
@@ -94,6 +96,10 @@ pub async fn run(
     // one applied.
     let manifests = match &command {
         ClientCommand::Apply { sources, .. } => read_sources(sources)?,
+        ClientCommand::Ask {
+            question,
+            local_cache,
+        } => return ask::run(server, question.clone(), local_cache.clone(), out).await,
         _ => Vec::new(),
     };
     let mut client = connect(server).await?;
@@ -199,6 +205,8 @@ pub async fn run(
                 }
             }
         }
+        // Answered before connecting (above).
+        ClientCommand::Ask { .. } => Ok(()),
     };
     match result.and_then(|()| out.flush().map_err(ClientError::from)) {
         // `authzd get ... | head`: the reader having gone is not a failure.
@@ -305,22 +313,6 @@ async fn connect(server: &ClientSettings) -> Result<PolicyAdminClient<Channel>> 
         }
     };
     Ok(PolicyAdminClient::new(channel))
-}
-
-/// `transport error: tcp connect error: Connection refused (os error 111)`: tonic's top-level
-/// message alone ("transport error") says nothing.
-fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let cause_text = cause.to_string();
-        if !message.ends_with(&cause_text) {
-            message.push_str(": ");
-            message.push_str(&cause_text);
-        }
-        source = cause.source();
-    }
-    message
 }
 
 /// `message` with the caller's `authorization: Bearer` token, when one is configured.

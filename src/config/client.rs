@@ -55,8 +55,16 @@ pub struct ClientArgs {
     pub client_key: Option<PathBuf>,
 }
 
-/// `http://host:port` or `https://host:port` as given, or `host:port` made into an `http` URL.
+/// `http://host:port` or `https://host:port` as given, `unix:///path` (a Unix socket), or
+/// `host:port` made into an `http` URL.
 pub fn parse_server(s: &str) -> Result<String, String> {
+    if let Some(path) = s.strip_prefix("unix://") {
+        return if path.starts_with('/') {
+            Ok(s.to_string())
+        } else {
+            Err(format!("`{s}`: a Unix socket is unix:///ABSOLUTE/PATH"))
+        };
+    }
     let url = if s.contains("://") {
         s.to_string()
     } else {
@@ -183,6 +191,38 @@ pub struct StatusArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct AskArgs {
+    #[command(flatten)]
+    pub client: ClientArgs,
+
+    /// Answer from a decision cache in this process, kept exact by the server's invalidation
+    /// stream (needs `watch` on `decisioninvalidations`); each answer says `local` or
+    /// `remote`.
+    #[arg(long)]
+    pub local_cache: bool,
+
+    /// With --local-cache: the id the server's Status lists this cache under (default:
+    /// `authzd-ask-PID`).
+    #[arg(long, value_name = "ID", requires = "local_cache")]
+    pub subscriber_id: Option<String>,
+
+    /// With --local-cache: the longest the cache keeps a proof of being current (the
+    /// server's --max-staleness bounds it too).
+    #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
+    pub max_staleness: Duration,
+
+    /// The groups of the user asked about (repeatable), for the question on the command line.
+    #[arg(long = "group", value_name = "GROUP")]
+    pub groups: Vec<String>,
+
+    /// One question: USER VERB RESOURCE [NAMESPACE] (RESOURCE `/path` asks about a
+    /// non-resource URL). Without it, questions are read from stdin, one per line in the same
+    /// form, groups after the user as `USER,GROUP,...`, and answered in order.
+    #[arg(value_name = "QUESTION", num_args = 0..=4)]
+    pub question: Vec<String>,
+}
+
+#[derive(Debug, Args)]
 pub struct ReplicasArgs {
     #[command(flatten)]
     pub client: ClientArgs,
@@ -245,6 +285,13 @@ pub enum ClientCommand {
     Status,
     /// The replica table (etcd mode), from `Status`.
     Replicas,
+    /// Authorize questions, from the command line or stdin, optionally through a local cache.
+    Ask {
+        /// The question on the command line (the user with its groups), if any.
+        question: Option<String>,
+        /// With a local cache: its subscriber id and longest proof.
+        local_cache: Option<(String, Duration)>,
+    },
 }
 
 /// One object named on the command line: namespaced kinds need `-n`, cluster kinds refuse it.

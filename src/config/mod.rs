@@ -33,8 +33,8 @@ mod policy;
 mod serve;
 
 pub use client::{
-    parse_server, Ack, ApplyArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs, GetArgs,
-    ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
+    parse_server, Ack, ApplyArgs, AskArgs, ClientArgs, ClientCommand, ClientSettings, DeleteArgs,
+    GetArgs, ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
 };
 pub use offline::{
     ActionArgs, CheckArgs, DiffArgs, DiffOutput, LintArgs, TestArgs, TestOutput, TestSettings,
@@ -106,6 +106,11 @@ pub enum Command {
     /// on stderr, exit 0).
     #[command(after_help = CLIENT_EXIT_CODES)]
     Replicas(ReplicasArgs),
+    /// Ask a running server whether users may do things (Authorize): one question from the
+    /// command line, or one per line of stdin; with --local-cache through a decision cache in
+    /// this process that the server keeps exact (docs/caller-cache.md).
+    #[command(after_help = CLIENT_EXIT_CODES)]
+    Ask(AskArgs),
 }
 
 const EXIT_CODES: &str = "\
@@ -236,6 +241,7 @@ impl Cli {
                     },
                     watch: !args.no_watch,
                     max_revision_wait: args.max_revision_wait,
+                    max_staleness: args.etcd.max_staleness,
                     auth: args.auth,
                     otlp_endpoint: args.otlp_endpoint,
                     envoy: crate::api::envoy::EnvoyConfig::new(
@@ -330,6 +336,44 @@ impl Cli {
             ),
             Command::Status(args) => client(args.client, ClientCommand::Status),
             Command::Replicas(args) => client(args.client, ClientCommand::Replicas),
+            Command::Ask(args) => {
+                let question = match args.question.len() {
+                    0 => None,
+                    3 | 4 => {
+                        let mut user = args.question[0].clone();
+                        for group in &args.groups {
+                            user.push(',');
+                            user.push_str(group);
+                        }
+                        Some(
+                            std::iter::once(user)
+                                .chain(args.question[1..].iter().cloned())
+                                .collect::<Vec<_>>()
+                                .join(" "),
+                        )
+                    }
+                    _ => {
+                        return Err(usage_error(
+                            "ask",
+                            "a question is USER VERB RESOURCE [NAMESPACE]".to_string(),
+                        ))
+                    }
+                };
+                let local_cache = args.local_cache.then(|| {
+                    (
+                        args.subscriber_id
+                            .unwrap_or_else(|| format!("authzd-ask-{}", std::process::id())),
+                        args.max_staleness,
+                    )
+                });
+                client(
+                    args.client,
+                    ClientCommand::Ask {
+                        question,
+                        local_cache,
+                    },
+                )
+            }
         })
     }
 }

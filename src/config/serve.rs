@@ -122,8 +122,10 @@ pub struct EtcdArgs {
     #[arg(long, value_name = "FILE", requires = "etcd_certfile")]
     pub etcd_keyfile: Option<PathBuf>,
 
-    /// etcd mode: how old this replica's last proof of being current may be before it stops
-    /// answering allows; also how long a write waits, at most, for a replica that is gone.
+    /// How old a proof of being current may be: in etcd mode this replica's, before it stops
+    /// answering allows; in both modes a caller's cache's (WatchInvalidations), before it
+    /// stops answering from memory. Also how long a write waits, at most, for a replica or a
+    /// caller's cache that is gone.
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
     pub max_staleness: Duration,
 
@@ -155,6 +157,9 @@ pub struct EtcdSettings {
 impl EtcdArgs {
     /// `None` without `--etcd-servers`.
     pub fn settings(self, explicit_policy: bool) -> Result<Option<EtcdSettings>, String> {
+        if self.max_staleness < Duration::from_millis(100) {
+            return Err("--max-staleness must be at least 100ms".into());
+        }
         if self.etcd_servers.is_empty() {
             return match self.authorization_policy_file {
                 Some(_) => Err("--authorization-policy-file is for etcd mode: in directory mode ABAC files go in --policy".into()),
@@ -178,9 +183,6 @@ impl EtcdArgs {
                     "--etcd-servers: `{url}` must be an http:// or https:// URL"
                 ));
             }
-        }
-        if self.max_staleness < Duration::from_millis(100) {
-            return Err("--max-staleness must be at least 100ms".into());
         }
         let id = self.replica_id.unwrap_or_else(|| {
             let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
@@ -342,6 +344,11 @@ pub struct LimitArgs {
     #[arg(long, value_name = "N", default_value_t = 1024)]
     pub max_watches: usize,
 
+    /// Callers' caches following this server at once (WatchInvalidations); one more is
+    /// refused with RESOURCE_EXHAUSTED.
+    #[arg(long, value_name = "N", default_value_t = 1024)]
+    pub max_subscribers: usize,
+
     /// Open connections, across all listeners; one more is closed as soon as it is accepted,
     /// so idle or slow clients cannot exhaust file descriptors and memory.
     #[arg(long, value_name = "N", default_value_t = 10_000)]
@@ -384,6 +391,7 @@ pub struct ServeLimits {
     pub tcp_keepalive: Duration,
     pub max_connection_age: Option<Duration>,
     pub max_watches: usize,
+    pub max_subscribers: usize,
     pub max_connections: usize,
     /// What requests may carry (`--max-content-bytes`).
     pub content: ContentLimits,
@@ -410,6 +418,7 @@ impl LimitArgs {
             self.max_concurrent_requests as u64,
         )?;
         positive("max-watches", self.max_watches as u64)?;
+        positive("max-subscribers", self.max_subscribers as u64)?;
         positive("max-connections", self.max_connections as u64)?;
         positive(
             "http2-max-concurrent-streams",
@@ -448,6 +457,7 @@ impl LimitArgs {
             max_connection_age: self.max_connection_age,
             max_connections: self.max_connections,
             max_watches: self.max_watches,
+            max_subscribers: self.max_subscribers,
             content: ContentLimits {
                 max_object_bytes: self.max_content_bytes,
             },
@@ -484,6 +494,9 @@ pub struct ServeSettings {
     /// Watch the policy files and reload on change.
     pub watch: bool,
     pub max_revision_wait: Duration,
+    /// `--max-staleness`: how long a replica's proof of being current, and a caller's
+    /// cache's (WatchInvalidations), lasts.
+    pub max_staleness: Duration,
     pub auth: AuthArgs,
     /// `--otlp-endpoint`; the standard OTLP environment variables also turn export on.
     pub otlp_endpoint: Option<String>,

@@ -455,5 +455,6 @@ pub fn finish(
     Ok(Decided {
         response: plan.finish(request, config)?,
         cached: decided.cached,
+        cacheable: false,
     })
 }

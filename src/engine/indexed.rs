@@ -160,6 +160,7 @@ impl Engine {
         let decided = crate::engine::Decided {
             response: Arc::new(self.authorize_borrowed(request)),
             cached: false,
+            cacheable: false,
         };
         let finished = crate::engine::content::finish(decided, request, &self.diff)?;
         Ok(Arc::unwrap_or_clone(finished.response))

@@ -286,6 +286,11 @@ impl Default for EngineConfig {
 pub struct Decided {
     pub response: Arc<Response>,
     pub cached: bool,
+    /// A caller's cache may keep it (`AuthorizeResponse.cacheable`, docs/caller-cache.md §1):
+    /// decided by the policy alone, from the request's subject and action (the cache key),
+    /// with no rule that reads content. Cleared by whatever else takes part (a webhook, the
+    /// fence).
+    pub cacheable: bool,
 }
 
 /// The interface the API serves from. The engine implements it directly; the decision cache
@@ -330,6 +335,8 @@ impl Authorize for Engine {
         Decided {
             response: self.authorize_shared(request),
             cached: false,
+            // Not for callers' caches: only the serving core knows the key is within bounds.
+            cacheable: false,
         }
     }
 

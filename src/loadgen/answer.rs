@@ -142,6 +142,7 @@ mod tests {
             revision: 42,
             cached,
             conditions: Vec::new(),
+            cacheable: cached,
         }
     }
 

@@ -69,6 +69,17 @@ impl Authorizer for Noop {
     ) -> Result<Response<proto::AuthorizeResponse>, Status> {
         Ok(Response::new(proto::AuthorizeResponse::default()))
     }
+
+    type WatchInvalidationsStream = crate::api::invalidations::InvalidationStream;
+
+    async fn watch_invalidations(
+        &self,
+        _request: Request<tonic::Streaming<proto::InvalidationsRequest>>,
+    ) -> Result<Response<Self::WatchInvalidationsStream>, Status> {
+        Err(Status::unimplemented(
+            "the no-op server has no policy to follow",
+        ))
+    }
 }
 
 /// A running no-op server; stopped (and its socket file removed) by [`NoopServer::stop`] or

@@ -12,9 +12,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use std::hash::BuildHasher;
-
-use rustc_hash::{FxBuildHasher, FxHashMap, FxHashSet};
+use rustc_hash::{FxHashMap, FxHashSet};
 use smallvec::SmallVec;
 
 use crate::policy::aggregate::{aggregated_rules, aggregated_rules_of};
@@ -47,8 +45,23 @@ pub struct Impact {
 }
 
 /// The hash an impact keeps for `subject` in `scope` (a namespace, or empty for every scope).
-fn key_hash(scope: &str, subject: SubjectKey<'_>) -> u64 {
-    FxBuildHasher.hash_one((scope, subject))
+///
+/// It is also how an impact travels to callers' caches (WatchInvalidations,
+/// docs/caller-cache.md §3), so it is written out field by field rather than left to
+/// `#[derive(Hash)]`'s layout: rustc-hash 2's `FxHasher` over the scope's bytes, a tag byte
+/// (0 for a user, 1 for a group), then the name's bytes. `a_subject_key_is_stable` pins it:
+/// changing it changes the wire.
+pub fn key_hash(scope: &str, subject: SubjectKey<'_>) -> u64 {
+    use std::hash::Hasher;
+    let (tag, name) = match subject {
+        SubjectKey::User(name) => (0u8, name),
+        SubjectKey::Group(name) => (1u8, name),
+    };
+    let mut hasher = rustc_hash::FxHasher::default();
+    hasher.write(scope.as_bytes());
+    hasher.write_u8(tag);
+    hasher.write(name.as_bytes());
+    hasher.finish()
 }
 
 /// A binding's subjects as an impact keeps them: hashed in the binding's scope.
@@ -148,6 +161,38 @@ impl Impact {
         if !rule.group.is_empty() {
             self.insert_cluster(SubjectKey::Group(&rule.group));
         }
+    }
+
+    /// The subject keys affected everywhere and those affected in one namespace (each keyed
+    /// with it, see [`key_hash`]): what an impact sends to callers' caches.
+    pub fn keys(
+        &self,
+    ) -> (
+        impl Iterator<Item = u64> + '_,
+        impl Iterator<Item = u64> + '_,
+    ) {
+        (
+            self.cluster.iter().copied(),
+            self.namespaced.iter().copied(),
+        )
+    }
+
+    /// An impact from the keys [`Self::keys`] gave (a caller's cache receiving one).
+    pub fn from_keys(
+        everything: bool,
+        cluster: impl IntoIterator<Item = u64>,
+        namespaced: impl IntoIterator<Item = u64>,
+    ) -> Self {
+        Impact {
+            everything,
+            cluster: cluster.into_iter().collect(),
+            namespaced: namespaced.into_iter().collect(),
+        }
+    }
+
+    /// How many subject keys it holds (what keeping it costs).
+    pub fn key_count(&self) -> usize {
+        self.cluster.len() + self.namespaced.len()
     }
 
     /// Merges another impact into this one.
@@ -473,4 +518,34 @@ mod tests {
         assert!(!Impact::default().affects("alice", [], "team-a"));
         assert!(Impact::everything().affects("anyone", [], ""));
     }
+
+    /// Subject keys travel to callers' caches, which may be built from another release: the
+    /// function is part of the wire (docs/caller-cache.md §3), and a change to it (or to
+    /// rustc-hash's `FxHasher`) must be a deliberate one.
+    #[test]
+    fn a_subject_key_is_stable() {
+        assert_eq!(key_hash("", SubjectKey::User("alice")), KEY_ALICE);
+        assert_eq!(key_hash("team-a", SubjectKey::Group("ops")), KEY_TEAM_A_OPS);
+        assert_ne!(
+            key_hash("", SubjectKey::User("ops")),
+            key_hash("", SubjectKey::Group("ops"))
+        );
+        let (cluster, namespaced) = {
+            let mut impact = Impact::default();
+            impact.insert_cluster(SubjectKey::User("alice"));
+            impact.insert_namespaced("team-a", SubjectKey::Group("ops"));
+            let (c, n) = impact.keys();
+            (c.collect::<Vec<_>>(), n.collect::<Vec<_>>())
+        };
+        assert_eq!(
+            (cluster.as_slice(), namespaced.as_slice()),
+            (&[KEY_ALICE][..], &[KEY_TEAM_A_OPS][..])
+        );
+        let back = Impact::from_keys(false, cluster, namespaced);
+        assert!(back.affects("alice", [], "anywhere"));
+        assert!(back.affects("bob", ["ops"], "team-a"));
+        assert!(!back.affects("bob", ["ops"], "team-b"));
+    }
+    const KEY_ALICE: u64 = 12436861119259762157;
+    const KEY_TEAM_A_OPS: u64 = 16261327761491879702;
 }

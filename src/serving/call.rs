@@ -213,6 +213,7 @@ impl<'s> Call<'s> {
         let decided = Decided {
             response,
             cached: false,
+            cacheable: false,
         };
         let decided = self
             .state

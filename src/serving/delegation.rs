@@ -110,6 +110,7 @@ impl Delegation {
                 return Decided {
                     response: Arc::new(remote_response(remote.name(), answer)),
                     cached,
+                    cacheable: false,
                 };
             }
             undecided.push(answer);
@@ -121,7 +122,12 @@ impl Delegation {
                 .iter()
                 .all(|a| a.reason.is_empty() && a.error.is_none())
         {
-            return decided;
+            // A webhook asked took part, even with no opinion: its next answer may differ.
+            let cacheable = decided.cacheable && undecided.is_empty();
+            return Decided {
+                cacheable,
+                ..decided
+            };
         }
         let mut response = Response::clone(&decided.response);
         for answer in undecided {
@@ -136,6 +142,7 @@ impl Delegation {
         Decided {
             response: Arc::new(response),
             cached: false,
+            cacheable: false,
         }
     }
 }
@@ -251,6 +258,7 @@ mod tests {
         let local = Decided {
             response: Arc::new(engine(modes).authorize(&request)),
             cached: false,
+            cacheable: true,
         };
         let finished = delegation.finish(&request, local).await;
         let by = finished

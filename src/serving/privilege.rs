@@ -56,6 +56,16 @@ impl<'a> Privilege<'a> {
     /// ResourceAccessReview and GetAllowedSubjects.
     pub const RESOURCE_ACCESS_REVIEW: Privilege<'static> =
         Privilege::create_review("resourceaccessreviews", "");
+    /// WatchInvalidations: a caller's cache learns which answers each change invalidates,
+    /// which says whose access changed: `watch` on `decisioninvalidations` (API group
+    /// `authzd.io`), cluster-wide.
+    pub const WATCH_INVALIDATIONS: Privilege<'static> = Privilege::Resource {
+        verb: "watch",
+        group: "authzd.io",
+        resource: "decisioninvalidations",
+        namespace: "",
+        name: "",
+    };
     /// PolicyAdmin Status: revision, last load error and cache counters are operational data,
     /// guarded like kube-apiserver's `/metrics`: `get` on the non-resource URL `/status`.
     pub const STATUS: Privilege<'static> = Privilege::NonResource {

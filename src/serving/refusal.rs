@@ -25,6 +25,17 @@ pub enum Refusal {
     #[error("{0}")]
     Fenced(String),
 
+    /// A bound on open streams (subscribers) is reached; retry later.
+    #[error("{0}")]
+    Exhausted(String),
+
+    /// A field of the call the serving core itself bounds (a subscriber's id).
+    #[error("{field}: {problem}")]
+    Invalid {
+        field: &'static str,
+        problem: String,
+    },
+
     /// Content a rule needed and could not read: the request is refused naming the field,
     /// never decided.
     #[error(transparent)]

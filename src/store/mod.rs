@@ -22,6 +22,7 @@ pub mod watch;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
+use std::future::Future;
 use std::str::FromStr;
 use std::sync::{Arc, Mutex as StdMutex};
 
@@ -418,6 +419,15 @@ pub trait Publisher: Send + Sync {
         cause: ChangeCause,
         changed: Option<&[ChangedObject]>,
     );
+
+    /// Resolves once what the publisher feeds further (callers' caches,
+    /// `serving::subscribers`) has applied `revision`, or can no longer answer from before it.
+    /// In etcd mode a replica reports a revision applied only then, so a write acknowledged
+    /// across the fleet has reached every replica's subscribers. At once by default.
+    fn settled(&self, revision: u64) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let _ = revision;
+        Box::pin(std::future::ready(()))
+    }
 }
 
 /// What made the store publish: a write (apply or delete through the API) or a reload of the
@@ -697,6 +707,12 @@ impl Store {
                 APPLY_WAIT.as_secs()
             ))),
         }
+    }
+
+    /// Resolves once the publisher's callers' caches have settled `revision`
+    /// ([`Publisher::settled`]).
+    pub async fn settled(&self, revision: u64) {
+        self.publisher.settled(revision).await;
     }
 
     /// The revision the current policy was published at.

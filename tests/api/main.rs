@@ -8,7 +8,8 @@
 //! * who may ask: `privileges`, `tls`, `unix_socket`; what it costs: `limits`, `hostile`;
 //! * what it tells: `metrics`, `otlp`;
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
-//!   (acknowledged writes survive `kill -9`);
+//!   (acknowledged writes survive `kill -9`), `caller_cache` (callers' own caches, through the
+//!   library and through `authzd ask` processes: the hammer, SIGSTOP, a restart);
 //! * the Webhook authorizer: `webhook_client` (against a scripted webhook), `webhook_chain`
 //!   (against a second authzd).
 //!
@@ -18,6 +19,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod caller_cache;
 mod content;
 mod durability;
 mod envoy_authz;

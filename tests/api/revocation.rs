@@ -479,15 +479,7 @@ async fn a_field_policy_applied_and_deleted_through_the_admin_api_takes_effect_a
 // ---------------------------------------------------------------------------------------------
 // 2. The hammer.
 
-/// How long each mode is hammered: `AUTHZD_HAMMER_SECS`, else 10 s under `CI=true` (full
-/// strength), else 2 s (a local run).
-fn hammer_for() -> Duration {
-    let secs = std::env::var("AUTHZD_HAMMER_SECS")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(if crate::support::ci() { 10 } else { 2 });
-    Duration::from_secs(secs)
-}
+use crate::support::hammer_for;
 const HAMMER_TASKS: usize = 16;
 const HAMMER_CHANNELS: usize = 4;
 

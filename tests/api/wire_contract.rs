@@ -196,13 +196,14 @@ fn the_wire_field_tables_cover_every_message_of_the_wire_routes() {
 }
 
 /// The routes `build.rs` declares for the manual server are the service's methods in the
-/// proto, with their request and answer messages; all unary, as the manual server serves
-/// them; and a route served with prost's types uses the types generated for its messages.
+/// proto, with their request and answer messages and whether each side streams; and a route
+/// served with prost's types uses the types generated for its messages.
 #[test]
 fn the_manual_routes_are_the_services_methods() {
     let set = descriptor_set();
     let service = service(&set, routes::AUTHORIZER_PACKAGE, routes::AUTHORIZER_SERVICE);
-    let proto: BTreeSet<(&str, &str, &str)> = service
+    type Shape<'a> = (&'a str, &'a str, &'a str, (bool, bool));
+    let proto: BTreeSet<Shape<'_>> = service
         .method
         .iter()
         .map(|m| {
@@ -210,33 +211,34 @@ fn the_manual_routes_are_the_services_methods() {
                 m.name(),
                 type_name(m.input_type()),
                 type_name(m.output_type()),
+                (m.client_streaming(), m.server_streaming()),
             )
         })
         .collect();
-    let declared: BTreeSet<(&str, &str, &str)> = routes::AUTHORIZER_ROUTES
+    let declared: BTreeSet<Shape<'_>> = routes::AUTHORIZER_ROUTES
         .iter()
-        .map(|r| (r.route, r.input_message, r.output_message))
+        .map(|r| {
+            (
+                r.route,
+                r.input_message,
+                r.output_message,
+                (r.client_streaming, r.server_streaming),
+            )
+        })
         .collect();
     let mut problems = Vec::new();
-    for (method, input, output) in proto.difference(&declared) {
+    for (method, input, output, streams) in proto.difference(&declared) {
         problems.push(format!(
-            "authz.v1.Authorizer: rpc {method}({input}) returns ({output}) is in the proto \
-             but not declared in src/api/wire/routes.rs (build.rs's manual server)"
+            "authz.v1.Authorizer: rpc {method}({input}) returns ({output}) (streaming \
+             {streams:?}) is in the proto but not declared so in src/api/wire/routes.rs \
+             (build.rs's manual server)"
         ));
     }
-    for (method, input, output) in declared.difference(&proto) {
+    for (method, input, output, streams) in declared.difference(&proto) {
         problems.push(format!(
             "authz.v1.Authorizer: src/api/wire/routes.rs declares {method}({input}) -> \
-             {output}, which the proto's service does not have"
+             {output} (streaming {streams:?}), which the proto's service does not have"
         ));
-    }
-    for method in &service.method {
-        if method.client_streaming() || method.server_streaming() {
-            problems.push(format!(
-                "authz.v1.Authorizer: rpc {} streams; the manual server's routes are unary",
-                method.name()
-            ));
-        }
     }
     for route in routes::AUTHORIZER_ROUTES {
         for (rust, message) in [

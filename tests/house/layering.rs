@@ -29,6 +29,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("the serving core", &["serving"]),
     ("wire and transport", &["proto", "proto_codec", "transport"]),
     ("protocol adapters", &["api"]),
+    ("the callers' library", &["caller"]),
     ("settings and synthetic policy", &["config", "synth"]),
     ("commands", &["client", "loadgen", "policy_test"]),
     ("composition root", &["app"]),

@@ -176,6 +176,7 @@ fn agrees_with_reference(
             Decided {
                 response: engine.authorize_shared(req.as_borrowed()),
                 cached: true,
+                cacheable: false,
             },
             with,
             engine.diff(),

@@ -29,6 +29,16 @@ pub fn ci() -> bool {
     std::env::var("CI").as_deref() == Ok("true")
 }
 
+/// How long a revocation hammer runs: `AUTHZD_HAMMER_SECS`, else 10 s under `CI=true` (full
+/// strength), else 2 s (a local run).
+pub fn hammer_for() -> std::time::Duration {
+    let secs = std::env::var("AUTHZD_HAMMER_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(if ci() { 10 } else { 2 });
+    std::time::Duration::from_secs(secs)
+}
+
 /// The repository root.
 pub fn repo() -> std::path::PathBuf {
     std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))

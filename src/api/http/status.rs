@@ -145,7 +145,9 @@ pub fn refusal_answer(error: &ApiError) -> (StatusCode, Value) {
         ApiError::UnsupportedMediaType(_) => {
             (StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType")
         }
-        ApiError::TooManyWatches => (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests"),
+        ApiError::TooManyWatches | ApiError::Exhausted(_) => {
+            (StatusCode::TOO_MANY_REQUESTS, "TooManyRequests")
+        }
         _ => http_status(error.code()),
     };
     let message = bounded_message(error.to_string());

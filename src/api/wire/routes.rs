@@ -20,6 +20,9 @@ pub struct Route {
     pub output_type: &'static str,
     /// The codec between those types and the bytes.
     pub codec: &'static str,
+    /// Whether the method takes a stream of requests, and answers with a stream.
+    pub client_streaming: bool,
+    pub server_streaming: bool,
 }
 
 /// The proto package of the manual server's service.
@@ -30,7 +33,7 @@ pub const AUTHORIZER_SERVICE: &str = "Authorizer";
 
 /// Every method of the manual server, in the proto's order. The two decision methods take the
 /// request's bytes as received and answer with decisions encoded straight from the cache
-/// (`api::wire`); `GetAllowedSubjects` is prost's.
+/// (`api::wire`); the others are prost's.
 pub const AUTHORIZER_ROUTES: &[Route] = &[
     Route {
         method: "authorize",
@@ -40,6 +43,8 @@ pub const AUTHORIZER_ROUTES: &[Route] = &[
         input_type: "crate::api::wire::AuthorizeCall",
         output_type: "crate::api::wire::AuthorizeReply",
         codec: "crate::proto_codec::FrameCodec",
+        client_streaming: false,
+        server_streaming: false,
     },
     Route {
         method: "batch_authorize",
@@ -49,6 +54,8 @@ pub const AUTHORIZER_ROUTES: &[Route] = &[
         input_type: "crate::api::wire::BatchAuthorizeCall",
         output_type: "crate::api::wire::BatchAuthorizeReply",
         codec: "crate::proto_codec::FrameCodec",
+        client_streaming: false,
+        server_streaming: false,
     },
     Route {
         method: "get_allowed_subjects",
@@ -58,6 +65,8 @@ pub const AUTHORIZER_ROUTES: &[Route] = &[
         input_type: "crate::proto::GetAllowedSubjectsRequest",
         output_type: "crate::proto::GetAllowedSubjectsResponse",
         codec: "crate::proto_codec::SliceCodec",
+        client_streaming: false,
+        server_streaming: false,
     },
     Route {
         method: "evaluate_conditions",
@@ -67,5 +76,18 @@ pub const AUTHORIZER_ROUTES: &[Route] = &[
         input_type: "crate::proto::EvaluateConditionsRequest",
         output_type: "crate::proto::AuthorizeResponse",
         codec: "crate::proto_codec::SliceCodec",
+        client_streaming: false,
+        server_streaming: false,
+    },
+    Route {
+        method: "watch_invalidations",
+        route: "WatchInvalidations",
+        input_message: "authz.v1.InvalidationsRequest",
+        output_message: "authz.v1.InvalidationEvent",
+        input_type: "crate::proto::InvalidationsRequest",
+        output_type: "crate::proto::InvalidationEvent",
+        codec: "crate::proto_codec::SliceCodec",
+        client_streaming: true,
+        server_streaming: true,
     },
 ];

@@ -372,10 +372,10 @@ fn decided() -> impl Strategy<Value = Decided> {
         proptest::collection::vec(rule_ref(), 0..3),
         proptest::collection::vec(rule_ref(), 0..3),
         proptest::collection::vec(text(), 0..3),
-        any::<bool>(),
+        any::<(bool, bool)>(),
     )
         .prop_map(
-            |(decision, reason, allowed_by, denied_by, errors, cached)| Decided {
+            |(decision, reason, allowed_by, denied_by, errors, (cached, cacheable))| Decided {
                 response: Arc::new(Response {
                     decision,
                     reason,
@@ -386,6 +386,7 @@ fn decided() -> impl Strategy<Value = Decided> {
                     plan: Default::default(),
                 }),
                 cached,
+                cacheable,
             },
         )
 }

@@ -151,6 +151,26 @@ impl Freshness {
             .any(|p| p.at != 0 && p.head <= revision && now.saturating_sub(p.at) <= limit)
     }
 
+    /// How old the newest proof covering `revision` is (its head at most `revision`), if one
+    /// is recent enough that an answer at `revision` is not fenced: what this replica can
+    /// vouch for to the caches it feeds (`serving::subscribers`). `serve-stale` vouches
+    /// nothing: it gives up the guarantee a subscriber's proof would rest on.
+    pub fn proof_age_for(&self, revision: u64) -> Option<Duration> {
+        if self.on_stale == OnStale::ServeStale {
+            return None;
+        }
+        let now = self.since_epoch(FenceInstant::now());
+        let limit = u64::try_from(self.max_staleness.as_nanos()).unwrap_or(u64::MAX);
+        self.proofs
+            .load()
+            .iter()
+            .filter(|p| p.at != 0 && p.head <= revision)
+            .map(|p| now.saturating_sub(p.at))
+            .filter(|age| *age <= limit)
+            .min()
+            .map(Duration::from_nanos)
+    }
+
     /// The refusal a fenced replica gives.
     pub fn refusal(&self) -> String {
         match self.age() {
@@ -384,6 +404,9 @@ impl Replication {
         let mut applied = self.applied.subscribe();
         while applied.changed().await.is_ok() {
             let revision = *applied.borrow_and_update();
+            // This replica's subscribers first: a write acknowledged across the fleet must
+            // have reached the callers' caches each replica feeds.
+            self.store.settled(revision).await;
             self.report(revision).await;
         }
     }

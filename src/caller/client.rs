@@ -1,0 +1,179 @@
+//! A typed async client for every `authz.v1.Authorizer` and `authz.v1.AccessReview` call,
+//! optionally answering [`Client::authorize`] from a [`LocalCache`] in this process.
+
+use std::sync::Arc;
+
+use tonic::codegen::InterceptedService;
+use tonic::transport::Channel;
+use tonic::Status;
+
+use super::connect::{connect, ConnectError, Credentials, Endpoint};
+use super::local::{Local, LocalCache, LocalCacheConfig};
+use crate::api::convert;
+use crate::cache::CacheKey;
+use crate::proto;
+use crate::proto::access_review_client::AccessReviewClient;
+use crate::proto::authorizer_client::AuthorizerClient;
+use crate::request::Request;
+
+type Service = InterceptedService<Channel, Credentials>;
+
+thread_local! {
+    /// The key buffer of this thread's lookups (see [`Client::look_up`]).
+    static KEY: std::cell::RefCell<CacheKey> = std::cell::RefCell::new(CacheKey::default());
+}
+
+/// What the local cache said: its answer, or ask the server (keeping the answer with this key
+/// and generation, when there is one).
+enum Looked {
+    Hit(Answer),
+    Ask(Option<Box<(CacheKey, u64)>>),
+}
+
+/// One server, shared by clones (the channel multiplexes; the local cache is one per client
+/// and its clones).
+#[derive(Clone)]
+pub struct Client {
+    authorizer: AuthorizerClient<Service>,
+    reviews: AccessReviewClient<Service>,
+    local: Option<Arc<LocalCache>>,
+}
+
+/// An Authorize answer, and whether it came from the local cache.
+#[derive(Clone, Debug)]
+pub struct Answer {
+    pub response: Arc<proto::AuthorizeResponse>,
+    pub from_local_cache: bool,
+}
+
+impl Answer {
+    pub fn allowed(&self) -> bool {
+        self.response.allowed
+    }
+}
+
+/// One unary call per method, as the generated client has it with this client's credentials.
+macro_rules! calls {
+    ($($(#[$doc:meta])* $method:ident($field:ident): $request:ty => $response:ty;)*) => {
+        $(
+            $(#[$doc])*
+            pub async fn $method(&self, request: $request) -> Result<$response, Status> {
+                Ok(self.$field.clone().$method(request).await?.into_inner())
+            }
+        )*
+    };
+}
+
+impl Client {
+    /// Connects to `endpoint`.
+    pub async fn connect(endpoint: &Endpoint) -> Result<Self, ConnectError> {
+        let (channel, credentials) = connect(endpoint).await?;
+        Ok(Self {
+            authorizer: AuthorizerClient::with_interceptor(channel.clone(), credentials.clone())
+                .max_decoding_message_size(crate::api::limits::MAX_REQUEST_BYTES),
+            reviews: AccessReviewClient::with_interceptor(channel, credentials),
+            local: None,
+        })
+    }
+
+    /// [`Self::authorize`] answers from a cache in this process from now on, kept exact by the
+    /// server's invalidation stream (followed by a task on the current tokio runtime, until
+    /// the last clone of this client is dropped). Needs `watch` on `decisioninvalidations`.
+    #[must_use]
+    pub fn with_local_cache(mut self, config: LocalCacheConfig) -> Self {
+        let local = Arc::new(LocalCache::new(config));
+        tokio::spawn(super::follow::run(
+            Arc::downgrade(&local),
+            self.authorizer.clone(),
+        ));
+        self.local = Some(local);
+        self
+    }
+
+    /// The local cache, when there is one (its counters: [`LocalCache::figures`]).
+    pub fn local_cache(&self) -> Option<&LocalCache> {
+        self.local.as_deref()
+    }
+
+    /// Whether `request.user` may do `request.action`: from the local cache when it holds a
+    /// fresh answer, else asked of the server (and kept when the server says it may be).
+    ///
+    /// The local cache is asked before the future is made, so a hit is a ready future of a
+    /// few words (a miss carries its key to the insert boxed: it costs a round trip anyway).
+    pub fn authorize<'a>(
+        &'a self,
+        request: &'a Request,
+    ) -> impl std::future::Future<Output = Result<Answer, Status>> + Send + 'a {
+        let looked = self.look_up(request);
+        async move {
+            let keep = match looked {
+                Looked::Hit(answer) => return Ok(answer),
+                Looked::Ask(keep) => keep,
+            };
+            let wire = proto::AuthorizeRequest {
+                user: Some(convert::user_info(&request.user)),
+                action: Some(convert::wire_action(&request.action)),
+                ..Default::default()
+            };
+            let response = Arc::new(self.authorize_request(wire).await?);
+            if let (Some(local), Some(keep)) = (self.local.as_deref(), keep) {
+                let (key, generation) = *keep;
+                local.insert(&key, Arc::clone(&response), generation);
+            }
+            Ok(Answer {
+                response,
+                from_local_cache: false,
+            })
+        }
+    }
+
+    /// The local cache's answer, or what asking the server needs to keep its answer.
+    #[inline]
+    fn look_up(&self, request: &Request) -> Looked {
+        let Some(local) = self.local.as_deref() else {
+            return Looked::Ask(None);
+        };
+        let found = |key: &mut CacheKey| match local.lookup(key, request.as_borrowed()) {
+            Local::Hit(response) => Looked::Hit(Answer {
+                response,
+                from_local_cache: true,
+            }),
+            Local::Miss(generation) => Looked::Ask(Some(Box::new((key.clone(), generation)))),
+            Local::Bypass => Looked::Ask(None),
+        };
+        // The key is written into this thread's buffer: a fresh one would be 400 bytes to
+        // zero on every lookup.
+        KEY.with(|key| match key.try_borrow_mut() {
+            Ok(mut key) => found(&mut key),
+            Err(_) => found(&mut CacheKey::default()),
+        })
+    }
+
+    /// Authorize with the whole message (content, `min_revision`, conditions mode): always
+    /// asked of the server.
+    pub async fn authorize_request(
+        &self,
+        request: proto::AuthorizeRequest,
+    ) -> Result<proto::AuthorizeResponse, Status> {
+        Ok(self
+            .authorizer
+            .clone()
+            .authorize(request)
+            .await?
+            .into_inner())
+    }
+
+    calls! {
+        batch_authorize(authorizer): proto::BatchAuthorizeRequest => proto::BatchAuthorizeResponse;
+        get_allowed_subjects(authorizer): proto::GetAllowedSubjectsRequest => proto::GetAllowedSubjectsResponse;
+        evaluate_conditions(authorizer): proto::EvaluateConditionsRequest => proto::AuthorizeResponse;
+        subject_access_review(reviews): proto::SubjectAccessReviewRequest => proto::SubjectAccessReviewResponse;
+        personal_subject_access_review(reviews): proto::PersonalSubjectAccessReviewRequest => proto::SubjectAccessReviewResponse;
+        local_subject_access_review(reviews): proto::LocalSubjectAccessReviewRequest => proto::SubjectAccessReviewResponse;
+        resource_access_review(reviews): proto::ResourceAccessReviewRequest => proto::ResourceAccessReviewResponse;
+        local_resource_access_review(reviews): proto::LocalResourceAccessReviewRequest => proto::ResourceAccessReviewResponse;
+        subject_rules_review(reviews): proto::SubjectRulesReviewRequest => proto::SubjectRulesReviewResponse;
+        self_subject_rules_review(reviews): proto::SelfSubjectRulesReviewRequest => proto::SubjectRulesReviewResponse;
+        self_subject_review(reviews): proto::SelfSubjectReviewRequest => proto::SelfSubjectReviewResponse;
+    }
+}

@@ -1,0 +1,673 @@
+//! The decision cache in the caller's process (docs/caller-cache.md) against the real server:
+//!
+//! * in-process, through the library (`authzd::caller`): a revocation reaches the local cache
+//!   inside the write's acknowledgement (the response counts it), a change leaves unaffected
+//!   entries warm, only cacheable answers are kept, `Status` lists the subscriber, and
+//!   subscribing needs its own privilege;
+//! * with real processes (`authzd ask --local-cache`, four of them, fed over pipes): the
+//!   hammer — no question written after a write's acknowledgement is answered on the older
+//!   policy; a subscriber frozen with SIGSTOP delays a write by at most `--max-staleness` and
+//!   is reported fenced, and answers nothing stale once resumed; the server restarted on its
+//!   Unix socket under the clients: no stale answer, and they answer from memory again.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::support::server::{role_binding, Server, BIN, POD_READER};
+use crate::support::wait::{eventually, eventually_blocking};
+use authzd::caller::{Client, Endpoint, LocalCacheConfig};
+use authzd::proto::authorizer_client::AuthorizerClient;
+use authzd::proto::policy_admin_client::PolicyAdminClient;
+use authzd::proto::{
+    ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, InvalidationsRequest, ObjectRef,
+    StatusRequest, StatusResponse,
+};
+use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
+use tonic::transport::Channel;
+
+/// `root` may do anything (system:masters); `alice` only what the policy grants her.
+const TOKENS: &str = "root-token,root,uid-0,system:masters\nalice-token,alice,uid-1\n";
+const MAX_STALENESS: &str = "1s";
+
+fn alice_binding() -> String {
+    role_binding(
+        "team-a",
+        "alice-reads",
+        "ClusterRole",
+        "pod-reader",
+        &[("User", "alice")],
+    )
+}
+
+/// Bob's grant shares nothing with alice's (role, binding, file): a write to hers leaves his
+/// answers in place (an object rewritten or moved in its file invalidates what it grants: the
+/// answers name its `file:line`).
+fn bob_policy() -> String {
+    let viewer = POD_READER.replace("name: pod-reader", "name: pod-viewer");
+    let binding = role_binding(
+        "team-b",
+        "bob-reads",
+        "ClusterRole",
+        "pod-viewer",
+        &[("User", "bob")],
+    );
+    format!("{viewer}---\n{binding}")
+}
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    server: Server,
+    channel: Channel,
+}
+
+impl Fixture {
+    async fn start(extra: &[&str]) -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let policy = dir.path().join("policy");
+        std::fs::create_dir(&policy).unwrap();
+        std::fs::write(
+            policy.join("rbac.yaml"),
+            format!("{POD_READER}---\n{}", alice_binding()),
+        )
+        .unwrap();
+        std::fs::write(policy.join("bob.yaml"), bob_policy()).unwrap();
+        let tokens = dir.path().join("tokens.csv");
+        std::fs::write(&tokens, TOKENS).unwrap();
+        let mut args = vec![
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--no-watch",
+            "--max-staleness",
+            MAX_STALENESS,
+        ];
+        args.extend_from_slice(extra);
+        let server = Server::start_serving(&policy, &args).await;
+        let channel = server.channel().await;
+        Fixture {
+            dir,
+            server,
+            channel,
+        }
+    }
+
+    fn url(&self) -> String {
+        self.server.url()
+    }
+
+    fn admin(
+        &self,
+    ) -> PolicyAdminClient<tonic::service::interceptor::InterceptedService<Channel, Root>> {
+        PolicyAdminClient::with_interceptor(self.channel.clone(), Root)
+    }
+
+    async fn client(&self, token: &str, id: &str) -> Client {
+        let mut endpoint = Endpoint::new(self.url());
+        endpoint.token = Some(token.into());
+        Client::connect(&endpoint)
+            .await
+            .unwrap()
+            .with_local_cache(LocalCacheConfig::new(id))
+    }
+
+    async fn status(&self) -> StatusResponse {
+        self.admin()
+            .status(StatusRequest {})
+            .await
+            .unwrap()
+            .into_inner()
+    }
+}
+
+/// Calls as `root`.
+#[derive(Clone)]
+struct Root;
+
+impl tonic::service::Interceptor for Root {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", "Bearer root-token".parse().unwrap());
+        Ok(request)
+    }
+}
+
+fn get_pods(user: &str, namespace: &str) -> Request {
+    Request {
+        user: UserInfo {
+            name: user.into(),
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: namespace.into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        }),
+    }
+}
+
+fn binding_ref(namespace: &str, name: &str) -> ObjectRef {
+    ObjectRef {
+        kind: "RoleBinding".into(),
+        namespace: namespace.into(),
+        name: name.into(),
+    }
+}
+
+/// Asks until the answer comes from the local cache (the cache has its first proof and the
+/// answer was kept), returning it.
+async fn until_local(client: &Client, request: &Request) -> authzd::caller::Answer {
+    eventually(
+        Duration::from_secs(10),
+        || format!("{request:?} answered from the local cache"),
+        || async {
+            let answer = client.authorize(request).await.unwrap();
+            answer.from_local_cache.then_some(answer)
+        },
+    )
+    .await
+}
+
+async fn delete(fixture: &Fixture, object: ObjectRef) -> DeleteResponse {
+    fixture
+        .admin()
+        .delete(DeleteRequest {
+            object: Some(object),
+            ack: 0,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+async fn apply(fixture: &Fixture, manifest: String) -> ApplyResponse {
+    fixture
+        .admin()
+        .apply(ApplyRequest {
+            manifest,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
+#[tokio::test]
+async fn a_revocation_reaches_the_callers_cache_inside_the_acknowledgement() {
+    let fixture = Fixture::start(&[]).await;
+    let client = fixture.client("root-token", "in-process").await;
+    let alice = get_pods("alice", "team-a");
+    let bob = get_pods("bob", "team-b");
+    assert!(until_local(&client, &alice).await.allowed());
+    assert!(until_local(&client, &bob).await.allowed());
+
+    let deleted = delete(&fixture, binding_ref("team-a", "alice-reads")).await;
+    assert_eq!(
+        (deleted.subscribers_confirmed, deleted.subscribers_fenced),
+        (1, 0),
+        "the write waits for the one subscriber's confirmation"
+    );
+    let after = client.authorize(&alice).await.unwrap();
+    assert!(!after.allowed(), "revoked, yet {after:?}");
+    // Precise: bob's answer stayed in the local cache.
+    let bob_after = client.authorize(&bob).await.unwrap();
+    assert!(
+        bob_after.allowed() && bob_after.from_local_cache,
+        "{bob_after:?}"
+    );
+    // A denial is kept too, and a grant removes it.
+    assert!(!until_local(&client, &alice).await.allowed());
+    let applied = apply(&fixture, alice_binding()).await;
+    assert_eq!(
+        (applied.subscribers_confirmed, applied.subscribers_fenced),
+        (1, 0)
+    );
+    assert!(client.authorize(&alice).await.unwrap().allowed());
+
+    let status = fixture.status().await;
+    let [subscriber] = status.subscribers.as_slice() else {
+        panic!("one subscriber, not {:?}", status.subscribers)
+    };
+    assert_eq!(subscriber.id, "in-process");
+    assert!(subscriber.connected);
+    assert_eq!(subscriber.applied_revision, applied.revision);
+    let figures = client.local_cache().unwrap().figures();
+    assert!(
+        figures.hits >= 3 && figures.invalidations_applied >= 3,
+        "{figures:?}"
+    );
+    assert!(figures.entries_invalidated >= 2, "{figures:?}");
+}
+
+/// Answers the server marks as not cacheable are never kept: here a request with more groups
+/// than any cache keys, asked again and again.
+#[tokio::test]
+async fn only_cacheable_answers_are_kept() {
+    let fixture = Fixture::start(&[]).await;
+    let client = fixture.client("root-token", "bounds").await;
+    until_local(&client, &get_pods("alice", "team-a")).await;
+    let mut many = get_pods("alice", "team-a");
+    many.user.groups = (0..100).map(|i| format!("group-{i}")).collect();
+    for _ in 0..20 {
+        let answer = client.authorize(&many).await.unwrap();
+        assert!(answer.allowed());
+        assert!(
+            !answer.response.cacheable && !answer.from_local_cache,
+            "{answer:?}"
+        );
+    }
+}
+
+/// Subscribing says whose access changed: it needs `watch` on `decisioninvalidations`.
+#[tokio::test]
+async fn subscribing_needs_its_own_privilege() {
+    let fixture = Fixture::start(&[]).await;
+    let subscribe = |token: &'static str| {
+        let channel = fixture.channel.clone();
+        async move {
+            let mut client = AuthorizerClient::new(channel);
+            let mut request = tonic::Request::new(tokio_stream::iter([InvalidationsRequest {
+                subscriber_id: "x".into(),
+                ..Default::default()
+            }]));
+            request
+                .metadata_mut()
+                .insert("authorization", format!("Bearer {token}").parse().unwrap());
+            client.watch_invalidations(request).await.map(|_| ())
+        }
+    };
+    let refused = subscribe("alice-token").await.unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::PermissionDenied, "{refused:?}");
+    assert!(
+        refused.message().contains("decisioninvalidations"),
+        "{refused:?}"
+    );
+    subscribe("root-token").await.unwrap();
+}
+
+// --- Real processes --------------------------------------------------------------------------
+
+/// One `authzd ask --local-cache` process, asked over its stdin; its answers are read on a
+/// thread of their own, so a question can be given up on.
+struct Asker {
+    child: Child,
+    stdin: ChildStdin,
+    answers: std::sync::mpsc::Receiver<String>,
+}
+
+/// One answer: whether it allowed, and whether it came from the process's memory.
+#[derive(Clone, Copy, Debug)]
+struct Said {
+    allowed: bool,
+    local: bool,
+}
+
+fn said(line: &str) -> Said {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    match words.as_slice() {
+        ["allow", source, _] | ["deny" | "noopinion", source, _] => Said {
+            allowed: words[0] == "allow",
+            local: *source == "local",
+        },
+        _ => panic!("`authzd ask` answered {line:?}"),
+    }
+}
+
+impl Asker {
+    fn start(url: &str, id: &str) -> Asker {
+        let mut child = Command::new(BIN)
+            .args([
+                "ask",
+                "--server",
+                url,
+                "--token",
+                "root-token",
+                "--local-cache",
+            ])
+            .args(["--subscriber-id", id, "--max-staleness", "5s"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start authzd ask");
+        let stdin = child.stdin.take().unwrap();
+        let stdout: ChildStdout = child.stdout.take().unwrap();
+        let (tx, answers) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Asker {
+            child,
+            stdin,
+            answers,
+        }
+    }
+
+    fn send(&mut self, question: &str) {
+        writeln!(self.stdin, "{question}").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn ask(&mut self, question: &str) -> Said {
+        self.send(question);
+        said(&self.answers.recv().expect("an answer"))
+    }
+
+    /// The answer if it comes within `within`.
+    fn ask_within(&mut self, question: &str, within: Duration) -> Option<Said> {
+        self.send(question);
+        self.answers
+            .recv_timeout(within)
+            .ok()
+            .map(|line| said(&line))
+    }
+
+    /// Asks until an answer comes from memory.
+    fn until_local(&mut self, question: &str) -> Said {
+        eventually_blocking(
+            Duration::from_secs(10),
+            || format!("`{question}` answered from `authzd ask`'s memory"),
+            || {
+                let said = self.ask(question);
+                said.local.then_some(said)
+            },
+        )
+    }
+
+    fn signal(&self, signal: &str) {
+        send_signal(signal, self.child.id());
+    }
+}
+
+fn send_signal(signal: &str, pid: u32) {
+    let status = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+impl Drop for Asker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const ALICE: &str = "alice get pods team-a";
+
+/// A write and when it was sent and acknowledged; the policy allows alice after it or not.
+#[derive(Clone, Copy, Debug)]
+struct Change {
+    sent: Instant,
+    acknowledged: Instant,
+    allows: bool,
+}
+
+/// Whether an answer to a question written at `asked` may say `allowed`: it must say what the
+/// last write acknowledged before it made the policy say, unless a later write was already
+/// under way (then either).
+fn possible(writes: &[Change], initial: bool, asked: Instant, allowed: bool) -> bool {
+    let acknowledged = writes.iter().rposition(|w| w.acknowledged <= asked);
+    let state = acknowledged.map_or(initial, |i| writes[i].allows);
+    let next = acknowledged.map_or(0, |i| i + 1);
+    let in_flight = writes.get(next).is_some_and(|w| w.sent <= asked);
+    allowed == state || in_flight
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hammer_four_processes_no_stale_answer_after_an_acknowledged_change() {
+    let fixture = Fixture::start(&[]).await;
+    let url = fixture.url();
+    let samples: Arc<Mutex<Vec<(Instant, Said)>>> = Arc::default();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut askers = Vec::new();
+    for i in 0..4 {
+        let (url, samples, stop) = (url.clone(), Arc::clone(&samples), Arc::clone(&stop));
+        askers.push(std::thread::spawn(move || {
+            let mut asker = Asker::start(&url, &format!("hammer-{i}"));
+            asker.until_local(ALICE);
+            let mut mine = Vec::new();
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let asked = Instant::now();
+                mine.push((asked, asker.ask(ALICE)));
+            }
+            samples.lock().unwrap().extend(mine);
+        }));
+    }
+    // Every subscriber is confirmed before the hammer starts.
+    eventually(
+        Duration::from_secs(20),
+        || "four subscribers".into(),
+        || async { (fixture.status().await.subscribers.len() == 4).then_some(()) },
+    )
+    .await;
+    let mut writes = Vec::new();
+    let until = Instant::now() + crate::support::hammer_for();
+    let mut allows = true;
+    while Instant::now() < until {
+        let sent = Instant::now();
+        let (confirmed, fenced) = if allows {
+            let r = delete(&fixture, binding_ref("team-a", "alice-reads")).await;
+            (r.subscribers_confirmed, r.subscribers_fenced)
+        } else {
+            let r = apply(&fixture, alice_binding()).await;
+            (r.subscribers_confirmed, r.subscribers_fenced)
+        };
+        allows = !allows;
+        writes.push(Change {
+            sent,
+            acknowledged: Instant::now(),
+            allows,
+        });
+        assert_eq!(
+            (confirmed, fenced),
+            (4, 0),
+            "every live subscriber confirms"
+        );
+        // Time for the askers to answer a few from memory on the new policy.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for asker in askers {
+        asker.join().unwrap();
+    }
+    let samples = samples.lock().unwrap();
+    let stale: Vec<_> = samples
+        .iter()
+        .filter(|(asked, said)| !possible(&writes, true, *asked, said.allowed))
+        .collect();
+    let local = samples.iter().filter(|(_, said)| said.local).count();
+    assert!(
+        stale.is_empty(),
+        "{} of {} answers were on a policy older than an acknowledged write: {:?}",
+        stale.len(),
+        samples.len(),
+        &stale[..stale.len().min(5)]
+    );
+    assert!(writes.len() >= 10, "only {} writes", writes.len());
+    assert!(
+        local * 2 > samples.len(),
+        "most answers come from memory: {local} of {}",
+        samples.len()
+    );
+}
+
+#[tokio::test]
+async fn a_frozen_subscriber_is_fenced_within_max_staleness_and_resumes_without_stale_answers() {
+    let fixture = Fixture::start(&[]).await;
+    let mut frozen = Asker::start(&fixture.url(), "frozen");
+    let mut awake = Asker::start(&fixture.url(), "awake");
+    assert!(frozen.until_local(ALICE).allowed);
+    assert!(awake.until_local(ALICE).allowed);
+    frozen.signal("-STOP");
+    let sent = Instant::now();
+    let deleted = delete(&fixture, binding_ref("team-a", "alice-reads")).await;
+    let took = sent.elapsed();
+    assert_eq!(
+        (deleted.subscribers_confirmed, deleted.subscribers_fenced),
+        (1, 1),
+        "the awake subscriber confirms, the frozen one is fenced"
+    );
+    let max_staleness = Duration::from_secs(1);
+    assert!(
+        took <= max_staleness + Duration::from_secs(1),
+        "the write took {took:?} with --max-staleness {max_staleness:?}"
+    );
+    assert!(!awake.ask(ALICE).allowed);
+    // Resumed, it has missed the change: nothing it answers may be the old allow.
+    frozen.signal("-CONT");
+    for _ in 0..50 {
+        let said = frozen.ask(ALICE);
+        assert!(
+            !said.allowed,
+            "the resumed subscriber answered the revoked allow: {said:?}"
+        );
+    }
+    assert!(!frozen.until_local(ALICE).allowed);
+}
+
+/// A subscriber answers from memory only while it holds a proof: with the server frozen (its
+/// stream open, no heartbeat coming), it stops once `--max-staleness` has passed, and asks the
+/// server instead — which answers once it is resumed.
+#[tokio::test]
+async fn a_subscriber_stops_answering_from_memory_when_its_proof_runs_out() {
+    let fixture = Fixture::start(&[]).await;
+    let mut asker = Asker::start(&fixture.url(), "proof");
+    assert!(asker.until_local(ALICE).allowed);
+    send_signal("-STOP", fixture.server.pid());
+    // Past the proof (--max-staleness 1s, probes every 200 ms) with a margin.
+    std::thread::sleep(Duration::from_millis(1500));
+    let answered = asker.ask_within(ALICE, Duration::from_millis(500));
+    send_signal("-CONT", fixture.server.pid());
+    assert!(
+        answered.is_none_or(|said| !said.local),
+        "answered from memory without a proof: {answered:?}"
+    );
+    let late = said(&asker.answers.recv_timeout(Duration::from_secs(10)).unwrap());
+    assert!(late.allowed && !late.local, "{late:?}");
+    assert!(asker.until_local(ALICE).allowed);
+}
+
+#[tokio::test]
+async fn the_server_restarted_under_its_subscribers() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket: PathBuf = dir.path().join("authzd.sock");
+    let listen = format!("unix://{}", socket.display());
+    let fixture = Fixture::start(&["--listen", &listen]).await;
+    let mut askers: Vec<Asker> = (0..2)
+        .map(|i| Asker::start(&listen, &format!("restart-{i}")))
+        .collect();
+    for asker in &mut askers {
+        assert!(asker.until_local(ALICE).allowed);
+    }
+    let Fixture {
+        dir: policy_dir,
+        mut server,
+        ..
+    } = fixture;
+    server.kill();
+    // The policy changes while the server is down: the askers must not keep the old allow.
+    let policy = policy_dir.path().join("policy");
+    std::fs::write(policy.join("rbac.yaml"), POD_READER).unwrap();
+    let _ = std::fs::remove_file(&socket);
+    let tokens = policy_dir.path().join("tokens.csv");
+    let restarted = restart(&policy, &tokens, &listen).await;
+    for asker in &mut askers {
+        for _ in 0..20 {
+            let said = asker.ask(ALICE);
+            assert!(!said.allowed, "an answer from before the restart: {said:?}");
+        }
+        assert!(!asker.until_local(ALICE).allowed);
+    }
+    drop(restarted);
+}
+
+async fn restart(policy: &Path, tokens: &Path, listen: &str) -> Server {
+    Server::start_serving(
+        policy,
+        &[
+            "--token-auth-file",
+            tokens.to_str().unwrap(),
+            "--no-watch",
+            "--max-staleness",
+            MAX_STALENESS,
+            "--listen",
+            listen,
+        ],
+    )
+    .await
+}
+
+/// The tower layer in front of a service: allowed requests reach it, refused ones are answered
+/// 403 with the reason (gRPC: `PERMISSION_DENIED` in a trailers-only answer), and one the
+/// mapping function refuses 401.
+#[tokio::test]
+async fn the_tower_layer_answers_refusals_itself() {
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+
+    let fixture = Fixture::start(&[]).await;
+    let client = fixture.client("root-token", "layer").await;
+    let layer = authzd::caller::AuthorizeLayer::new(client, |request: &http::Request<String>| {
+        let user = request
+            .headers()
+            .get("x-user")
+            .and_then(|v| v.to_str().ok())
+            .ok_or_else(|| "no X-User".to_string())?;
+        Ok(get_pods(user, "team-a"))
+    });
+    let service = tower::ServiceBuilder::new().layer(layer).service_fn(
+        |_request: http::Request<String>| async {
+            Ok::<_, std::convert::Infallible>(http::Response::new("reached".to_string()))
+        },
+    );
+    let call = |user: Option<&str>, grpc: bool| {
+        let service = service.clone();
+        let mut request = http::Request::builder();
+        if let Some(user) = user {
+            request = request.header("x-user", user);
+        }
+        if grpc {
+            request = request.header("content-type", "application/grpc");
+        }
+        async move {
+            let response = service
+                .oneshot(request.body(String::new()).unwrap())
+                .await
+                .unwrap();
+            let (parts, body) = response.into_parts();
+            let body = body.collect().await.unwrap().to_bytes();
+            (parts, String::from_utf8_lossy(&body).into_owned())
+        }
+    };
+    let (allowed, body) = call(Some("alice"), false).await;
+    assert_eq!(
+        (allowed.status, body.as_str()),
+        (http::StatusCode::OK, "reached")
+    );
+    let (refused, body) = call(Some("bob"), false).await;
+    assert_eq!(refused.status, http::StatusCode::FORBIDDEN);
+    assert!(
+        !body.contains("reached") && !body.trim().is_empty(),
+        "{body:?}"
+    );
+    let (grpc, _) = call(Some("bob"), true).await;
+    assert_eq!(grpc.status, http::StatusCode::OK);
+    assert_eq!(grpc.headers["grpc-status"], "7");
+    let (anonymous, body) = call(None, false).await;
+    assert_eq!(anonymous.status, http::StatusCode::UNAUTHORIZED);
+    assert!(body.contains("no X-User"), "{body:?}");
+}
