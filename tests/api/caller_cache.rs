@@ -308,14 +308,17 @@ struct Asker {
 struct Said {
     allowed: bool,
     local: bool,
+    /// The policy revision the answer was decided at (for the failure messages).
+    revision: u64,
 }
 
 fn said(line: &str) -> Said {
     let words: Vec<&str> = line.split_whitespace().collect();
     match words.as_slice() {
-        ["allow", source, _] | ["deny" | "noopinion", source, _] => Said {
+        ["allow", source, revision] | ["deny" | "noopinion", source, revision] => Said {
             allowed: words[0] == "allow",
             local: *source == "local",
+            revision: revision.parse().unwrap_or(0),
         },
         _ => panic!("`authzd ask` answered {line:?}"),
     }
@@ -414,6 +417,7 @@ struct Change {
     sent: Instant,
     acknowledged: Instant,
     allows: bool,
+    revision: u64,
 }
 
 /// Whether an answer to a question written at `asked` may say `allowed`: it must say what the
@@ -459,18 +463,19 @@ async fn hammer_four_processes_no_stale_answer_after_an_acknowledged_change() {
     let mut allows = true;
     while Instant::now() < until {
         let sent = Instant::now();
-        let (confirmed, fenced) = if allows {
+        let (confirmed, fenced, revision) = if allows {
             let r = delete(&fixture, binding_ref("team-a", "alice-reads")).await;
-            (r.subscribers_confirmed, r.subscribers_fenced)
+            (r.subscribers_confirmed, r.subscribers_fenced, r.revision)
         } else {
             let r = apply(&fixture, alice_binding()).await;
-            (r.subscribers_confirmed, r.subscribers_fenced)
+            (r.subscribers_confirmed, r.subscribers_fenced, r.revision)
         };
         allows = !allows;
         writes.push(Change {
             sent,
             acknowledged: Instant::now(),
             allows,
+            revision,
         });
         assert_eq!(
             (confirmed, fenced),
@@ -492,10 +497,26 @@ async fn hammer_four_processes_no_stale_answer_after_an_acknowledged_change() {
     let local = samples.iter().filter(|(_, said)| said.local).count();
     assert!(
         stale.is_empty(),
-        "{} of {} answers were on a policy older than an acknowledged write: {:?}",
+        "{} of {} answers were on a policy older than an acknowledged write: {:?}; writes \
+         around the first (revision, sent and acknowledged relative to it): {:?}",
         stale.len(),
         samples.len(),
-        &stale[..stale.len().min(5)]
+        stale
+            .iter()
+            .take(5)
+            .map(|(asked, said)| (asked, said.allowed, said.local, said.revision))
+            .collect::<Vec<_>>(),
+        stale.first().map(|(asked, _)| writes
+            .iter()
+            .filter(|w| w.acknowledged + Duration::from_millis(200) >= *asked
+                && w.sent <= *asked + Duration::from_millis(200))
+            .map(|w| (
+                w.revision,
+                w.allows,
+                w.sent.saturating_duration_since(*asked),
+                w.acknowledged.saturating_duration_since(*asked)
+            ))
+            .collect::<Vec<_>>())
     );
     assert!(writes.len() >= 10, "only {} writes", writes.len());
     assert!(
