@@ -686,9 +686,12 @@ pub fn watch_event(event: &proto::WatchEvent, manifests: bool) -> String {
 /// cache invalidations: 2
 /// cache evictions: 0
 /// cache stale inserts refused: 0
+/// subscribers: none
 /// ```
-/// A multi-line last error continues on indented lines. An etcd-mode server's store comes
-/// after the last error (`revision` is then the etcd revision this replica applied last):
+/// A multi-line last error continues on indented lines. The callers' caches subscribed to the
+/// invalidation stream are listed last, one line each ([`subscriber_table`]). An etcd-mode
+/// server's store comes after the last error (`revision` is then the etcd revision this
+/// replica applied last):
 /// ```text
 /// store: etcd
 /// replica id: a
@@ -736,10 +739,17 @@ pub fn status(response: &proto::StatusResponse) -> String {
     } else {
         String::new()
     };
+    let subscribers = match subscriber_table(response) {
+        None => "subscribers: none\n".to_string(),
+        Some(table) => {
+            let rows: String = table.lines().map(|line| format!("  {line}\n")).collect();
+            format!("subscribers:\n{rows}")
+        }
+    };
     format!(
         "revision: {}\nlast error: {last_error}\n{store}cache entries: {}\ncache hits: {}\n\
          cache misses: {}\ncache inserts: {}\ncache invalidations: {}\ncache evictions: {}\n\
-         cache stale inserts refused: {}\n",
+         cache stale inserts refused: {}\n{subscribers}",
         response.revision,
         response.cache_entries,
         response.cache_hits,
@@ -795,30 +805,83 @@ pub fn replica_table(response: &proto::StatusResponse) -> Option<String> {
             ]
         })
         .collect();
-    let header = ["REPLICA".to_string(), "APPLIED".into(), "NOTE".into()];
-    let widths: Vec<usize> = (0..2)
+    Some(columns(["REPLICA", "APPLIED", "NOTE"], &rows))
+}
+
+/// The callers' caches subscribed to this server's invalidation stream, one line per
+/// subscriber under a header; `None` without any. `HEARTBEAT` is the age of its last
+/// heartbeat (what its proof of being current stands on); `disconnected` marks one whose
+/// stream closed (listed until its last proof has expired), `behind` one that has not
+/// confirmed the server's revision, `no heartbeat yet` one that holds no proof.
+/// ```text
+/// SUBSCRIBER  APPLIED  HEARTBEAT  NOTE
+/// proxy-1     42       0.4s ago
+/// proxy-2     40       3.1s ago   disconnected, behind
+/// ```
+pub fn subscriber_table(response: &proto::StatusResponse) -> Option<String> {
+    if response.subscribers.is_empty() {
+        return None;
+    }
+    let rows: Vec<[String; 4]> = response
+        .subscribers
+        .iter()
+        .map(|subscriber| {
+            let mut notes = Vec::new();
+            if !subscriber.connected {
+                notes.push("disconnected");
+            }
+            if subscriber.applied_revision < response.revision {
+                notes.push("behind");
+            }
+            let heartbeat = if subscriber.proof_age_seconds < 0.0 {
+                notes.push("no heartbeat yet");
+                "none".to_string()
+            } else {
+                format!("{:.1}s ago", subscriber.proof_age_seconds)
+            };
+            [
+                subscriber.id.clone(),
+                subscriber.applied_revision.to_string(),
+                heartbeat,
+                notes.join(", "),
+            ]
+        })
+        .collect();
+    Some(columns(
+        ["SUBSCRIBER", "APPLIED", "HEARTBEAT", "NOTE"],
+        &rows,
+    ))
+}
+
+/// `rows` under `header`, each column but the last padded to its widest cell, two spaces
+/// apart; trailing blanks trimmed.
+fn columns<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
+    let header = header.map(str::to_string);
+    let widths: Vec<usize> = (0..N)
         .map(|column| {
             std::iter::once(&header)
-                .chain(&rows)
+                .chain(rows)
                 .map(|row| row[column].chars().count())
                 .max()
                 .unwrap_or(0)
         })
         .collect();
     let mut table = String::new();
-    for row in std::iter::once(&header).chain(&rows) {
-        let line = format!(
-            "{:<w0$}  {:<w1$}  {}",
-            row[0],
-            row[1],
-            row[2],
-            w0 = widths[0],
-            w1 = widths[1]
-        );
+    for row in std::iter::once(&header).chain(rows) {
+        let mut line = String::new();
+        for (column, cell) in row.iter().enumerate() {
+            if column + 1 < N {
+                let pad = widths[column] - cell.chars().count();
+                line.push_str(cell);
+                line.push_str(&" ".repeat(pad + 2));
+            } else {
+                line.push_str(cell);
+            }
+        }
         table.push_str(line.trim_end());
         table.push('\n');
     }
-    Some(table)
+    table
 }
 
 /// `10s`, `250ms`, `1.5s`: how the timeout is named in messages.
@@ -1014,7 +1077,7 @@ mod tests {
             status(&directory),
             "revision: 7\nlast error: none\ncache entries: 3\ncache hits: 0\ncache misses: 0\n\
              cache inserts: 0\ncache invalidations: 0\ncache evictions: 0\n\
-             cache stale inserts refused: 0\n"
+             cache stale inserts refused: 0\nsubscribers: none\n"
         );
         assert_eq!(replica_table(&directory), None);
 
@@ -1028,7 +1091,8 @@ mod tests {
              \x20 b          42       this replica\n\
              \x20 replica-c  40       behind\n\
              cache entries: 3\ncache hits: 0\ncache misses: 0\ncache inserts: 0\n\
-             cache invalidations: 0\ncache evictions: 0\ncache stale inserts refused: 0\n"
+             cache invalidations: 0\ncache evictions: 0\ncache stale inserts refused: 0\n\
+             subscribers: none\n"
         );
         let text = status(&etcd_status(true, -1.0));
         assert!(text.contains("\nfenced: yes (allows are refused"), "{text}");
@@ -1059,6 +1123,46 @@ mod tests {
         );
         assert!(table.contains("\na          45\n"), "{table}");
         assert!(table.contains("\nb          42       behind\n"), "{table}");
+    }
+
+    /// One line per subscriber, last in the status: its applied revision, its last
+    /// heartbeat's age, and whether it is disconnected, behind or without a heartbeat.
+    #[test]
+    fn status_lists_the_subscribers_one_line_each() {
+        let subscriber =
+            |id: &str, applied_revision, connected, proof_age_seconds| proto::SubscriberStatus {
+                id: id.into(),
+                applied_revision,
+                connected,
+                proof_age_seconds,
+            };
+        let response = proto::StatusResponse {
+            revision: 42,
+            subscribers: vec![
+                subscriber("proxy-1", 42, true, 0.43),
+                subscriber("a-much-longer-id", 40, false, 3.06),
+                subscriber("new", 0, true, -1.0),
+            ],
+            ..Default::default()
+        };
+        assert_eq!(
+            subscriber_table(&response).unwrap(),
+            "SUBSCRIBER        APPLIED  HEARTBEAT  NOTE\n\
+             proxy-1           42       0.4s ago\n\
+             a-much-longer-id  40       3.1s ago   disconnected, behind\n\
+             new               0        none       behind, no heartbeat yet\n"
+        );
+        let text = status(&response);
+        assert!(
+            text.ends_with(
+                "cache stale inserts refused: 0\nsubscribers:\n\
+                 \x20 SUBSCRIBER        APPLIED  HEARTBEAT  NOTE\n\
+                 \x20 proxy-1           42       0.4s ago\n\
+                 \x20 a-much-longer-id  40       3.1s ago   disconnected, behind\n\
+                 \x20 new               0        none       behind, no heartbeat yet\n"
+            ),
+            "{text}"
+        );
     }
 
     #[test]

@@ -702,3 +702,80 @@ async fn apply_takes_a_directory() {
         stderr(&out)
     );
 }
+
+/// The subscriber lines of `authzd status` (under `subscribers:`, header first), or
+/// `subscribers: none`.
+fn subscriber_lines(server: &Server) -> Vec<String> {
+    let out = client(server, &["status"]);
+    assert_exit(&out, 0);
+    stdout(&out)
+        .lines()
+        .skip_while(|line| !line.starts_with("subscribers:"))
+        .map(str::to_string)
+        .collect()
+}
+
+/// `authzd status` lists the callers' caches subscribed to the server, one line each: a real
+/// `authzd ask --local-cache` process at the server's revision with a recent heartbeat, then,
+/// killed, disconnected until its proof has expired, then none.
+#[tokio::test]
+async fn status_lists_the_subscribers_one_line_each() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &["--max-staleness", "1s"]).await;
+    assert_eq!(subscriber_lines(&server), ["subscribers: none"]);
+
+    let mut ask = Command::new(BIN)
+        .args(["ask", "--server", &server.url(), "--local-cache"])
+        .args(["--subscriber-id", "cli-cache"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let listed = crate::support::wait::eventually_blocking(
+        Duration::from_secs(10),
+        || {
+            format!(
+                "`cli-cache` listed with a heartbeat: {:?}",
+                subscriber_lines(&server)
+            )
+        },
+        || {
+            let lines = subscriber_lines(&server);
+            (lines.len() == 3 && lines[2].contains(" ago")).then_some(lines)
+        },
+    );
+    assert_eq!(
+        listed[..2],
+        ["subscribers:", "  SUBSCRIBER  APPLIED  HEARTBEAT  NOTE"]
+    );
+    let fields: Vec<&str> = listed[2].split_whitespace().collect();
+    assert_eq!(fields[..2], ["cli-cache", "1"], "{listed:?}");
+    assert_eq!(
+        fields.len(),
+        4,
+        "no note for a current subscriber: {listed:?}"
+    );
+    assert!(fields[2].ends_with('s') && fields[3] == "ago", "{listed:?}");
+
+    let _ = ask.kill();
+    let _ = ask.wait();
+    crate::support::wait::eventually_blocking(
+        Duration::from_secs(10),
+        || {
+            format!(
+                "`cli-cache` listed disconnected: {:?}",
+                subscriber_lines(&server)
+            )
+        },
+        || {
+            let lines = subscriber_lines(&server);
+            (lines.len() == 3 && lines[2].ends_with("disconnected")).then_some(())
+        },
+    );
+    crate::support::wait::eventually_blocking(
+        Duration::from_secs(10),
+        || format!("no subscriber listed: {:?}", subscriber_lines(&server)),
+        || (subscriber_lines(&server) == ["subscribers: none"]).then_some(()),
+    );
+}
