@@ -322,6 +322,7 @@ impl ServingState {
             cache_evictions: stats.evictions.get(),
             cache_invalidations: cache.invalidations(),
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
+            subscribers: self.subscriber_table_figures(),
             store: Default::default(),
         }
     }

@@ -104,6 +104,8 @@ pub struct LocalFigures {
     pub entries_invalidated: u64,
     /// How long the cache has been without a proof, in all (since it was created).
     pub fenced_time: Duration,
+    /// Whether it holds a proof now (answers from memory).
+    pub fresh: bool,
     /// The server revision applied last.
     pub applied_revision: u64,
 }
@@ -270,7 +272,8 @@ impl LocalCache {
         let now = self.now();
         let fresh_until = self.fresh_until.load(Ordering::Acquire);
         let from = self.fenced_from.load(Ordering::Acquire);
-        let ongoing = if now < fresh_until {
+        let fresh = now < fresh_until;
+        let ongoing = if fresh {
             0
         } else {
             now.saturating_sub(if from == 0 { fresh_until } else { from })
@@ -288,6 +291,7 @@ impl LocalCache {
                     .load(Ordering::Acquire)
                     .saturating_add(ongoing),
             ),
+            fresh,
             applied_revision: self.applied.load(Ordering::Acquire),
         }
     }

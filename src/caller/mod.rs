@@ -3,7 +3,8 @@
 //! AccessReview call ([`connect`]: TLS, client certificates, a bearer token, a Unix socket),
 //! with an optional decision cache in the caller's own process ([`local`]) kept exact by the
 //! server's invalidation stream ([`follow`]), and a `tower` layer that authorizes HTTP or gRPC
-//! requests with it ([`layer`]).
+//! requests with it ([`layer`]). The cache's figures render as Prometheus text
+//! ([`LocalFigures::render_prometheus`], [`metrics`]) for the caller's own `/metrics`.
 //!
 //! The local cache is the server's own [`DecisionCache`](crate::cache::DecisionCache), keyed
 //! by the same request fields; it answers only while it holds a proof that every change
@@ -15,6 +16,7 @@ pub mod connect;
 pub mod follow;
 pub mod layer;
 pub mod local;
+pub mod metrics;
 
 pub use client::{Answer, Client};
 pub use connect::{ConnectError, Endpoint};

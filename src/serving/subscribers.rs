@@ -29,6 +29,7 @@ use tokio::time::Instant;
 
 use crate::policy::impact::Impact;
 use crate::store::etcd::{AckMode, AckReport};
+use crate::telemetry::metrics::SubscriberTableFigures;
 
 /// Changes kept for subscribers that fall behind or reconnect, counted in subject keys (8 bytes
 /// each): one that needs an older change than the history holds starts over from everything.
@@ -111,6 +112,12 @@ struct Inner {
     head: u64,
     next_key: u64,
     table: BTreeMap<u64, Entry>,
+    /// Confirmations that advanced a subscriber's applied revision, since startup.
+    confirmations: u64,
+    /// Subscribers an acknowledgement counted fenced, at most once per subscriber and revision
+    /// (in etcd mode the writing replica waits for a revision twice: for its report and for
+    /// the write).
+    fenced: u64,
 }
 
 struct Entry {
@@ -120,6 +127,8 @@ struct Entry {
     /// The heartbeats recorded, newest last: the revision each covered and when it was made,
     /// less the server's proof age (the instant its proof stands from, on this clock).
     proofs: VecDeque<Proof>,
+    /// The latest revision it was counted fenced for.
+    fenced_for: u64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -147,6 +156,8 @@ impl Subscribers {
                 head: 0,
                 next_key: 0,
                 table: BTreeMap::new(),
+                confirmations: 0,
+                fenced: 0,
             }),
             changed: Notify::new(),
             published: watch::channel(0).0,
@@ -227,6 +238,7 @@ impl Subscribers {
                 applied: sent,
                 connected: true,
                 proofs: VecDeque::new(),
+                fenced_for: 0,
             },
         );
         Ok(Subscription {
@@ -248,7 +260,8 @@ impl Subscribers {
             changed.as_mut().enable();
             let now = Instant::now();
             let (ack, next_deadline) = {
-                let inner = self.lock();
+                let mut guard = self.lock();
+                let inner = &mut *guard;
                 let mut ack = SubscribersAck::default();
                 let mut next: Option<Instant> = None;
                 for entry in inner.table.values() {
@@ -265,6 +278,15 @@ impl Subscribers {
                     match expires {
                         Some(at) if at > now => next = Some(next.map_or(at, |n| n.min(at))),
                         _ => ack.fenced += 1,
+                    }
+                }
+                if next.is_none() {
+                    // The answer: every subscriber not confirmed is fenced; counted once.
+                    for entry in inner.table.values_mut() {
+                        if entry.applied < revision && entry.fenced_for < revision {
+                            entry.fenced_for = revision;
+                            inner.fenced += 1;
+                        }
                     }
                 }
                 (ack, next)
@@ -296,9 +318,35 @@ impl Subscribers {
             .collect()
     }
 
-    /// How many subscribers are connected now.
-    pub fn connected(&self) -> usize {
-        self.lock().table.values().filter(|e| e.connected).count()
+    /// The table in figures, for `/metrics`: one set of series whatever the subscribers are
+    /// named (their ids are the callers' to choose; `Status` lists them one by one).
+    pub fn table_figures(&self) -> SubscriberTableFigures {
+        let mut inner = self.lock();
+        prune(&mut inner, self.max_staleness);
+        let now = Instant::now();
+        let head = inner.head;
+        let mut figures = SubscriberTableFigures {
+            listed: inner.table.len() as u64,
+            confirmations: inner.confirmations,
+            fenced: inner.fenced,
+            ..Default::default()
+        };
+        for entry in inner.table.values().filter(|e| e.connected) {
+            figures.connected += 1;
+            let lag = head.saturating_sub(entry.applied);
+            if lag > 0 {
+                figures.behind += 1;
+            }
+            figures.max_lag_revisions = figures.max_lag_revisions.max(lag);
+            let proved = entry
+                .proofs
+                .back()
+                .is_some_and(|p| p.from + self.max_staleness > now);
+            if !proved {
+                figures.without_proof += 1;
+            }
+        }
+        figures
     }
 }
 
@@ -411,6 +459,7 @@ impl Subscription {
             let confirmed = revision.min(sent);
             if confirmed > entry.applied {
                 entry.applied = confirmed;
+                inner.confirmations += 1;
                 drop(inner);
                 self.subscribers.changed.notify_waiters();
             }
@@ -509,9 +558,9 @@ impl super::ServingState {
         self.subscribers.figures()
     }
 
-    /// How many subscribers are connected now, for `/metrics`.
-    pub fn subscribers_connected(&self) -> usize {
-        self.subscribers.connected()
+    /// The subscriber table in figures, for `/metrics`.
+    pub fn subscriber_table_figures(&self) -> SubscriberTableFigures {
+        self.subscribers.table_figures()
     }
 }
 
@@ -652,6 +701,56 @@ mod tests {
             }
         );
         assert_eq!(started.elapsed(), Duration::ZERO);
+    }
+
+    /// The figures `/metrics` shows: who is connected, how far behind and without a proof;
+    /// the confirmations, and a subscriber fenced counted once per revision however often the
+    /// revision is waited for (etcd mode waits twice on the writing replica).
+    #[tokio::test(start_paused = true)]
+    async fn the_table_in_figures() {
+        let max = Duration::from_secs(1);
+        let subscribers = Arc::new(Subscribers::new(max));
+        subscribers.published(1, &Impact::everything());
+        let mut a = subscribers.subscribe("a".into(), 0, 0).unwrap();
+        let b = subscribers.subscribe("b".into(), 0, 0).unwrap();
+        a.heartbeat(1, |_| Some(Duration::ZERO));
+        a.confirm(1);
+        subscribers.published(5, &impact_of("alice"));
+        a.pending();
+        a.confirm(5);
+        a.confirm(5);
+        assert_eq!(
+            subscribers.table_figures(),
+            SubscriberTableFigures {
+                listed: 2,
+                connected: 2,
+                behind: 1,
+                max_lag_revisions: 5,
+                without_proof: 1,
+                confirmations: 2,
+                fenced: 0,
+            }
+        );
+        for _ in 0..2 {
+            assert_eq!(
+                subscribers.acknowledge(5).await,
+                SubscribersAck {
+                    confirmed: 1,
+                    fenced: 1
+                }
+            );
+        }
+        assert_eq!(subscribers.table_figures().fenced, 1);
+
+        // a's proof runs out; b leaves (it had none: forgotten at once).
+        tokio::time::advance(max).await;
+        drop(b);
+        let figures = subscribers.table_figures();
+        assert_eq!(
+            (figures.listed, figures.connected, figures.behind),
+            (1, 1, 0)
+        );
+        assert_eq!((figures.max_lag_revisions, figures.without_proof), (0, 1));
     }
 
     #[test]

@@ -15,6 +15,10 @@
 //! The recorder is owned, not installed globally, so several servers in one process (tests)
 //! keep separate figures.
 //!
+//! The subscriber table of the invalidation stream ([`SubscriberTableFigures`]) is exported as
+//! aggregates, not one series per subscriber: a subscriber's id is its caller's to choose, and
+//! `Status` lists them one by one.
+//!
 //! Where the policy lives ([`StoreFigures`]) is exported too: `authzd_store_info` in either
 //! mode, and in etcd mode this replica's freshness, fenced state and the size of the replica
 //! table. Those gauges are registered on the first etcd-mode scrape, so a directory-mode
@@ -296,6 +300,26 @@ impl EtcdFigures {
     }
 }
 
+/// The callers' caches subscribed to the invalidation stream (`serving::subscribers`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SubscriberTableFigures {
+    /// In the table: connected, or closed with a proof that may still be in use.
+    pub listed: u64,
+    pub connected: u64,
+    /// Connected and below the policy revision in force.
+    pub behind: u64,
+    /// The policy revision in force less the lowest revision a connected subscriber applied
+    /// (etcd mode: etcd revisions, several to one change).
+    pub max_lag_revisions: u64,
+    /// Connected without a proof in force as this server recorded it (never sent a heartbeat,
+    /// or not for `--max-staleness`): answering nothing from memory.
+    pub without_proof: u64,
+    /// Confirmations that advanced a subscriber's applied revision, since startup.
+    pub confirmations: u64,
+    /// Acknowledgements that counted a subscriber fenced, once per subscriber and revision.
+    pub fenced: u64,
+}
+
 /// Figures read at scrape time from where the server already keeps them.
 #[derive(Clone, Debug, Default)]
 pub struct ScrapeFigures {
@@ -308,6 +332,7 @@ pub struct ScrapeFigures {
     pub cache_evictions: u64,
     pub cache_invalidations: u64,
     pub cache_stale_inserts_refused: u64,
+    pub subscribers: SubscriberTableFigures,
     pub store: StoreFigures,
 }
 
@@ -335,6 +360,13 @@ struct ScrapeInstruments {
     cache_evictions: Counter,
     cache_invalidations: Counter,
     cache_stale_inserts_refused: Counter,
+    subscribers_listed: Gauge,
+    subscribers_connected: Gauge,
+    subscribers_behind: Gauge,
+    subscribers_max_lag_revisions: Gauge,
+    subscribers_without_proof: Gauge,
+    subscriber_confirmations: Counter,
+    subscribers_fenced: Counter,
 }
 
 /// The server's instruments and the recorder that renders them.
@@ -431,6 +463,13 @@ impl Metrics {
                 "authzd_cache_stale_inserts_refused_total",
                 vec![],
             ),
+            subscribers_listed: gauge("authzd_subscribers"),
+            subscribers_connected: gauge("authzd_subscribers_connected"),
+            subscribers_behind: gauge("authzd_subscribers_behind"),
+            subscribers_max_lag_revisions: gauge("authzd_subscribers_max_lag_revisions"),
+            subscribers_without_proof: gauge("authzd_subscribers_without_proof"),
+            subscriber_confirmations: counter("authzd_subscribers_confirmations_total", vec![]),
+            subscribers_fenced: counter("authzd_subscribers_fenced_total", vec![]),
         };
         let in_flight = gauge("authzd_requests_in_flight");
         Self {
@@ -510,6 +549,17 @@ impl Metrics {
         s.cache_invalidations.absolute(figures.cache_invalidations);
         s.cache_stale_inserts_refused
             .absolute(figures.cache_stale_inserts_refused);
+        let subscribers = &figures.subscribers;
+        s.subscribers_listed.set(subscribers.listed as f64);
+        s.subscribers_connected.set(subscribers.connected as f64);
+        s.subscribers_behind.set(subscribers.behind as f64);
+        s.subscribers_max_lag_revisions
+            .set(subscribers.max_lag_revisions as f64);
+        s.subscribers_without_proof
+            .set(subscribers.without_proof as f64);
+        s.subscriber_confirmations
+            .absolute(subscribers.confirmations);
+        s.subscribers_fenced.absolute(subscribers.fenced);
         for (exported, tally) in self.decisions.iter().flatten().chain(&self.requests) {
             exported.absolute(tally.get());
         }
@@ -635,6 +685,34 @@ fn describe(recorder: &PrometheusRecorder) {
         "Decisions not cached because the policy changed while they were computed.",
     );
     gauge(
+        "authzd_subscribers",
+        "Callers' caches in the invalidation stream's table: connected, or disconnected with a proof that may still be in use.",
+    );
+    gauge(
+        "authzd_subscribers_connected",
+        "Callers' caches with an invalidation stream open.",
+    );
+    gauge(
+        "authzd_subscribers_behind",
+        "Connected subscribers that have not confirmed the policy revision in force.",
+    );
+    gauge(
+        "authzd_subscribers_max_lag_revisions",
+        "The policy revision in force less the lowest revision a connected subscriber confirmed (0 without subscribers).",
+    );
+    gauge(
+        "authzd_subscribers_without_proof",
+        "Connected subscribers holding no proof of being current (no heartbeat within --max-staleness): they answer nothing from memory.",
+    );
+    counter(
+        "authzd_subscribers_confirmations_total",
+        "Confirmations from subscribers that advanced the revision they applied.",
+    );
+    counter(
+        "authzd_subscribers_fenced_total",
+        "Subscribers counted fenced by a write's acknowledgement (or, in etcd mode, this replica's report), once per subscriber and revision.",
+    );
+    gauge(
         "authzd_store_fenced",
         "etcd mode: 1 while this replica is fenced (its last freshness proof is older than --max-staleness: allows refused per --on-stale), else 0.",
     );
@@ -710,6 +788,15 @@ mod tests {
             cache_evictions: 3,
             cache_invalidations: 5,
             cache_stale_inserts_refused: 1,
+            subscribers: SubscriberTableFigures {
+                listed: 4,
+                connected: 3,
+                behind: 2,
+                max_lag_revisions: 6,
+                without_proof: 1,
+                confirmations: 17,
+                fenced: 2,
+            },
             store: StoreFigures::Directory,
         };
         let text = metrics.render(&figures);
@@ -723,6 +810,13 @@ mod tests {
             ("authzd_cache_evictions_total", 3.0),
             ("authzd_cache_invalidations_total", 5.0),
             ("authzd_cache_stale_inserts_refused_total", 1.0),
+            ("authzd_subscribers", 4.0),
+            ("authzd_subscribers_connected", 3.0),
+            ("authzd_subscribers_behind", 2.0),
+            ("authzd_subscribers_max_lag_revisions", 6.0),
+            ("authzd_subscribers_without_proof", 1.0),
+            ("authzd_subscribers_confirmations_total", 17.0),
+            ("authzd_subscribers_fenced_total", 2.0),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }

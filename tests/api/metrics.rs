@@ -160,3 +160,137 @@ async fn counters_move_as_the_requests_predict() {
     assert!(get(&changed, "authzd_cache_invalidations_total") >= 1.0);
     assert_eq!(get(&changed, "authzd_policy_reload_errors_total"), 0.0);
 }
+
+/// The subscriber table as `/metrics` shows it, with two real subscribers: the library's
+/// cache (confirming every change) and one on the wire that never confirms and probes once.
+/// A write waits for the first and, once the second's proof has expired, counts it fenced;
+/// the series then say two connected, one behind by the whole revision and without a proof,
+/// two confirmations and one fenced; the stalled one gone, one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_subscriber_table_is_exported() {
+    use authzd::caller::{Client, Endpoint, LocalCacheConfig};
+    use authzd::proto::InvalidationsRequest;
+
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &["--max-staleness", "1s"]).await;
+    let before = scrape(&server);
+    for series in [
+        "authzd_subscribers",
+        "authzd_subscribers_connected",
+        "authzd_subscribers_behind",
+        "authzd_subscribers_max_lag_revisions",
+        "authzd_subscribers_without_proof",
+        "authzd_subscribers_confirmations_total",
+        "authzd_subscribers_fenced_total",
+    ] {
+        assert_eq!(get(&before, series), 0.0, "{series}");
+    }
+
+    let client = Client::connect(&Endpoint::new(server.url()))
+        .await
+        .unwrap()
+        .with_local_cache(LocalCacheConfig::new("metrics-cache"));
+    let alice = authzd::request::Request {
+        user: authzd::request::UserInfo {
+            name: "alice".into(),
+            ..Default::default()
+        },
+        action: authzd::request::Action::Resource(authzd::request::ResourceAttributes {
+            namespace: "dev".into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        }),
+    };
+    crate::support::wait::eventually(
+        std::time::Duration::from_secs(10),
+        || "alice answered from the local cache".to_string(),
+        || async {
+            client
+                .authorize(&alice)
+                .await
+                .unwrap()
+                .from_local_cache
+                .then_some(())
+        },
+    )
+    .await;
+
+    // Stalled: subscribes, probes once (one proof, then none), confirms nothing.
+    let (outgoing, requests) = tokio::sync::mpsc::channel(4);
+    for request in [
+        InvalidationsRequest {
+            subscriber_id: "stalled".into(),
+            ..Default::default()
+        },
+        InvalidationsRequest {
+            probe: 1,
+            ..Default::default()
+        },
+    ] {
+        outgoing.send(request).await.unwrap();
+    }
+    let mut events = AuthorizerClient::new(server.channel().await)
+        .watch_invalidations(tokio_stream::wrappers::ReceiverStream::new(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(event) = events.message().await.unwrap() {
+        if matches!(
+            event.event,
+            Some(authzd::proto::invalidation_event::Event::Heartbeat(_))
+        ) {
+            break;
+        }
+    }
+
+    let mut admin = PolicyAdminClient::new(server.channel().await);
+    let deleted = admin
+        .delete(authzd::proto::DeleteRequest {
+            object: Some(authzd::proto::ObjectRef {
+                kind: "ClusterRoleBinding".into(),
+                namespace: String::new(),
+                name: "read-pods".into(),
+            }),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(deleted.revision, 2);
+    assert_eq!(
+        (deleted.subscribers_confirmed, deleted.subscribers_fenced),
+        (1, 1),
+        "{deleted:?}"
+    );
+    let table = scrape(&server);
+    for (series, value) in [
+        ("authzd_subscribers", 2.0),
+        ("authzd_subscribers_connected", 2.0),
+        ("authzd_subscribers_behind", 1.0),
+        // The stalled one confirmed nothing: the whole revision behind.
+        ("authzd_subscribers_max_lag_revisions", 2.0),
+        ("authzd_subscribers_without_proof", 1.0),
+        // The cache's: the first policy, then the delete.
+        ("authzd_subscribers_confirmations_total", 2.0),
+        ("authzd_subscribers_fenced_total", 1.0),
+    ] {
+        assert_eq!(get(&table, series), value, "{series}");
+    }
+
+    drop((outgoing, events));
+    crate::support::wait::eventually(
+        std::time::Duration::from_secs(10),
+        || "the stalled subscriber gone from /metrics".to_string(),
+        || async {
+            let left = scrape(&server);
+            (get(&left, "authzd_subscribers") == 1.0).then_some(left)
+        },
+    )
+    .await;
+    let left = scrape(&server);
+    assert_eq!(get(&left, "authzd_subscribers_connected"), 1.0);
+    assert_eq!(get(&left, "authzd_subscribers_behind"), 0.0);
+    assert_eq!(get(&left, "authzd_subscribers_max_lag_revisions"), 0.0);
+    assert_eq!(get(&left, "authzd_subscribers_without_proof"), 0.0);
+}
