@@ -113,6 +113,9 @@ pub enum AppError {
     Webhook(#[from] crate::webhook::WebhookError),
     #[error("{0}")]
     Chain(String),
+    /// `authzd proxy` could not start (its files, authzd, a listener).
+    #[error("proxy: {0}")]
+    Proxy(String),
     /// `--object` / `--old-object` / `--changed-path` that a rule needed and could not read.
     #[error("bad content: {0}")]
     Content(crate::engine::content::ContentError),
@@ -227,6 +230,23 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
         Settings::Test(settings) => run_tests(&settings),
         Settings::Diff(settings) => run_diff(&settings),
         Settings::Client { server, command } => run_client(&server, command),
+        Settings::Proxy(settings) => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(AppError::Runtime)?
+            .block_on(async {
+                // klog's -v: 4 and up is where kube-rbac-proxy logs each request.
+                let level = if settings.verbosity >= 4 {
+                    "debug"
+                } else {
+                    "info"
+                };
+                telemetry::init(log_format, level, None);
+                crate::proxy::run(*settings, shutdown_signal())
+                    .await
+                    .map_err(AppError::Proxy)?;
+                Ok(Outcome::Success)
+            }),
     }
 }
 
@@ -636,6 +656,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         tcp_keepalive: limits.tcp_keepalive,
         max_connection_age: limits.max_connection_age,
         max_connections: limits.max_connections,
+        http1_only: false,
     };
     let server = tokio::spawn(transport::serve(
         listeners,

@@ -16,6 +16,8 @@
 //! * [`caller`]: the library callers link (published as the `authzd-client` crate): a typed
 //!   client, a decision cache in the caller's process kept exact by the server's invalidation
 //!   stream, and a `tower` layer;
+//! * [`proxy`]: `authzd proxy`, an authorizing reverse proxy taking kube-rbac-proxy's flags,
+//!   the library's first user;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...);
 //!   [`policy_test`]: `authzd test`, files of expected answers run against the engine.
@@ -37,6 +39,7 @@ pub mod loadgen;
 pub mod policy;
 pub mod policy_test;
 pub mod proto_codec;
+pub mod proxy;
 pub mod request;
 pub mod serving;
 pub mod store;

@@ -30,6 +30,7 @@ pub mod authorization;
 mod client;
 mod offline;
 mod policy;
+pub mod proxy;
 mod serve;
 
 pub use client::{
@@ -111,6 +112,19 @@ pub enum Command {
     /// this process that the server keeps exact (docs/caller-cache.md).
     #[command(after_help = CLIENT_EXIT_CODES)]
     Ask(AskArgs),
+    /// An authorizing reverse proxy for one upstream that takes kube-rbac-proxy's flags and
+    /// configuration file, deciding with authzd through a local decision cache (docs/proxy.md;
+    /// `authzd proxy --help` lists every flag).
+    #[command(disable_help_flag = true)]
+    Proxy(ProxyArgs),
+}
+
+/// `authzd proxy`'s flags are kube-rbac-proxy's, read by `proxy.rs` as its pflag parser reads
+/// them (clap's syntax differs: bools take `=false`, lists commas).
+#[derive(Debug, clap::Args)]
+pub struct ProxyArgs {
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, num_args = 0.., value_name = "FLAGS")]
+    pub flags: Vec<String>,
 }
 
 const EXIT_CODES: &str = "\
@@ -171,6 +185,8 @@ pub enum Settings {
     Lint(PolicySettings),
     Test(TestSettings),
     Diff(DiffSettings),
+    /// `authzd proxy`.
+    Proxy(Box<proxy::ProxySettings>),
     /// A command against a running server.
     Client {
         server: ClientSettings,
@@ -336,6 +352,14 @@ impl Cli {
             ),
             Command::Status(args) => client(args.client, ClientCommand::Status),
             Command::Replicas(args) => client(args.client, ClientCommand::Replicas),
+            Command::Proxy(args) => {
+                match proxy::parse(&args.flags).map_err(|message| usage_error("proxy", message))? {
+                    proxy::ProxyCommand::Run(settings) => Settings::Proxy(settings),
+                    proxy::ProxyCommand::Help(text) => {
+                        return Err(clap::Error::raw(ErrorKind::DisplayHelp, text))
+                    }
+                }
+            }
             Command::Ask(args) => {
                 let question = match args.question.len() {
                     0 => None,

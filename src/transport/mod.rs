@@ -183,6 +183,8 @@ pub struct ConnectionLimits {
     pub max_connection_age: Option<Duration>,
     /// Open connections across all listeners; past it, a new connection is closed at once.
     pub max_connections: usize,
+    /// Serve HTTP/1.1 only (`authzd proxy --http2-disable`).
+    pub http1_only: bool,
 }
 
 /// How long in-flight requests may finish on a connection closed for its age.
@@ -252,6 +254,9 @@ async fn accept_loop(
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
+    if limits.http1_only {
+        builder = builder.http1_only();
+    }
     // With a timer, hyper enforces its HTTP/1.1 header read timeout (30 s), so a client that
     // opens a connection and never finishes its headers does not hold it forever.
     builder.http1().timer(TokioTimer::new());
@@ -388,6 +393,7 @@ mod tests {
             tcp_keepalive: Duration::from_secs(30),
             max_connection_age: None,
             max_connections: 16,
+            http1_only: false,
         }
     }
 

@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -161,8 +161,8 @@ impl std::fmt::Display for CallError {
 }
 
 /// The outcome of a call with its retries: the last attempt's, and how many were made.
-pub(super) struct Called {
-    pub outcome: Result<ReviewStatus, CallError>,
+pub(super) struct Called<T = ReviewStatus> {
+    pub outcome: Result<T, CallError>,
     pub attempts: u32,
 }
 
@@ -241,13 +241,26 @@ impl Transport {
         timeout: Duration,
         backoff: RetryBackoff,
     ) -> Called {
+        self.call_decoding(body, timeout, backoff, review::decode_status)
+            .await
+    }
+
+    /// [`Self::call`] for any review: `decode` reads the answer's body (a TokenReview's
+    /// status, for the proxy's authenticator).
+    pub(super) async fn call_decoding<T>(
+        &self,
+        body: Bytes,
+        timeout: Duration,
+        backoff: RetryBackoff,
+        decode: fn(&[u8]) -> Result<T, String>,
+    ) -> Called<T> {
         let deadline = Instant::now() + timeout;
         let mut delays = backoff.delays();
         let mut attempts = 0;
         loop {
             attempts += 1;
             let left = deadline.saturating_duration_since(Instant::now());
-            let outcome = tokio::time::timeout(left, self.post(body.clone()))
+            let outcome = tokio::time::timeout(left, self.post(body.clone(), decode))
                 .await
                 .unwrap_or(Err(CallError::TimedOut(timeout)));
             let retry = match &outcome {
@@ -273,7 +286,11 @@ impl Transport {
     }
 
     /// One attempt: the review posted, the answer read (bounded) and decoded.
-    async fn post(&self, body: Bytes) -> Result<ReviewStatus, CallError> {
+    async fn post<T>(
+        &self,
+        body: Bytes,
+        decode: fn(&[u8]) -> Result<T, String>,
+    ) -> Result<T, CallError> {
         let mut request = http::Request::post(self.server.clone())
             .header(CONTENT_TYPE, "application/json")
             .header(ACCEPT, "application/json, */*")
@@ -313,7 +330,7 @@ impl Transport {
                 body: bytes.map(|b| snippet(&b)).unwrap_or_default(),
             });
         }
-        review::decode_status(&bytes?).map_err(CallError::Undecodable)
+        decode(&bytes?).map_err(CallError::Undecodable)
     }
 
     /// The `Authorization` header; a token file is read again once its period has passed,
@@ -392,9 +409,29 @@ fn snippet(body: &[u8]) -> String {
     line
 }
 
+/// A pooled HTTP client over the webhook's connector, for authzd's other outbound HTTP (the
+/// proxy's upstream): `tls` for `https` URLs, `h2c` for HTTP/2 without TLS (prior knowledge).
+pub type OutboundClient<B> = Client<Connector, B>;
+
+pub fn outbound_client<B>(tls: Option<Arc<rustls::ClientConfig>>, h2c: bool) -> OutboundClient<B>
+where
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+{
+    let connector = Connector {
+        tls: tls.map(TlsConnector::from),
+        tls_server_name: None,
+    };
+    Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(IDLE_CONNECTION_TIMEOUT)
+        .pool_timer(TokioTimer::new())
+        .http2_only(h2c)
+        .build(connector)
+}
+
 /// Opens connections to the webhook for the pooled client: TCP, then TLS for `https`.
 #[derive(Clone)]
-struct Connector {
+pub struct Connector {
     tls: Option<TlsConnector>,
     tls_server_name: Option<ServerName<'static>>,
 }
@@ -444,7 +481,7 @@ impl Connector {
 }
 
 /// A connection to the webhook, plain or TLS.
-enum Stream {
+pub enum Stream {
     Plain(TcpStream),
     Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
 }

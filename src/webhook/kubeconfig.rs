@@ -365,6 +365,59 @@ fn endpoint(
     })
 }
 
+/// The service account's view of the API server, as client-go's `rest.InClusterConfig`
+/// (`staging/src/k8s.io/client-go/rest/config.go`): `KUBERNETES_SERVICE_HOST` and `_PORT`, the
+/// mounted token (re-read as it rotates) and CA. `None` outside a cluster (the host unset).
+pub(super) fn in_cluster() -> Result<Option<Endpoint>, String> {
+    const ACCOUNT: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+    let host = std::env::var("KUBERNETES_SERVICE_HOST").unwrap_or_default();
+    let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_default();
+    if host.is_empty() {
+        return Ok(None);
+    }
+    if port.is_empty() {
+        return Err("KUBERNETES_SERVICE_HOST is set but KUBERNETES_SERVICE_PORT is not".into());
+    }
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host
+    };
+    let cluster = Cluster {
+        server: Some(format!("https://{host}:{port}")),
+        certificate_authority: Some(format!("{ACCOUNT}/ca.crt")),
+        ..Cluster::default()
+    };
+    let user = User {
+        token_file: Some(format!("{ACCOUNT}/token")),
+        ..User::default()
+    };
+    endpoint(
+        "in-cluster",
+        cluster,
+        "service account",
+        user,
+        Path::new("/"),
+    )
+    .map(Some)
+}
+
+impl Endpoint {
+    /// The API server's endpoint for one API path (`/apis/authentication.k8s.io/v1/...`):
+    /// a kubeconfig for an API server names its root, where a webhook's names the endpoint.
+    pub(super) fn at_api_path(mut self, path: &str) -> Result<Endpoint, String> {
+        let base = self.server.path().trim_end_matches('/');
+        let mut parts = self.server.clone().into_parts();
+        parts.path_and_query = Some(
+            format!("{base}{path}")
+                .parse()
+                .map_err(|e| format!("`{path}` under `{}`: {e}", self.server))?,
+        );
+        self.server = Uri::from_parts(parts).map_err(|e| e.to_string())?;
+        Ok(self)
+    }
+}
+
 /// One of token, token file and basic auth; client-go refuses a token together with basic
 /// auth ("more than one authentication method"). With both `token` and `tokenFile`, the file
 /// is used, as client-go does once it has read it.
@@ -462,6 +515,31 @@ fn read_identity(cert: &PemSource, key: &PemSource) -> Result<Identity, String> 
     let private = PrivateKeyDer::from_pem_slice(&key.read()?)
         .map_err(|e| format!("{} holds no private key: {e}", key.name()))?;
     Ok((chain, private))
+}
+
+/// A TLS client configuration from files: `ca` the CAs a server's certificate must chain to
+/// (the system's when `None`), `identity` a client certificate and key to present.
+pub fn tls_client_config(
+    ca: Option<&Path>,
+    identity: Option<(&Path, &Path)>,
+) -> Result<Arc<ClientConfig>, String> {
+    let file = |field, path: &Path| PemSource::File {
+        field,
+        path: path.to_path_buf(),
+    };
+    let roots = match ca {
+        Some(path) => {
+            let ca = file("certificate-authority", path);
+            roots_from(&ca.read()?, &ca.name())?
+        }
+        None => system_roots()?,
+    };
+    let identity = identity
+        .map(|(cert, key)| {
+            read_identity(&file("client-certificate", cert), &file("client-key", key))
+        })
+        .transpose()?;
+    client_config(Some(roots), identity).map(Arc::new)
 }
 
 /// `roots`: the CAs to verify the webhook's certificate against; `None` verifies nothing

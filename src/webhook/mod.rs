@@ -27,6 +27,7 @@ mod cache;
 mod client;
 mod kubeconfig;
 mod review;
+pub mod token_review;
 
 use std::path::PathBuf;
 use std::sync::{Mutex, PoisonError};
@@ -35,7 +36,9 @@ use std::time::Duration;
 use hyper::body::Bytes;
 use tokio::time::Instant;
 
-pub use client::RetryBackoff;
+pub use client::{outbound_client, OutboundClient, RetryBackoff};
+pub use kubeconfig::tls_client_config;
+pub use token_review::TokenReviewer;
 
 use crate::engine::Decision;
 use crate::request::Request;

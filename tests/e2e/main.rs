@@ -5,6 +5,8 @@
 //! * `envoy`: a real Envoy calling `ext_authz`; `buf`: `buf curl` through reflection;
 //!   `reflection`: a Python grpcio client that knows authzd only through reflection
 //!   (`reflection_client.py`, beside this file, with the pinned `requirements*.txt`);
+//! * `proxy`: `authzd proxy` with kube-rbac-proxy's example configurations, a real HTTP
+//!   upstream and TokenReview endpoint (`proxy_peers.py`), asked with curl;
 //! * `deploy`: `deploy/`'s manifests parse and agree with the binary and the shipped policy;
 //! * `loadgen`: the load generator against a spawned authzd and the no-op server;
 //! * `soak`: 60 s at saturation with good, hostile and slow traffic — opt-in locally
@@ -27,5 +29,6 @@ mod kubectl_auth;
 mod kubectl_discovery;
 mod kubectl_protobuf;
 mod loadgen;
+mod proxy;
 mod reflection;
 mod soak;

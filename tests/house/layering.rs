@@ -31,7 +31,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("protocol adapters", &["api"]),
     ("the callers' library", &["caller"]),
     ("settings and synthetic policy", &["config", "synth"]),
-    ("commands", &["client", "loadgen", "policy_test"]),
+    ("commands", &["client", "loadgen", "policy_test", "proxy"]),
     ("composition root", &["app"]),
 ];
 

@@ -5,7 +5,7 @@ use crate::api::error::{ApiError, Result};
 
 /// The token of an `authorization: Bearer <token>` header (scheme case-insensitive, as
 /// upstream).
-pub(super) fn bearer_token(header: Option<&str>) -> Result<&str> {
+pub(crate) fn bearer_token(header: Option<&str>) -> Result<&str> {
     let malformed = || {
         ApiError::Unauthenticated(
             "malformed authorization header: expected `Bearer <token>`".to_string(),

@@ -25,7 +25,7 @@ use crate::api::error::{ApiError, Result};
 use crate::request::UserInfo;
 use crate::transport::{ClientIdentity, ConnectionInfo};
 
-use bearer::bearer_token;
+pub(crate) use bearer::bearer_token;
 use token_file::TokenFile;
 
 /// The group every authenticated caller is in, as upstream adds it.
@@ -68,6 +68,16 @@ pub fn certificate_user(identity: &ClientIdentity) -> Arc<UserInfo> {
         groups: identity.organizations.clone(),
         ..UserInfo::default()
     })
+}
+
+/// `user` with [`AUTHENTICATED_GROUP`] among its groups (upstream's `AuthenticatedGroupAdder`).
+pub fn authenticated(user: Arc<UserInfo>) -> Arc<UserInfo> {
+    if user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
+        return user;
+    }
+    let mut user = Arc::unwrap_or_clone(user);
+    user.groups.push(AUTHENTICATED_GROUP.to_string());
+    Arc::new(user)
 }
 
 /// Turns a transport peer into the caller's identity. Shared, because most callers are a few
@@ -113,21 +123,11 @@ impl AuthChain {
     pub fn new(tokens: Option<TokenFile>, local: Option<LocalIdentity>) -> Self {
         let tokens = tokens.map(|mut file| {
             for (_, user) in &mut file.entries {
-                *user = Self::authenticated(Arc::clone(user));
+                *user = authenticated(Arc::clone(user));
             }
             file
         });
         Self { tokens, local }
-    }
-
-    /// `user` with [`AUTHENTICATED_GROUP`] among its groups.
-    fn authenticated(user: Arc<UserInfo>) -> Arc<UserInfo> {
-        if user.groups.iter().any(|g| g == AUTHENTICATED_GROUP) {
-            return user;
-        }
-        let mut user = Arc::unwrap_or_clone(user);
-        user.groups.push(AUTHENTICATED_GROUP.to_string());
-        Arc::new(user)
     }
 }
 
@@ -137,7 +137,7 @@ impl Authenticator for AuthChain {
             .connection
             .and_then(|connection| connection.client_identity.as_ref())
         {
-            return Ok(Self::authenticated(certificate_user(client)));
+            return Ok(authenticated(certificate_user(client)));
         }
         // Named once: a `&str` key would be parsed on every request.
         static AUTHORIZATION: LazyLock<MetadataKey<Ascii>> =

@@ -475,6 +475,7 @@ mod tests {
                 tcp_keepalive: std::time::Duration::from_secs(30),
                 max_connection_age: None,
                 max_connections: 16,
+                http1_only: false,
             },
             async {
                 let _ = stopped.await;
