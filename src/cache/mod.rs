@@ -222,9 +222,43 @@ fn put_field(dst: &mut [u8], at: &mut usize, field: &[u8]) -> bool {
         return false;
     };
     *len = (field.len() as u16).to_le_bytes();
-    body.copy_from_slice(field);
+    copy_short(body, field);
     *at = end;
     true
+}
+
+/// `dst.copy_from_slice(src)` for the short fields of a key without a call to `memmove`:
+/// fixed-size head and tail copies (overlapping when the length is between sizes) are plain
+/// moves. A key's dozen fields are mostly under 16 bytes, and the library call per field was
+/// about a quarter of a local cache hit (`perf record` on `cargo bench --bench caller`).
+#[inline(always)]
+fn copy_short(dst: &mut [u8], src: &[u8]) {
+    fn head_tail<const N: usize>(dst: &mut [u8], src: &[u8]) {
+        let n = src.len();
+        if let (Some(d), Some(s)) = (dst.first_chunk_mut::<N>(), src.first_chunk::<N>()) {
+            *d = *s;
+        }
+        if let (Some(d), Some(s)) = (
+            dst.get_mut(n - N..).and_then(|d| d.first_chunk_mut::<N>()),
+            src.get(n - N..).and_then(|s| s.first_chunk::<N>()),
+        ) {
+            *d = *s;
+        }
+    }
+    match src.len() {
+        0 => {}
+        n @ 1..=3 => {
+            for i in [0, n / 2, n - 1] {
+                if let (Some(d), Some(s)) = (dst.get_mut(i), src.get(i)) {
+                    *d = *s;
+                }
+            }
+        }
+        4..=7 => head_tail::<4>(dst, src),
+        8..=15 => head_tail::<8>(dst, src),
+        16..=31 => head_tail::<16>(dst, src),
+        _ => dst.copy_from_slice(src),
+    }
 }
 
 /// The groups of a request sorted and de-duplicated (callers usually send them so already;

@@ -515,3 +515,15 @@ fn every_deciding_field_changes_the_key() {
         key_of("alice", &["dev"], &lookalike)
     );
 }
+
+#[test]
+fn short_copies_copy_every_length_exactly() {
+    let source: Vec<u8> = (0..64u8)
+        .map(|b| b.wrapping_mul(37).wrapping_add(1))
+        .collect();
+    for len in 0..=source.len() {
+        let mut out = vec![0u8; len];
+        super::copy_short(&mut out, &source[..len]);
+        assert_eq!(out, &source[..len], "length {len}");
+    }
+}

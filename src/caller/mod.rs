@@ -18,7 +18,7 @@ pub mod layer;
 pub mod local;
 pub mod metrics;
 
-pub use client::{Answer, Client};
+pub use client::{Answer, Authorizing, Client};
 pub use connect::{ConnectError, Endpoint};
 pub use layer::{AuthorizeLayer, AuthorizeService};
 pub use local::{LocalCache, LocalCacheConfig, LocalFigures};
