@@ -8,7 +8,7 @@
 //! confirmed to the server, which a write's acknowledgement waits for.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
+use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
@@ -27,16 +27,19 @@ type Authorizer = AuthorizerClient<InterceptedService<Channel, Credentials>>;
 /// Probes answered at most this long ago are remembered (older heartbeats renew nothing).
 const PROBES_KEPT: usize = 32;
 
-/// Follows the server until the cache is dropped.
-pub(super) async fn run(local: std::sync::Weak<LocalCache>, mut authorizer: Authorizer) {
+/// Follows the server until the cache is dropped (with the last clone of its client): the
+/// cache is held only while a message is handled, so a stream that stays up does not keep it
+/// alive, and the next probe tick after the drop ends the stream.
+pub(super) async fn run(local: Weak<LocalCache>, mut authorizer: Authorizer) {
     let mut backoff = Duration::from_millis(50);
     loop {
-        let Some(cache) = local.upgrade() else {
+        if local.strong_count() == 0 {
             return;
-        };
-        let followed = follow_once(&cache, &mut authorizer).await;
-        cache.fence();
-        drop(cache);
+        }
+        let followed = follow_once(&local, &mut authorizer).await;
+        if let Some(cache) = local.upgrade() {
+            cache.fence();
+        }
         match followed {
             // A stream that carried heartbeats broke: retry soon.
             Ok(true) => backoff = Duration::from_millis(50),
@@ -51,9 +54,12 @@ pub(super) async fn run(local: std::sync::Weak<LocalCache>, mut authorizer: Auth
 
 /// One stream, until it breaks. `Ok(true)` when it renewed the proof at least once.
 async fn follow_once(
-    local: &Arc<LocalCache>,
+    cache: &Weak<LocalCache>,
     authorizer: &mut Authorizer,
 ) -> Result<bool, tonic::Status> {
+    let Some(local) = cache.upgrade() else {
+        return Ok(false);
+    };
     let (epoch, held) = local.held();
     let (outgoing, requests) = mpsc::channel(16);
     let first = proto::InvalidationsRequest {
@@ -67,15 +73,28 @@ async fn follow_once(
         .watch_invalidations(ReceiverStream::new(requests))
         .await?
         .into_inner();
-    let mut probe_every = local.config().max_staleness / 5;
+    let max_staleness = local.config().max_staleness;
+    drop(local);
+    let mut probe_every = max_staleness / 5;
     let mut ticker = tokio::time::interval(probe_every);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut probes: VecDeque<(u64, Instant)> = VecDeque::new();
     let mut next_probe = 1u64;
     let mut renewed = false;
     loop {
-        tokio::select! {
-            _ = ticker.tick() => {
+        enum Next {
+            Probe,
+            Event(Option<proto::InvalidationEvent>),
+        }
+        let next = tokio::select! {
+            _ = ticker.tick() => Next::Probe,
+            event = events.message() => Next::Event(event?),
+        };
+        let Some(local) = cache.upgrade() else {
+            return Ok(renewed);
+        };
+        match next {
+            Next::Probe => {
                 let (_, applied) = local.held();
                 probes.push_back((next_probe, Instant::now()));
                 if probes.len() > PROBES_KEPT {
@@ -91,13 +110,14 @@ async fn follow_once(
                     return Ok(renewed);
                 }
             }
-            event = events.message() => {
-                let Some(event) = event? else {
+            Next::Event(event) => {
+                let Some(event) = event else {
                     return Ok(renewed);
                 };
                 match event.event {
                     Some(proto::invalidation_event::Event::Invalidation(wire)) => {
-                        let impact = Impact::from_keys(wire.everything, wire.cluster, wire.namespaced);
+                        let impact =
+                            Impact::from_keys(wire.everything, wire.cluster, wire.namespaced);
                         local.apply(event.epoch, event.revision, &impact);
                         let confirm = proto::InvalidationsRequest {
                             applied_revision: event.revision,
@@ -116,10 +136,14 @@ async fn follow_once(
                             ticker = tokio::time::interval(probe_every);
                             ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
                         }
-                        let sent = probes.iter().find(|(n, _)| *n == beat.probe).map(|(_, at)| *at);
+                        let sent = probes
+                            .iter()
+                            .find(|(n, _)| *n == beat.probe)
+                            .map(|(_, at)| *at);
                         // A heartbeat of another epoch than the changes applied proves nothing.
                         let (epoch, _) = local.held();
-                        if let (true, Some(sent), true) = (beat.proven, sent, epoch == event.epoch) {
+                        if let (true, Some(sent), true) = (beat.proven, sent, epoch == event.epoch)
+                        {
                             let age = Duration::from_micros(beat.proof_age_micros);
                             if let Some(until) = (sent + max).checked_sub(age) {
                                 local.renew(until);

@@ -710,3 +710,27 @@ async fn the_tower_layer_answers_refusals_itself() {
     assert_eq!(anonymous.status, http::StatusCode::UNAUTHORIZED);
     assert!(body.contains("no X-User"), "{body:?}");
 }
+
+/// The follower holds the cache only while it handles a message: once the last clone of the
+/// client is gone, its subscription ends (within a probe period) even though the stream is
+/// healthy, and the server no longer waits for it.
+#[tokio::test]
+async fn dropping_the_client_ends_its_subscription() {
+    let fixture = Fixture::start(&[]).await;
+    let client = fixture.client("root-token", "dropped").await;
+    until_local(&client, &get_pods("alice", "team-a")).await;
+    let connected = |status: StatusResponse| {
+        status
+            .subscribers
+            .iter()
+            .any(|s| s.id == "dropped" && s.connected)
+    };
+    assert!(connected(fixture.status().await));
+    drop(client);
+    eventually(
+        Duration::from_secs(10),
+        || "the dropped client's subscription ends".into(),
+        || async { (!connected(fixture.status().await)).then_some(()) },
+    )
+    .await;
+}
