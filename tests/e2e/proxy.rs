@@ -620,3 +620,67 @@ fn unsupported_flags_are_refused_by_name() {
         );
     }
 }
+
+/// Identity from a client certificate verified against `--client-ca-file` (CN the user, O the
+/// groups), on the proxy's own certificate (`--tls-cert-file`), upstream told who it was.
+#[tokio::test]
+async fn client_certificates_authenticate_over_tls() {
+    let Some(fixture) = Fixture::start().await else {
+        return;
+    };
+    let ca = crate::support::ca::Ca::new("proxy-test-ca");
+    let server = ca.leaf(&["127.0.0.1"], "proxy", &[]);
+    let client = ca.leaf(
+        &[],
+        "system:serviceaccount:default:default",
+        &["system:serviceaccounts"],
+    );
+    let stranger = ca.leaf(&[], "stranger", &[]);
+    let files = |name: &str, leaf: &crate::support::ca::Leaf| {
+        (
+            fixture.config(&format!("{name}.crt"), &leaf.pem),
+            fixture.config(&format!("{name}.key"), &leaf.key_pem),
+        )
+    };
+    let (cert, key) = files("server", &server);
+    let (client_cert, client_key) = files("client", &client);
+    let (stranger_cert, stranger_key) = files("stranger", &stranger);
+    let ca_file = fixture.config("ca.crt", &ca.pem);
+    let proxy = fixture.proxy(&[
+        "--secure-listen-address=127.0.0.1:0",
+        &format!("--upstream={}", fixture.upstream_url()),
+        &format!("--tls-cert-file={cert}"),
+        &format!("--tls-private-key-file={key}"),
+        &format!("--client-ca-file={ca_file}"),
+        "--auth-header-fields-enabled",
+    ]);
+    let url = format!("https://{}/metrics", proxy.addr);
+    let (status, body) = fixture.curl(&[
+        "--cacert",
+        &ca_file,
+        "--cert",
+        &client_cert,
+        "--key",
+        &client_key,
+        &url,
+    ]);
+    assert_eq!(status, 200, "{body}\n{}", proxy.log());
+    assert_eq!(
+        upstream_saw(&body)["headers"]["x-remote-user"],
+        "system:serviceaccount:default:default"
+    );
+    let (status, _) = fixture.curl(&[
+        "--cacert",
+        &ca_file,
+        "--cert",
+        &stranger_cert,
+        "--key",
+        &stranger_key,
+        &url,
+    ]);
+    assert_eq!(
+        status, 403,
+        "a verified certificate the policy does not grant"
+    );
+    assert_eq!(fixture.curl(&["--cacert", &ca_file, &url]).0, 401);
+}
