@@ -92,7 +92,7 @@ pub const FLAGS: &[Flag] = &[
     krp("config-file", Value, Yes, "kube-rbac-proxy's configuration file: authorization.resourceAttributes, .rewrites, .static."),
     krp("allow-paths", List, Yes, "Only paths matching one of these (Go path.Match) are served; others are 404."),
     krp("ignore-paths", List, Yes, "Paths matching one of these are passed on without authentication or authorization."),
-    krp("proxy-endpoints-port", Value, Yes, "A port (on the secure listen host) serving /healthz."),
+    krp("proxy-endpoints-port", Value, Yes, "A port (on the secure listen host) serving /healthz, and /metrics: the local cache's figures."),
     krp("tls-cert-file", Value, Yes, "The HTTPS certificate (reloaded when it changes)."),
     krp("tls-private-key-file", Value, Yes, "The key of --tls-cert-file."),
     krp("tls-min-version", Value, Yes, "VersionTLS12 (the default) only: authzd proxy serves TLS 1.2 and 1.3."),

@@ -114,6 +114,27 @@ impl Proxy {
         &self.authzd
     }
 
+    /// The proxy's own endpoints (`--proxy-endpoints-port`): `/healthz` as kube-rbac-proxy
+    /// serves it, and `/metrics`, the local cache's figures (docs/caller-cache.md §8).
+    pub fn endpoint(&self, path: &str) -> Response<Body> {
+        match path {
+            "/healthz" => Response::new(Body::from("ok")),
+            "/metrics" => {
+                let mut out = String::new();
+                if let Some(local) = self.authzd.local_cache() {
+                    local.figures().render_prometheus(&mut out);
+                }
+                let mut response = Response::new(Body::from(out));
+                response.headers_mut().insert(
+                    http::header::CONTENT_TYPE,
+                    HeaderValue::from_static("text/plain; version=0.0.4"),
+                );
+                response
+            }
+            _ => text(StatusCode::NOT_FOUND, "404 page not found"),
+        }
+    }
+
     pub async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
         let path = attributes::decoded_path(request.uri());
         if !self.allow.is_empty() && !paths::any_matches(&self.allow, &path) {
@@ -265,10 +286,12 @@ pub async fn run(
                 .await?
                 .with_tls(tls_server.clone());
             let mut stopped = stopped.clone();
+            let proxy = Arc::clone(&proxy);
             Some(tokio::spawn(transport::serve(
                 vec![listener],
-                tower::service_fn(|_: Request<Incoming>| async {
-                    Ok::<_, Infallible>(Response::new(Body::from("ok")))
+                tower::service_fn(move |request: Request<Incoming>| {
+                    let answer = proxy.endpoint(request.uri().path());
+                    async move { Ok::<_, Infallible>(answer) }
                 }),
                 limits,
                 async move {

@@ -646,7 +646,13 @@ async fn client_certificates_authenticate_over_tls() {
     let (client_cert, client_key) = files("client", &client);
     let (stranger_cert, stranger_key) = files("stranger", &stranger);
     let ca_file = fixture.config("ca.crt", &ca.pem);
+    let endpoints_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let proxy = fixture.proxy(&[
+        &format!("--proxy-endpoints-port={endpoints_port}"),
         "--secure-listen-address=127.0.0.1:0",
         &format!("--upstream={}", fixture.upstream_url()),
         &format!("--tls-cert-file={cert}"),
@@ -683,4 +689,15 @@ async fn client_certificates_authenticate_over_tls() {
         "a verified certificate the policy does not grant"
     );
     assert_eq!(fixture.curl(&["--cacert", &ca_file, &url]).0, 401);
+    // The proxy's own endpoints: health, and the local cache's figures.
+    let endpoints = format!("https://127.0.0.1:{endpoints_port}");
+    let (status, body) = fixture.curl(&["--cacert", &ca_file, &format!("{endpoints}/healthz")]);
+    assert_eq!((status, body.as_str()), (200, "ok"));
+    let (status, body) = fixture.curl(&["--cacert", &ca_file, &format!("{endpoints}/metrics")]);
+    assert_eq!(status, 200, "{body}");
+    assert!(
+        body.lines()
+            .any(|l| l.starts_with("authzd_client_local_cache_misses_total ") && !l.ends_with(" 0")),
+        "{body}"
+    );
 }
