@@ -38,6 +38,7 @@ use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
+use crate::request::Request;
 use crate::store::etcd::replication::Replication;
 use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
@@ -78,6 +79,23 @@ const DEFAULT_MAX_STALENESS: Duration = Duration::from_secs(5);
 
 /// How long a `min_revision` call waits at most unless `--max-revision-wait` says otherwise.
 const DEFAULT_MAX_REVISION_WAIT: Duration = Duration::from_secs(5);
+
+/// [`ServingState::traffic_impact`]'s answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrafficImpact {
+    /// The cached requests re-decided.
+    pub cached_requests: usize,
+    /// Those whose answer the write would change.
+    pub flips: Vec<Flip>,
+}
+
+/// A request whose answer a write would change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Flip {
+    pub request: Request,
+    /// Allowed now (and so denied after the write), or the other way round.
+    pub allowed_before: bool,
+}
 
 /// Holds the current [`Snapshot`] (empty until the first policy compiles) and the cache.
 pub struct ServingState {
@@ -205,6 +223,36 @@ impl ServingState {
         &self,
         preview: &crate::store::Preview,
     ) -> Result<crate::engine::delta::Delta, crate::engine::delta::DeltaError> {
+        let (before, after) = self.preview_engines(preview);
+        crate::engine::delta::access_delta(&preview.before, &preview.after, &before, &after)
+    }
+
+    /// What a previewed write would do to the traffic the server sees: of the requests its
+    /// decision cache holds answers for (the distinct requests asked recently; at most
+    /// `limit` of them read), each whose answer the write would flip, decided on the policy
+    /// in force and on the policy the write makes (issue 33: "who would this actually hit?").
+    pub fn traffic_impact(&self, preview: &crate::store::Preview, limit: usize) -> TrafficImpact {
+        let (before, after) = self.preview_engines(preview);
+        let cached = self.cache.cached_requests(limit);
+        let flips = cached
+            .iter()
+            .filter_map(|request| {
+                let was = before.authorize_borrowed(request.as_borrowed()).allowed();
+                let will = after.authorize_borrowed(request.as_borrowed()).allowed();
+                (was != will).then(|| Flip {
+                    request: request.clone(),
+                    allowed_before: was,
+                })
+            })
+            .collect();
+        TrafficImpact {
+            cached_requests: cached.len(),
+            flips,
+        }
+    }
+
+    /// The engine of the policy a preview was checked at, and the one its write would make.
+    fn preview_engines(&self, preview: &crate::store::Preview) -> (Arc<Engine>, Arc<Engine>) {
         let before = match self.snapshot() {
             Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
             _ => Arc::new(Engine::new(&preview.before, self.engine_config.clone())),
@@ -213,7 +261,7 @@ impl ServingState {
         let after = before
             .update(&changes)
             .unwrap_or_else(|_| Engine::new(&preview.after, self.engine_config.clone()));
-        crate::engine::delta::access_delta(&preview.before, &preview.after, &before, &after)
+        (before, Arc::new(after))
     }
 
     /// The chain delegates to these webhooks from now on.

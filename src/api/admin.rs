@@ -231,8 +231,8 @@ fn audited_manifest(manifest: &str) -> String {
 struct Applied {
     revision: u64,
     objects: Vec<ObjectRef>,
-    /// Dry run only: the access delta, or why it is not given.
-    delta: Option<std::result::Result<proto::AccessDelta, String>>,
+    /// Dry run only: the access delta and the traffic impact, or why they are not given.
+    delta: Option<std::result::Result<(proto::AccessDelta, proto::TrafficImpact), String>>,
 }
 
 impl AdminApi {
@@ -274,14 +274,22 @@ impl AdminApi {
             )),
             Ok(()) => {
                 let state = Arc::clone(&self.state);
-                tokio::task::spawn_blocking(move || state.access_delta(&preview))
-                    .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|delta| {
-                        delta
-                            .map(|delta| crate::api::delta_wire::to_wire(&delta))
-                            .map_err(|e| format!("the access delta could not be computed: {e}"))
-                    })
+                tokio::task::spawn_blocking(move || {
+                    let delta = state.access_delta(&preview);
+                    (delta, state.traffic_impact(&preview, usize::MAX))
+                })
+                .await
+                .map_err(|e| e.to_string())
+                .and_then(|(delta, traffic)| {
+                    delta
+                        .map(|delta| {
+                            (
+                                crate::api::delta_wire::to_wire(&delta),
+                                crate::api::delta_wire::traffic_to_wire(&traffic),
+                            )
+                        })
+                        .map_err(|e| format!("the access delta could not be computed: {e}"))
+                })
             }
         };
         Ok(Applied {
@@ -345,10 +353,10 @@ impl PolicyAdmin for AdminApi {
             subscribers_fenced = subscribers.fenced,
             "policy applied"
         );
-        let (delta, delta_withheld) = match delta {
-            None => (None, String::new()),
-            Some(Ok(delta)) => (Some(delta), String::new()),
-            Some(Err(why)) => (None, why),
+        let (delta, traffic, delta_withheld) = match delta {
+            None => (None, None, String::new()),
+            Some(Ok((delta, traffic))) => (Some(delta), Some(traffic), String::new()),
+            Some(Err(why)) => (None, None, why),
         };
         Ok(Response::new(proto::ApplyResponse {
             revision,
@@ -359,6 +367,7 @@ impl PolicyAdmin for AdminApi {
             delta_withheld,
             subscribers_confirmed: subscribers.confirmed,
             subscribers_fenced: subscribers.fenced,
+            traffic,
         }))
     }
 

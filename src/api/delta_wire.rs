@@ -1,4 +1,5 @@
-//! The access delta ([`crate::engine::delta`]) on the wire, both ways: a dry-run `Apply`
+//! The access delta ([`crate::engine::delta`]) on the wire, both ways, and the traffic impact
+//! beside it ([`traffic_to_wire`]): a dry-run `Apply`
 //! answers with it, and `authzd apply --dry-run` reads it back to print it exactly as
 //! `authzd diff` prints its own.
 
@@ -199,6 +200,27 @@ fn action_from_wire(wire: Option<proto::Action>) -> Action {
             path: String::new(),
             verb: String::new(),
         }),
+    }
+}
+
+/// The most flipped requests an answer lists (the count covers them all).
+pub const MAX_FLIPS_LISTED: usize = 1000;
+
+/// A dry run's traffic impact on the wire.
+pub fn traffic_to_wire(impact: &crate::serving::TrafficImpact) -> proto::TrafficImpact {
+    proto::TrafficImpact {
+        cached_requests: u32::try_from(impact.cached_requests).unwrap_or(u32::MAX),
+        flipped: u32::try_from(impact.flips.len()).unwrap_or(u32::MAX),
+        flips: impact
+            .flips
+            .iter()
+            .take(MAX_FLIPS_LISTED)
+            .map(|flip| proto::FlippedRequest {
+                user: Some(crate::api::convert::user_info(&flip.request.user)),
+                action: Some(crate::api::convert::wire_action(&flip.request.action)),
+                allowed_before: flip.allowed_before,
+            })
+            .collect(),
     }
 }
 

@@ -377,15 +377,58 @@ pub enum Lookup<V = Arc<Response>> {
     Bypass,
 }
 
+/// One field of an encoded key (its two length bytes, then its bytes), taken off its front.
+fn take_field<'k>(key: &mut &'k [u8]) -> Option<&'k str> {
+    let (len, rest) = key.split_first_chunk::<2>()?;
+    let len = u16::from_le_bytes(*len) as usize;
+    let (bytes, rest) = (rest.get(..len)?, rest.get(len..)?);
+    *key = rest;
+    std::str::from_utf8(bytes).ok()
+}
+
+/// The request an encoded key was made from, its deciding fields read back in the order
+/// [`visit_fields`] wrote them (for a dry run's traffic impact); `None` for a key that does
+/// not read back whole.
+fn decode_request(key: &[u8]) -> Option<Request> {
+    let mut rest = key;
+    let user = take_field(&mut rest)?.to_string();
+    let count: usize = take_field(&mut rest)?.parse().ok()?;
+    let groups = (0..count)
+        .map(|_| take_field(&mut rest).map(str::to_string))
+        .collect::<Option<Vec<_>>>()?;
+    let tag = take_field(&mut rest)?.as_bytes();
+    let mut next = || take_field(&mut rest).map(str::to_string);
+    let action = if tag == ActionFields::RESOURCE_TAG {
+        Action::Resource(crate::request::ResourceAttributes {
+            namespace: next()?,
+            verb: next()?,
+            group: next()?,
+            version: next()?,
+            resource: next()?,
+            subresource: next()?,
+            name: next()?,
+        })
+    } else if tag == ActionFields::NON_RESOURCE_TAG {
+        Action::NonResource(crate::request::NonResourceAttributes {
+            path: next()?,
+            verb: next()?,
+        })
+    } else {
+        return None;
+    };
+    rest.is_empty().then(|| Request {
+        user: crate::request::UserInfo {
+            name: user,
+            groups,
+            ..Default::default()
+        },
+        action,
+    })
+}
+
 /// The user, groups and namespace of an encoded key (for invalidation).
 fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
-    fn take<'k>(key: &mut &'k [u8]) -> Option<&'k str> {
-        let (len, rest) = key.split_first_chunk::<2>()?;
-        let len = u16::from_le_bytes(*len) as usize;
-        let (bytes, rest) = (rest.get(..len)?, rest.get(len..)?);
-        *key = rest;
-        std::str::from_utf8(bytes).ok()
-    }
+    let take = take_field;
     let mut rest = key;
     let user = take(&mut rest)?;
     let count: usize = take(&mut rest)?.parse().ok()?;
@@ -682,6 +725,23 @@ impl<V: CachedValue> DecisionCache<V> {
         }
         self.stats.misses.add(1);
         Probe::Miss
+    }
+
+    /// The requests the cache holds answers for, at most `limit`, read back from their keys:
+    /// the distinct requests asked recently (what a dry run's traffic impact re-decides).
+    /// Each shard is read-locked only while it is read.
+    pub fn cached_requests(&self, limit: usize) -> Vec<Request> {
+        let mut requests = Vec::new();
+        for shard in self.shared.shards.iter() {
+            let shard = shard.read();
+            for entry in shard.entries.iter() {
+                if requests.len() >= limit {
+                    return requests;
+                }
+                requests.extend(decode_request(shard.key_of(entry)));
+            }
+        }
+        requests
     }
 
     /// Stores a decision computed at `revision`. Refused (silently) when the policy has moved

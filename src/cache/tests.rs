@@ -527,3 +527,28 @@ fn short_copies_copy_every_length_exactly() {
         assert_eq!(out, &source[..len], "length {len}");
     }
 }
+
+#[test]
+fn a_key_reads_back_as_its_request() {
+    let resource = Action::Resource(ResourceAttributes {
+        namespace: "team-a".into(),
+        verb: "get".into(),
+        group: "apps".into(),
+        version: "v1".into(),
+        resource: "deployments".into(),
+        subresource: "scale".into(),
+        name: "web".into(),
+    });
+    let path = Action::NonResource(NonResourceAttributes {
+        path: "/metrics".into(),
+        verb: "get".into(),
+    });
+    for (user, groups, action) in [("alice", vec!["dev", "ops"], resource), ("", vec![], path)] {
+        let key = CacheKey::of(user, &groups, action.as_borrowed());
+        let read = super::decode_request(&key.encoded).unwrap();
+        assert_eq!(read.user.name, user);
+        assert_eq!(read.user.groups, groups);
+        assert_eq!(read.action, action);
+    }
+    assert!(super::decode_request(b"\x05\x00ab").is_none());
+}

@@ -466,12 +466,17 @@ struct DryRun {
     witness: bool,
 }
 
-/// A dry run's access delta as `authzd diff` prints it, or why the server withheld it.
+/// A dry run's access delta as `authzd diff` prints it, then its traffic impact, or why the
+/// server withheld them.
 fn dry_run_delta(response: proto::ApplyResponse, witness: bool) -> String {
     match response.delta {
         Some(delta) => {
             let delta = crate::api::delta_wire::from_wire(delta);
-            crate::client::text::delta(&delta, witness)
+            let mut text = crate::client::text::delta(&delta, witness);
+            if let Some(traffic) = &response.traffic {
+                text.push_str(&crate::client::text::traffic(traffic));
+            }
+            text
         }
         None if !response.delta_withheld.is_empty() => {
             format!("access delta withheld: {}\n", response.delta_withheld)

@@ -3,6 +3,7 @@
 use std::fmt::Write;
 
 use crate::engine::{AllowedSubjects, Response, RuleRef};
+use crate::proto;
 
 fn refs(out: &mut String, label: &str, refs: &[RuleRef]) {
     if refs.is_empty() {
@@ -327,6 +328,59 @@ fn witness_action(action: &crate::request::Action) -> serde_json::Value {
     }
 }
 
+/// A dry run's traffic impact: how many of the server's cached requests the write flips, then
+/// one line per flipped request listed (`allow -> deny USER [GROUPS] VERB WHAT`).
+pub fn traffic(traffic: &proto::TrafficImpact) -> String {
+    let mut out = format!(
+        "traffic: {} of {} cached requests would flip\n",
+        traffic.flipped, traffic.cached_requests
+    );
+    for flip in &traffic.flips {
+        let (before, after) = if flip.allowed_before {
+            ("allow", "deny")
+        } else {
+            ("deny", "allow")
+        };
+        let user = flip.user.clone().unwrap_or_default();
+        let groups = if user.groups.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", user.groups.join(","))
+        };
+        let what = match flip.action.as_ref().and_then(|a| a.kind.as_ref()) {
+            Some(proto::action::Kind::ResourceAttributes(r)) => {
+                let mut what = format!("{} {}", r.verb, r.resource);
+                if !r.group.is_empty() {
+                    what = format!("{}.{}", what, r.group);
+                }
+                if !r.subresource.is_empty() {
+                    what = format!("{what}/{}", r.subresource);
+                }
+                if !r.name.is_empty() {
+                    what = format!("{what} {}", r.name);
+                }
+                if !r.namespace.is_empty() {
+                    what = format!("{what} -n {}", r.namespace);
+                }
+                what
+            }
+            Some(proto::action::Kind::NonResourceAttributes(n)) => format!("{} {}", n.verb, n.path),
+            None => String::new(),
+        };
+        out.push_str(&format!(
+            "  {before} -> {after}  {}{groups} {what}\n",
+            user.name
+        ));
+    }
+    if (traffic.flips.len() as u64) < u64::from(traffic.flipped) {
+        out.push_str(&format!(
+            "  ... and {} more\n",
+            u64::from(traffic.flipped) - traffic.flips.len() as u64
+        ));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use std::sync::Arc;
@@ -356,6 +410,38 @@ mod tests {
             "decision: DENY (not allowed)\nreason: RBAC: denied\nallowed by: -\n\
              denied by: RBAC ClusterRoleBinding/b -> ClusterRole/r rule 2 (p.yaml:3)\n\
              errors: role missing\n"
+        );
+    }
+
+    #[test]
+    fn traffic_lists_each_flip_with_its_direction() {
+        let flip = |user: &str, groups: &[&str], allowed_before| proto::FlippedRequest {
+            user: Some(proto::UserInfo {
+                name: user.into(),
+                groups: groups.iter().map(|g| g.to_string()).collect(),
+                ..Default::default()
+            }),
+            action: Some(proto::Action {
+                kind: Some(proto::action::Kind::ResourceAttributes(
+                    proto::ResourceAttributes {
+                        namespace: "team-a".into(),
+                        verb: "get".into(),
+                        resource: "pods".into(),
+                        ..Default::default()
+                    },
+                )),
+            }),
+            allowed_before,
+        };
+        let text = traffic(&proto::TrafficImpact {
+            cached_requests: 10,
+            flipped: 3,
+            flips: vec![flip("bob", &[], true), flip("dave", &["auditors"], false)],
+        });
+        assert_eq!(
+            text,
+            "traffic: 3 of 10 cached requests would flip\n  allow -> deny  bob get pods -n \
+             team-a\n  deny -> allow  dave [auditors] get pods -n team-a\n  ... and 1 more\n"
         );
     }
 }

@@ -37,6 +37,7 @@ mod otlp;
 mod privileges;
 mod revocation;
 mod tls;
+mod traffic_impact;
 mod unix_socket;
 mod webhook_chain;
 mod webhook_client;

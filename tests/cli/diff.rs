@@ -241,7 +241,8 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
 }
 
 /// `authzd apply --dry-run -f new.yaml` against a server serving `old.yaml` prints, after the
-/// objects and the revision, exactly what `authzd diff` prints for the two (witnesses too), and
+/// objects and the revision, exactly what `authzd diff` prints for the two (witnesses too),
+/// then its traffic impact (tests/api/traffic_impact.rs holds it to a real server), and
 /// leaves the server as it was: same revision, same answers, the policy directory byte for byte.
 #[tokio::test]
 async fn apply_dry_run_shows_the_delta_diff_shows_and_changes_nothing() {
@@ -279,6 +280,11 @@ async fn apply_dry_run_shows_the_delta_diff_shows_and_changes_nothing() {
                 report.lines().all(|l| l.ends_with(" applied (dry run)")),
                 "{name}: {report}"
             );
+            // Then the traffic impact: nothing was asked of this server, so nothing is cached.
+            let (delta, traffic) = delta
+                .rsplit_once("traffic: ")
+                .unwrap_or_else(|| panic!("{name}: no traffic line in {applied}"));
+            assert_eq!(traffic, "0 of 0 cached requests would flip\n", "{name}");
             assert_eq!(delta, stdout(&diff(name, extra)), "{name} {extra:?}");
         }
         // The text above is the expected delta checked by hand (the first test).
