@@ -7,8 +7,7 @@
 //!   127.0.0.1 through the same library without a local cache (the server answers it from its
 //!   own cache), on a current-thread runtime driven by the benchmark's thread.
 //!
-//! Run: `cargo bench --bench caller`; `scripts/benchmarks_md.py --section caller-cache` writes
-//! the section of BENCHMARKS.md.
+//! Run: `cargo bench --bench caller`; its figures are in BENCHMARKS.md's run notes.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
