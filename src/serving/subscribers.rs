@@ -89,6 +89,10 @@ pub enum SubscribeError {
     BadId,
 }
 
+/// The longest subscriber id: a Kubernetes object name's bound (a DNS subdomain, RFC 1123),
+/// so a pod or service account name fits, and a table listing ids stays bounded.
+pub const MAX_SUBSCRIBER_ID_BYTES: usize = 253;
+
 /// The subscriber table and the recent changes.
 pub struct Subscribers {
     /// Revisions are comparable within one epoch: this process's (see `docs/caller-cache.md
@@ -219,7 +223,7 @@ impl Subscribers {
         epoch: u64,
         held: u64,
     ) -> Result<Subscription, SubscribeError> {
-        if id.is_empty() || id.len() > 253 {
+        if id.is_empty() || id.len() > MAX_SUBSCRIBER_ID_BYTES {
             return Err(SubscribeError::BadId);
         }
         let mut inner = self.lock();
