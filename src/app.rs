@@ -27,7 +27,7 @@ use crate::config::{
     TestOutput, TestSettings,
 };
 use crate::engine::Engine;
-use crate::policy::load::{load_paths, LoadErrors};
+use crate::policy::load::{load_paths, load_paths_reporting, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
 use crate::serving::delegation::{Delegation, RemoteAnswer, RemoteAuthorizer};
@@ -372,8 +372,8 @@ fn lint(settings: &PolicySettings) -> Outcome {
         .map(|p| p.display().to_string())
         .collect::<Vec<_>>()
         .join(", ");
-    match load_paths(&settings.paths, &settings.load) {
-        Ok(policy) => {
+    match load_paths_reporting(&settings.paths, &settings.load) {
+        Ok(crate::policy::load::Loaded { policy, skipped }) => {
             // Likely typos in content clauses load fine and match nothing: say so.
             for role in &policy.roles {
                 for (index, rule) in role.rules.iter().enumerate() {
@@ -388,6 +388,10 @@ fn lint(settings: &PolicySettings) -> Outcome {
                         );
                     }
                 }
+            }
+            // Information, not a problem: a Helm chart's or GitOps repository's other objects.
+            if !skipped.is_empty() {
+                println!("note: {skipped}");
             }
             println!(
                 "ok: {paths}: {} roles, {} bindings, {} ABAC rules",

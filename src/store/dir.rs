@@ -8,6 +8,10 @@
 //! read), which is fsynced, renamed over the target, and the directory is fsynced. The new
 //! content is parsed in memory before anything touches the disk, so a write that would not load
 //! back changes nothing.
+//!
+//! A file that also holds objects the loader skips (a Helm chart's ServiceAccount or Deployment
+//! beside its RBAC objects) is never rewritten, since the rewrite would drop them: a write that
+//! would touch one is refused, naming the file.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::policy::load::{load_paths, load_sources, Format, LoadError, LoadErrors, LoadOptions};
+use crate::policy::load::{
+    load_paths_reporting, load_sources, skipped_in, Format, LoadError, LoadErrors, LoadOptions,
+};
 use crate::policy::model::{PolicyObject, PolicySet};
 use crate::policy::render;
 use crate::store::{
@@ -256,7 +262,36 @@ fn remove_durably(path: &Path) -> Result<()> {
 
 impl Files {
     fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
-        load_paths(&self.paths, &self.options)
+        let loaded = load_paths_reporting(&self.paths, &self.options)?;
+        if !loaded.skipped.is_empty() {
+            // The load report: what the directory holds besides policy (docs/policy.md §1).
+            tracing::info!(
+                skipped = loaded.skipped.len(),
+                "policy files hold objects of other API groups: {}",
+                loaded.skipped
+            );
+        }
+        Ok(loaded.policy)
+    }
+
+    /// Refuses to rewrite `file` if it holds objects the loader skips: the rewritten file
+    /// would hold the policy objects only. A file that cannot be read is not checked (a new
+    /// file, or one the write removes or replaces anyway).
+    fn check_rewritable(&self, file: &str) -> Result<()> {
+        let Ok(text) = fs::read_to_string(file) else {
+            return Ok(());
+        };
+        let skipped = skipped_in(file, &text, &self.options);
+        match skipped.0.first() {
+            None => Ok(()),
+            Some(first) => Err(StoreError::Invalid(LoadErrors(vec![LoadError {
+                file: file.to_string(),
+                line: first.source.line,
+                message: format!(
+                    "the write would rewrite this file, which also holds objects authzd does not read and would drop ({skipped}): move its policy objects to a file of their own, or edit it by hand"
+                ),
+            }]))),
+        }
     }
 
     /// Rewrites the files that hold `upserts` and `deletes` (or creates one for a new object),
@@ -313,6 +348,10 @@ impl Files {
                     None => held.push((r, view)),
                 }
             }
+        }
+
+        for file in &touched {
+            self.check_rewritable(file)?;
         }
 
         // Render and parse every touched file in memory first: nothing is written unless all

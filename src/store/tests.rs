@@ -195,6 +195,76 @@ async fn dry_run_and_rejected_reload_change_nothing() {
     assert_eq!(store.reload().await.unwrap(), Some(2));
 }
 
+/// A Helm chart's rendered file: its ServiceAccount is skipped on load, so the store never
+/// rewrites the file (the rewrite would drop it), and a change to it alone is no new revision.
+#[tokio::test]
+async fn a_file_holding_objects_of_other_groups_is_never_rewritten() {
+    let (_dir, path, _recorder, store) = setup();
+    let service_account =
+        "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: app, namespace: team-a}\n---\n";
+    std::fs::remove_file(path.join("roles.yaml")).unwrap();
+    let chart = format!("{service_account}{ROLES}");
+    std::fs::write(path.join("chart.yaml"), &chart).unwrap();
+    assert_eq!(
+        store.reload().await.unwrap(),
+        Some(2),
+        "same policy, new file"
+    );
+    let before = store.policy();
+
+    let replaced = ROLES
+        .split("---\n")
+        .nth(1)
+        .unwrap()
+        .replace("alice", "carol");
+    let refusal = store.apply(objects_of(&replaced), None).await.unwrap_err();
+    assert!(matches!(refusal, StoreError::Invalid(_)), "{refusal:?}");
+    assert!(
+        refusal.to_string().contains(&format!(
+            "{}:1: the write would rewrite this file, which also holds objects authzd does not read and would drop (skipped 1 object of another kind: 1 ServiceAccount (v1))",
+            path.join("chart.yaml").display()
+        )),
+        "{refusal}"
+    );
+    let readers = ObjectRef {
+        kind: ObjectKind::ClusterRoleBinding,
+        namespace: String::new(),
+        name: "readers".into(),
+    };
+    assert!(matches!(
+        store.delete(&readers, None).await,
+        Err(StoreError::Invalid(_))
+    ));
+    // A new object's file name taken by a file of other kinds only: refused too.
+    std::fs::write(
+        path.join("rolebinding.team-a.x.yaml"),
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: team-a}\n",
+    )
+    .unwrap();
+    assert_eq!(store.reload().await.unwrap(), None, "no policy changed");
+    assert!(matches!(
+        store.apply(objects_of(&binding("x", "bob")), None).await,
+        Err(StoreError::Invalid(_))
+    ));
+    assert_eq!(
+        std::fs::read_to_string(path.join("chart.yaml")).unwrap(),
+        chart
+    );
+    assert!(
+        std::fs::read_to_string(path.join("rolebinding.team-a.x.yaml"))
+            .unwrap()
+            .contains("ConfigMap")
+    );
+    assert_eq!((store.revision(), store.policy()), (2, before));
+
+    // Other files are written as before.
+    let (revision, _) = store
+        .apply(objects_of(&binding("bob-reads", "bob")), None)
+        .await
+        .unwrap();
+    assert_eq!(revision, 3);
+}
+
 #[tokio::test]
 async fn watch_replays_kept_changes_and_streams_new_ones() {
     let (_dir, _path, _recorder, store) = setup();

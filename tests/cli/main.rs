@@ -3,6 +3,8 @@
 //! * `client`: the client commands (`apply`, `delete`, `get`, `watch`, `status`) against a
 //!   running server; `commands`: the offline commands (`check`, `lint`, ...) and their exit
 //!   codes;
+//! * `helm_directory`: a Helm-rendered policy directory: other kinds skipped and counted by
+//!   `lint` and `serve`, a misspelt policy kind refused with `file:line`;
 //! * `diff`: `authzd diff` and `apply --dry-run` on the hand-written changes of `tests/diff/`;
 //! * `test_runner`: `authzd test` on `examples/policy-test.yaml`, its report and JUnit output;
 //! * `golden`: the golden corpus of `tests/golden/*.yaml` (policy, requests, expected decision
@@ -17,4 +19,5 @@ mod client;
 mod commands;
 mod diff;
 mod golden;
+mod helm_directory;
 mod test_runner;

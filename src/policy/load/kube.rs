@@ -5,6 +5,8 @@
 //! v1alpha1 (seed 001's examples) also allows `roleRef.namespace` and `roleRef.apiVersion`
 //! (its roleRef was an ObjectReference) and `subjects[].apiVersion`; a `roleRef.namespace` must
 //! be the binding's own namespace, since that is where a Role is looked up.
+//!
+//! Items of a `List` that belong to other API groups are skipped and counted (`other_kinds`).
 
 use std::collections::BTreeMap;
 
@@ -14,7 +16,7 @@ use crate::policy::model::{
 
 use super::node::{self, Fields, Node, Problems};
 use super::rules::{check_name, parse_selector, rule_clauses, validate_rule, API_GROUP};
-use super::{label, Cx, SEED003_KINDS};
+use super::{label, other_kinds, Cx, SEED003_KINDS};
 use crate::policy::model::PolicyObject;
 
 const API_VERSIONS: [&str; 3] = [
@@ -78,6 +80,12 @@ impl Kind {
     fn namespaced(self) -> bool {
         matches!(self, Kind::Role | Kind::RoleBinding)
     }
+}
+
+/// Whether this reader reads objects of `kind` (in its group): the four RBAC kinds, their
+/// `*List` kinds and `List`.
+pub(super) fn reads_kind(kind: &str) -> bool {
+    kind == "List" || Kind::parse(kind).is_some() || Kind::list_of(kind).is_some()
 }
 
 /// What a list passes down to its items.
@@ -155,7 +163,9 @@ fn parse_with(node: &Node, parent: Parent<'_>, cx: &mut Cx<'_>) {
         check_api_version(&api_version, &kind, node.line, &mut p);
         parse_single(f, k, &api_version, p, cx);
     } else {
-        let hint = if SEED003_KINDS.contains(&kind.as_str()) {
+        let hint = if api_version.starts_with(&format!("{}/", other_kinds::ABAC_GROUP)) {
+            " (ABAC policies are read from `.jsonl` files, one per line)"
+        } else if SEED003_KINDS.contains(&kind.as_str()) {
             " (seed-003 documents have no `apiVersion`)"
         } else {
             ""
@@ -201,7 +211,14 @@ fn parse_list(mut f: Fields<'_>, parent: Parent<'_>, mut p: Problems, cx: &mut C
     cx.report("", p);
     for item in items {
         let parent = match parent {
-            Parent::Top | Parent::List => Parent::List,
+            Parent::Top | Parent::List => {
+                // A `List` (`kubectl get ... -o yaml`) may mix kinds: items of other API
+                // groups are skipped and counted, as top-level objects are.
+                if !other_kinds::sift(item, cx) {
+                    continue;
+                }
+                Parent::List
+            }
             Parent::Typed(k, v) => Parent::Typed(k, v),
         };
         parse_with(item, parent, cx);

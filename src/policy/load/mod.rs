@@ -35,6 +35,14 @@
 //! Any error rejects the whole load; every error found is reported, not only the first. Within a
 //! file, a syntax error stops reading that file (what follows cannot be trusted).
 //!
+//! # Objects of other API groups
+//!
+//! Objects outside the API groups policy lives in (a Helm chart's ServiceAccount, Deployment,
+//! CRD, ...), at the top level or inside a `List`, are skipped and counted ([`Skipped`], from
+//! [`load_paths_reporting`]); a misspelt kind inside a policy group, an object without
+//! `apiVersion` or `kind`, and a group that looks like a misspelt policy group are still
+//! refused (module `other_kinds`). [`parse_manifest`], which reads writes, refuses them all.
+//!
 //! # Files and directories
 //!
 //! A directory is read recursively in sorted (byte-wise) name order; entries whose name starts
@@ -50,8 +58,11 @@ mod field_policy;
 pub use field_policy::API_VERSION as FIELD_POLICY_API_VERSION;
 mod kube;
 mod node;
+mod other_kinds;
 mod rules;
 mod seed003;
+
+pub use other_kinds::{Skipped, SkippedObject, POLICY_GROUPS};
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -153,8 +164,24 @@ impl Format {
 const UNKNOWN_EXTENSION: &str =
     "unsupported file extension (expected `.yaml`, `.yml`, `.json` or `.jsonl`)";
 
+/// A load's policy, and the objects of other API groups it skipped.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Loaded {
+    pub policy: PolicySet,
+    pub skipped: Skipped,
+}
+
 /// Loads every file and directory in `paths` into one canonical policy set.
 pub fn load_paths(paths: &[PathBuf], options: &LoadOptions) -> Result<PolicySet, LoadErrors> {
+    load_paths_reporting(paths, options).map(|loaded| loaded.policy)
+}
+
+/// [`load_paths`], with the objects of other API groups it skipped (for `authzd lint` and the
+/// server's load log).
+pub fn load_paths_reporting(
+    paths: &[PathBuf],
+    options: &LoadOptions,
+) -> Result<Loaded, LoadErrors> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
     let mut seen = HashSet::new();
@@ -196,6 +223,14 @@ pub fn load_sources(
     sources: &[(String, String)],
     options: &LoadOptions,
 ) -> Result<PolicySet, LoadErrors> {
+    load_sources_reporting(sources, options).map(|loaded| loaded.policy)
+}
+
+/// [`load_sources`], with the objects of other API groups it skipped.
+pub fn load_sources_reporting(
+    sources: &[(String, String)],
+    options: &LoadOptions,
+) -> Result<Loaded, LoadErrors> {
     let mut loader = Loader::new(options);
     for (name, text) in sources {
         match Format::from_name(name) {
@@ -217,10 +252,18 @@ pub fn load_sources(
     loader.finish()
 }
 
-/// Parse one manifest (YAML or JSON, one or more objects) into roles and bindings (for the
-/// future admin API), in document order. A `.json` name means concatenated JSON, `.yaml` or
-/// `.yml` YAML; with any other name, text starting with `{` or `[` is read as JSON, anything
-/// else as YAML. Duplicates within the manifest are errors.
+/// The objects of other API groups a policy file's text holds, whether or not its policy
+/// loads (an admin write must not rewrite such a file: they would be lost). Empty for ABAC
+/// lines, for a name without a policy file's extension, and past a YAML or JSON syntax error.
+pub fn skipped_in(name: &str, text: &str, options: &LoadOptions) -> Skipped {
+    let mut cx = Cx::new(name, options);
+    match Format::from_name(name) {
+        Some(format @ (Format::Yaml | Format::Json)) => parse_documents(text, format, &mut cx),
+        Some(Format::AbacLines) | None => {}
+    }
+    cx.skipped
+}
+
 /// A rule's clauses from their JSON form (`policy::render::clauses_to_value`, a conditional
 /// answer's `authzd.io/clauses`): every clause checked as when a Role is loaded; `Err` names
 /// what is wrong.
@@ -247,6 +290,11 @@ pub fn clauses_from_json(text: &str) -> Result<crate::policy::content::Clauses, 
         .ok_or_else(|| "must be a JSON object".to_string())
 }
 
+/// Parse one manifest (YAML or JSON, one or more objects) into roles, bindings and
+/// FieldPolicies (an admin write), in document order. A `.json` name means concatenated JSON,
+/// `.yaml` or `.yml` YAML; with any other name, text starting with `{` or `[` is read as JSON,
+/// anything else as YAML. Duplicates within the manifest are errors, and so are objects of
+/// other API groups: a write names policy objects only.
 pub fn parse_manifest(
     source_name: &str,
     text: &str,
@@ -273,6 +321,16 @@ pub fn parse_manifest(
     let mut cx = Cx::new(source_name, options);
     parse_documents(text, format, &mut cx);
     let mut errors = cx.errors;
+    for other in &cx.skipped.0 {
+        errors.push(LoadError {
+            file: other.source.file.to_string(),
+            line: other.source.line,
+            message: format!(
+                "`{}` (apiVersion `{}`) is not a policy object: a write holds only Roles, ClusterRoles, RoleBindings, ClusterRoleBindings and FieldPolicies",
+                other.kind, other.api_version
+            ),
+        });
+    }
     let mut objects = cx.objects;
     objects.extend(cx.field_policies.into_iter().map(PolicyObject::FieldPolicy));
     let mut first_seen = HashMap::new();
@@ -292,6 +350,7 @@ pub fn parse_manifest(
 struct Loader<'a> {
     options: &'a LoadOptions,
     set: PolicySet,
+    skipped: Skipped,
     first_seen: HashMap<(&'static str, String, String), Source>,
     errors: Vec<LoadError>,
 }
@@ -301,6 +360,7 @@ impl<'a> Loader<'a> {
         Self {
             options,
             set: PolicySet::default(),
+            skipped: Skipped::default(),
             first_seen: HashMap::new(),
             errors: Vec::new(),
         }
@@ -313,6 +373,7 @@ impl<'a> Loader<'a> {
             Format::Yaml | Format::Json => parse_documents(text, format, &mut cx),
         }
         self.errors.append(&mut cx.errors);
+        self.skipped.0.append(&mut cx.skipped.0);
         self.set.abac.append(&mut cx.abac);
         for policy in cx.field_policies {
             let key = ("FieldPolicy", String::new(), policy.name.clone());
@@ -343,12 +404,15 @@ impl<'a> Loader<'a> {
         }
     }
 
-    fn finish(mut self) -> Result<PolicySet, LoadErrors> {
+    fn finish(mut self) -> Result<Loaded, LoadErrors> {
         if !self.errors.is_empty() {
             return Err(LoadErrors(self.errors));
         }
         self.set.canonicalize();
-        Ok(self.set)
+        Ok(Loaded {
+            policy: self.set,
+            skipped: self.skipped,
+        })
     }
 }
 
@@ -391,6 +455,8 @@ pub(crate) struct Cx<'a> {
     pub objects: Vec<PolicyObject>,
     pub abac: Vec<crate::policy::model::AbacRule>,
     pub field_policies: Vec<crate::policy::model::FieldPolicy>,
+    /// Objects of other API groups (module `other_kinds`).
+    pub skipped: Skipped,
     pub errors: Vec<LoadError>,
 }
 
@@ -402,6 +468,7 @@ impl<'a> Cx<'a> {
             objects: Vec::new(),
             abac: Vec::new(),
             field_policies: Vec::new(),
+            skipped: Skipped::default(),
             errors: Vec::new(),
         }
     }
@@ -458,10 +525,12 @@ fn parse_documents(text: &str, format: Format, cx: &mut Cx<'_>) {
 }
 
 /// One top-level object: a seed-003 document (kind `role`, `roleBinding`, `Policy` or
-/// `PolicyBinding` with no apiVersion; keys matched case-insensitively) or a Kubernetes object.
+/// `PolicyBinding` with no apiVersion; keys matched case-insensitively), an object of another
+/// API group (skipped and counted), a FieldPolicy or a Kubernetes RBAC object.
 fn parse_object(node: &Node, cx: &mut Cx<'_>) {
+    let mut kind = None;
     if let Value::Map(entries) = &node.value {
-        let kind = entries
+        let found = entries
             .iter()
             .find(|(k, _)| k == "kind")
             .or_else(|| entries.iter().find(|(k, _)| k.eq_ignore_ascii_case("kind")));
@@ -473,22 +542,26 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
         if let Some((
             _,
             Node {
-                value: Value::String(kind),
+                value: Value::String(found),
                 ..
             },
-        )) = kind
+        )) = found
         {
-            if !has_api_version && SEED003_KINDS.contains(&kind.as_str()) {
-                seed003::parse(node, kind, cx);
+            if !has_api_version && SEED003_KINDS.contains(&found.as_str()) {
+                seed003::parse(node, found, cx);
                 return;
             }
-            if kind == "FieldPolicy" {
-                field_policy::parse(node, cx);
-                return;
-            }
+            kind = Some(found.as_str());
         }
     }
-    kube::parse(node, cx);
+    if !other_kinds::sift(node, cx) {
+        return;
+    }
+    if kind == Some(crate::policy::model::FIELD_POLICY_KIND) {
+        field_policy::parse(node, cx);
+    } else {
+        kube::parse(node, cx);
+    }
 }
 
 // ---- files -----------------------------------------------------------------------------------

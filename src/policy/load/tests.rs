@@ -356,6 +356,229 @@ items:
     );
 }
 
+// ---- objects of other API groups ------------------------------------------------------------
+
+fn load_reporting(files: &[(&str, &str)]) -> Loaded {
+    match load_sources_reporting(&sources(files), &LoadOptions::default()) {
+        Ok(loaded) => loaded,
+        Err(e) => panic!("unexpected errors:\n{e}"),
+    }
+}
+
+/// (file:line, kind, apiVersion) of each skipped object, in reading order.
+fn skipped_at(skipped: &Skipped) -> Vec<(String, &str, &str)> {
+    skipped
+        .0
+        .iter()
+        .map(|o| {
+            (
+                o.source.to_string(),
+                o.kind.as_str(),
+                o.api_version.as_str(),
+            )
+        })
+        .collect()
+}
+
+#[test]
+fn objects_of_other_api_groups_are_skipped_and_counted() {
+    let chart = r#"---
+# Source: app/templates/serviceaccount.yaml
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: app, namespace: apps}
+---
+# Source: app/templates/rbac.yaml
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: app-reader}
+rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: app-reader}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: app-reader}
+subjects: [{kind: ServiceAccount, name: app, namespace: apps}]
+---
+# Source: app/templates/deployment.yaml
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: app, namespace: apps}
+spec: {replicas: 1, template: {spec: {serviceAccountName: app}}}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: app, namespace: apps}
+---
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: widgets.example.com}
+---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {name: app-worker, namespace: apps}
+---
+# an empty document, as a template that renders nothing leaves
+"#;
+    let json = r#"{"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"verbs": "x"}}
+{"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role", "metadata": {"name": "r", "namespace": "apps"}}"#;
+    let loaded = load_reporting(&[("chart.yaml", chart), ("more.json", json)]);
+    assert_eq!(loaded.policy.roles.len(), 2);
+    assert_eq!(loaded.policy.bindings.len(), 1);
+    assert_eq!(
+        skipped_at(&loaded.skipped),
+        vec![
+            ("chart.yaml:3".into(), "ServiceAccount", "v1"),
+            ("chart.yaml:20".into(), "Deployment", "apps/v1"),
+            ("chart.yaml:25".into(), "Service", "v1"),
+            (
+                "chart.yaml:29".into(),
+                "CustomResourceDefinition",
+                "apiextensions.k8s.io/v1"
+            ),
+            ("chart.yaml:33".into(), "ServiceAccount", "v1"),
+            ("more.json:1".into(), "ConfigMap", "v1"),
+        ]
+    );
+    assert_eq!(
+        loaded.skipped.to_string(),
+        "skipped 6 objects of other kinds: 2 ServiceAccount (v1), 1 ConfigMap (v1), 1 CustomResourceDefinition (apiextensions.k8s.io/v1), 1 Deployment (apps/v1), 1 Service (v1)"
+    );
+    // Nothing skipped in a policy-only load; `load_sources` gives the same policy.
+    assert!(
+        load_reporting(&[("c.yaml", &CLUSTER_ROLE.replace("NAME", "x"))])
+            .skipped
+            .is_empty()
+    );
+    assert_eq!(
+        load(&[("chart.yaml", chart), ("more.json", json)]),
+        loaded.policy
+    );
+}
+
+#[test]
+fn a_list_skips_its_items_of_other_api_groups() {
+    let text = r#"apiVersion: v1
+kind: List
+items:
+  - apiVersion: v1
+    kind: ServiceAccount
+    metadata: {name: sa, namespace: ns}
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: Role
+    metadata: {name: r, namespace: ns}
+  - apiVersion: apps/v1
+    kind: Deployment
+    metadata: {name: d, namespace: ns}
+  - apiVersion: rbac.authorization.k8s.io/v1
+    kind: RoleBinding
+    metadata: {name: b, namespace: ns}
+    roleRef: {kind: Role, name: r}
+"#;
+    let loaded = load_reporting(&[("export.yaml", text)]);
+    assert_eq!(
+        role(&loaded.policy, RoleKind::Role, "ns", "r").source.line,
+        7
+    );
+    assert_eq!(
+        binding(&loaded.policy, BindingKind::RoleBinding, "ns", "b")
+            .source
+            .line,
+        13
+    );
+    assert_eq!(
+        skipped_at(&loaded.skipped),
+        vec![
+            ("export.yaml:4".into(), "ServiceAccount", "v1"),
+            ("export.yaml:10".into(), "Deployment", "apps/v1"),
+        ]
+    );
+    // A typo'd policy kind inside the List is still refused.
+    let typo = text.replace("kind: RoleBinding", "kind: RoleBindng");
+    assert_eq!(
+        errors(&[("export.yaml", &typo)]),
+        strs(&["export.yaml:13: unknown kind `RoleBindng` for apiVersion `rbac.authorization.k8s.io/v1`"])
+    );
+}
+
+#[test]
+fn misspelt_policy_objects_are_refused_beside_skipped_ones() {
+    let text = r#"apiVersion: v1
+kind: ServiceAccount
+metadata: {name: sa, namespace: ns}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBindng
+metadata: {name: b}
+---
+apiVersion: rbac.authorizaton.k8s.io/v1
+kind: ClusterRole
+metadata: {name: c}
+---
+apiVersion: v1
+kind: ClusterRole
+metadata: {name: c}
+---
+apiVersion: rbac.authorization.k8s.io
+kind: Role
+metadata: {name: r, namespace: ns}
+---
+kind: Deployment
+metadata: {name: d}
+---
+apiVersion: apps/v1
+metadata: {name: d}
+---
+apiVersion: authzd.io/v1alpha1
+kind: FieldPolicyy
+metadata: {name: f}
+---
+apiVersion: abac.authorization.kubernetes.io/v1beta1
+kind: Policy
+spec: {user: alice}
+"#;
+    assert_eq!(
+        errors(&[("t.yaml", text)]),
+        strs(&[
+            "t.yaml:5: unknown kind `ClusterRoleBindng` for apiVersion `rbac.authorization.k8s.io/v1`",
+            "t.yaml:9: unknown API group `rbac.authorizaton.k8s.io` in apiVersion `rbac.authorizaton.k8s.io/v1` of kind `ClusterRole`: did you mean `rbac.authorization.k8s.io`? (objects of other groups are skipped, so a misspelt policy group is refused)",
+            "t.yaml:13: `ClusterRole` `c`: unsupported apiVersion `v1` for kind `ClusterRole` (expected `rbac.authorization.k8s.io/v1`, `rbac.authorization.k8s.io/v1beta1`, `rbac.authorization.k8s.io/v1alpha1`)",
+            "t.yaml:17: apiVersion `rbac.authorization.k8s.io` of kind `Role` is neither `group/version` nor a core-group version such as `v1`",
+            "t.yaml:21: missing `apiVersion` for kind `Deployment` (authzd skips objects of other API groups, and needs the apiVersion to tell them from policy)",
+            "t.yaml:24: missing `kind`",
+            "t.yaml:27: unknown kind `FieldPolicyy` for apiVersion `authzd.io/v1alpha1`",
+            "t.yaml:31: unknown kind `Policy` for apiVersion `abac.authorization.kubernetes.io/v1beta1` (ABAC policies are read from `.jsonl` files, one per line)",
+        ])
+    );
+}
+
+#[test]
+fn writes_refuse_objects_of_other_groups_and_files_tell_what_they_hold() {
+    let options = LoadOptions::default();
+    let manifest = format!(
+        "{}---
+apiVersion: v1
+kind: ServiceAccount
+metadata: {{name: sa, namespace: ns}}
+",
+        CLUSTER_ROLE.replace("NAME", "a")
+    );
+    assert_eq!(
+        parse_manifest("m.yaml", &manifest, &options)
+            .unwrap_err()
+            .to_string(),
+        "m.yaml:5: `ServiceAccount` (apiVersion `v1`) is not a policy object: a write holds only Roles, ClusterRoles, RoleBindings, ClusterRoleBindings and FieldPolicies"
+    );
+    // What a file holds besides policy, even when its policy does not load.
+    let broken = manifest.replace("kind: ClusterRole", "kind: ClusterRol");
+    assert_eq!(
+        skipped_at(&skipped_in("f.yaml", &broken, &options)),
+        vec![("f.yaml:5".into(), "ServiceAccount", "v1")]
+    );
+    assert!(skipped_in("f.yaml", "a: [", &options).is_empty());
+    assert!(skipped_in("f.jsonl", "{}", &options).is_empty());
+}
+
 /// One document with a given body after the header, for validation tests.
 fn doc(kind: &str, meta: &str, body: &str) -> String {
     format!("apiVersion: rbac.authorization.k8s.io/v1\nkind: {kind}\nmetadata: {meta}\n{body}")
@@ -507,12 +730,12 @@ fn v1alpha1_role_ref_namespace() {
 
 #[test]
 fn kinds_versions_and_document_shapes() {
-    let text = "apiVersion: rbac.authorization.k8s.io/v2\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: v1\nkind: ConfigMap\n---\nmetadata: {name: x}\n---\n- a\n- b\n---\nplain\n---\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: role\nname: x\n";
+    let text = "apiVersion: rbac.authorization.k8s.io/v2\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBindng\n---\nmetadata: {name: x}\n---\n- a\n- b\n---\nplain\n---\nkind: Role\nmetadata: {name: a, namespace: n}\n---\napiVersion: rbac.authorization.k8s.io/v1\nkind: role\nname: x\n";
     assert_eq!(
         errors(&[("k.yaml", text)]),
         strs(&[
             "k.yaml:1: `Role` `n/a`: unsupported apiVersion `rbac.authorization.k8s.io/v2` for kind `Role` (expected `rbac.authorization.k8s.io/v1`, `rbac.authorization.k8s.io/v1beta1`, `rbac.authorization.k8s.io/v1alpha1`)",
-            "k.yaml:5: unknown kind `ConfigMap` for apiVersion `v1`",
+            "k.yaml:5: unknown kind `ClusterRoleBindng` for apiVersion `rbac.authorization.k8s.io/v1`",
             "k.yaml:8: missing `kind`",
             "k.yaml:10: a document must be an object, found a list",
             "k.yaml:13: a document must be an object, found a string",
