@@ -177,7 +177,8 @@ async fn dry_run_changes_nothing() {
     assert_exit(&out, 0);
     assert_eq!(
         stdout(&out),
-        "ClusterRole/tentative applied (dry run)\nrevision 1 (dry run)\nno access changes\n"
+        "ClusterRole/tentative applied (dry run)\nrevision 1 (dry run)\nno access changes\n\
+         traffic: 0 of 0 cached requests would flip\n"
     );
     assert_eq!(revision(&server), 1);
     let out = client(&server, &["get", "clusterrole", "tentative"]);

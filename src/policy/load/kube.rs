@@ -214,7 +214,7 @@ fn parse_list(mut f: Fields<'_>, parent: Parent<'_>, mut p: Problems, cx: &mut C
             Parent::Top | Parent::List => {
                 // A `List` (`kubectl get ... -o yaml`) may mix kinds: items of other API
                 // groups are skipped and counted, as top-level objects are.
-                if !other_kinds::sift(item, cx) {
+                if !other_kinds::sift(item, cx, reads_kind) {
                     continue;
                 }
                 Parent::List

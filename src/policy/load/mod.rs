@@ -554,7 +554,7 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
             kind = Some(found.as_str());
         }
     }
-    if !other_kinds::sift(node, cx) {
+    if !other_kinds::sift(node, cx, kube::reads_kind) {
         return;
     }
     if kind == Some(crate::policy::model::FIELD_POLICY_KIND) {

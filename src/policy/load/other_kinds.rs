@@ -33,7 +33,7 @@ use crate::policy::model::{Source, FIELD_POLICY_GROUP, FIELD_POLICY_KIND};
 
 use super::node::{Node, Value};
 use super::rules::API_GROUP;
-use super::{kube, Cx, LoadError, SEED003_KINDS};
+use super::{Cx, LoadError, SEED003_KINDS};
 
 /// The API groups authzd reads policy from; every object of another group is skipped.
 ///
@@ -61,13 +61,21 @@ pub(super) enum Class {
     Refused(String),
 }
 
+/// Which kinds the RBAC reader reads (its own `reads_kind`, handed in by the loader so this
+/// file and the reader do not name each other).
+pub(super) type ReadsKind = fn(&str) -> bool;
+
 /// Sorts one object by its `apiVersion` and `kind` (see the module documentation).
-pub(super) fn classify(api_version: Option<&str>, kind: Option<&str>) -> Class {
+pub(super) fn classify(
+    api_version: Option<&str>,
+    kind: Option<&str>,
+    reads_kind: ReadsKind,
+) -> Class {
     let Some(kind) = kind.filter(|k| !k.is_empty()) else {
         // The policy readers report a missing `kind` as they always have.
         return Class::Policy;
     };
-    let read_here = kube::reads_kind(kind) || kind == FIELD_POLICY_KIND;
+    let read_here = reads_kind(kind) || kind == FIELD_POLICY_KIND;
     let api_version = api_version.unwrap_or_default();
     if api_version.is_empty() {
         return if read_here || SEED003_KINDS.contains(&kind) {
@@ -114,7 +122,7 @@ pub(super) fn classify(api_version: Option<&str>, kind: Option<&str>) -> Class {
 
 /// Whether a policy reader goes on to read `node` (a top-level document or an item of a
 /// `List`): false when it was skipped and counted in `cx`, or refused and reported there.
-pub(super) fn sift(node: &Node, cx: &mut Cx<'_>) -> bool {
+pub(super) fn sift(node: &Node, cx: &mut Cx<'_>, reads_kind: ReadsKind) -> bool {
     let Value::Map(entries) = &node.value else {
         return true;
     };
@@ -134,7 +142,7 @@ pub(super) fn sift(node: &Node, cx: &mut Cx<'_>) -> bool {
         (Some(None), _) | (_, Some(None)) => return true,
         (api_version, kind) => (api_version.flatten(), kind.flatten()),
     };
-    match classify(api_version, kind) {
+    match classify(api_version, kind, reads_kind) {
         Class::Policy => true,
         Class::Other => {
             cx.skipped.0.push(SkippedObject {
@@ -292,8 +300,17 @@ impl fmt::Display for Skipped {
 mod tests {
     use super::*;
 
+    /// The RBAC reader's kinds, as its `reads_kind` answers (the loader's tests hold the two
+    /// together through whole documents).
+    fn rbac(kind: &str) -> bool {
+        kind == "List"
+            || ["Role", "ClusterRole", "RoleBinding", "ClusterRoleBinding"]
+                .iter()
+                .any(|k| kind == *k || kind.strip_suffix("List") == Some(k))
+    }
+
     fn class(api_version: &str, kind: &str) -> Class {
-        classify(Some(api_version), Some(kind))
+        classify(Some(api_version), Some(kind), rbac)
     }
 
     #[test]
@@ -336,9 +353,9 @@ mod tests {
                 "{api_version} {kind}"
             );
         }
-        assert_eq!(classify(None, None), Class::Policy);
-        assert_eq!(classify(None, Some("role")), Class::Policy);
-        assert_eq!(classify(None, Some("ClusterRole")), Class::Policy);
+        assert_eq!(classify(None, None, rbac), Class::Policy);
+        assert_eq!(classify(None, Some("role"), rbac), Class::Policy);
+        assert_eq!(classify(None, Some("ClusterRole"), rbac), Class::Policy);
     }
 
     #[test]
@@ -378,12 +395,12 @@ mod tests {
             );
         }
         assert_eq!(
-            classify(None, Some("ServiceAccount")),
+            classify(None, Some("ServiceAccount"), rbac),
             Class::Refused("missing `apiVersion` for kind `ServiceAccount` (authzd skips objects of other API groups, and needs the apiVersion to tell them from policy)".into())
         );
         assert_eq!(
-            classify(Some(""), Some("Deployment")),
-            classify(None, Some("Deployment"))
+            classify(Some(""), Some("Deployment"), rbac),
+            classify(None, Some("Deployment"), rbac)
         );
     }
 
