@@ -19,7 +19,6 @@ use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use authzd::caller::{Client, Endpoint, LocalCacheConfig};
-use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use criterion::{criterion_group, criterion_main, Criterion};
 use support::server::Server;
 
@@ -47,19 +46,7 @@ fn bench(c: &mut Criterion) {
     let policy = support::server::sample_policy();
     let server = runtime.block_on(Server::start_serving(policy.path(), &[]));
     let endpoint = Endpoint::new(server.url());
-    let request = Request {
-        user: UserInfo {
-            name: "jane".into(),
-            groups: vec!["system:authenticated".into()],
-            ..Default::default()
-        },
-        action: Action::Resource(ResourceAttributes {
-            namespace: "default".into(),
-            verb: "get".into(),
-            resource: "pods".into(),
-            ..Default::default()
-        }),
-    };
+    let request = support::server::get_pods("jane", &["system:authenticated"], "default");
     // The remote client on a runtime of its own, driven by the benchmark's thread itself: each
     // round trip then costs no hop to a worker thread and back.
     let remote_runtime = tokio::runtime::Builder::new_current_thread()

@@ -27,7 +27,7 @@ use authzd::proto::{
     ApplyRequest, ApplyResponse, DeleteRequest, DeleteResponse, InvalidationsRequest, ObjectRef,
     StatusRequest, StatusResponse,
 };
-use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
+use authzd::request::Request;
 use tonic::transport::Channel;
 
 /// `root` may do anything (system:masters); `alice` only what the policy grants her.
@@ -140,18 +140,7 @@ impl tonic::service::Interceptor for Root {
 }
 
 fn get_pods(user: &str, namespace: &str) -> Request {
-    Request {
-        user: UserInfo {
-            name: user.into(),
-            ..Default::default()
-        },
-        action: Action::Resource(ResourceAttributes {
-            namespace: namespace.into(),
-            verb: "get".into(),
-            resource: "pods".into(),
-            ..Default::default()
-        }),
-    }
+    crate::support::server::get_pods(user, &[], namespace)
 }
 
 fn binding_ref(namespace: &str, name: &str) -> ObjectRef {

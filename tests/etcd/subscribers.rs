@@ -16,7 +16,7 @@ use authzd::caller::{Client, Endpoint, LocalCacheConfig};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::invalidation_event::Event;
 use authzd::proto::{InvalidationsRequest, StatusRequest};
-use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
+use authzd::request::Request;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 
@@ -41,18 +41,7 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: pod-read
 const SLOW: Duration = Duration::from_millis(1500);
 
 fn frank_gets_pods() -> Request {
-    Request {
-        user: UserInfo {
-            name: "frank".into(),
-            ..Default::default()
-        },
-        action: Action::Resource(ResourceAttributes {
-            namespace: "default".into(),
-            verb: "get".into(),
-            resource: "pods".into(),
-            ..Default::default()
-        }),
-    }
+    crate::support::server::get_pods("frank", &[], "default")
 }
 
 /// What the slow subscriber has seen: heartbeats, and each revision it confirmed with when it

@@ -296,6 +296,25 @@ pub fn role_binding(
 /// ClusterRole `pod-reader`: get, list and watch pods.
 pub const POD_READER: &str = include_str!("../fixtures/pod-reader.yaml");
 
+/// `user` (in `groups`) getting pods in `namespace`: the request the caller-cache tests and
+/// benches ask again and again.
+pub fn get_pods(user: &str, groups: &[&str], namespace: &str) -> authzd::request::Request {
+    use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
+    Request {
+        user: UserInfo {
+            name: user.into(),
+            groups: groups.iter().map(|g| g.to_string()).collect(),
+            ..Default::default()
+        },
+        action: Action::Resource(ResourceAttributes {
+            namespace: namespace.into(),
+            verb: "get".into(),
+            resource: "pods".into(),
+            ..Default::default()
+        }),
+    }
+}
+
 /// An Authorize request for a resource action.
 pub fn resource_request(
     user: &str,
