@@ -10,7 +10,7 @@
 //!   the reference evaluator it is tested against;
 //! * [`cache`] and [`store`]: the decision cache in front of the engine, and the single writer
 //!   of policy; [`webhook`]: the Webhook authorizer's client (a decision asked of a remote
-//!   SubjectAccessReview endpoint);
+//!   SubjectAccessReview endpoint), and TokenReview for the proxy;
 //! * [`serving`]: the snapshot in force and the publish order the revocation guarantee rests on;
 //! * [`api`]: protocol adapters (gRPC, HTTP, Envoy) that convert and validate, never decide;
 //! * [`caller`]: the library callers link (published as the `authzd-client` crate): a typed
