@@ -128,6 +128,10 @@ pub async fn run(
             writeln!(out, "deleted at revision {}", response.revision)?;
             out.write_all(
                 acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
+            )?;
+            out.write_all(
+                caller_caches(response.subscribers_confirmed, response.subscribers_fenced)
+                    .as_bytes(),
             )
             .map_err(ClientError::from)
         }
@@ -393,6 +397,9 @@ async fn apply(
         out.write_all(
             acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
         )?;
+        out.write_all(
+            caller_caches(response.subscribers_confirmed, response.subscribers_fenced).as_bytes(),
+        )?;
         if let Some(DryRun { witness }) = dry_run {
             out.write_all(dry_run_delta(response, witness).as_bytes())?;
         }
@@ -446,6 +453,9 @@ async fn apply_in_chunks(
     // revision applied theirs (revisions only grow).
     out.write_all(
         acknowledgement(&response.replicas_confirmed, &response.replicas_fenced).as_bytes(),
+    )?;
+    out.write_all(
+        caller_caches(response.subscribers_confirmed, response.subscribers_fenced).as_bytes(),
     )?;
     if dry_run.is_some() {
         // Each chunk was compared with the policy in force alone, so their deltas do not add
@@ -623,6 +633,16 @@ pub fn acknowledgement(confirmed: &[String], fenced: &[String]) -> String {
         String::new()
     } else {
         format!("{}\n", parts.join("; "))
+    }
+}
+
+/// The callers' caches (WatchInvalidations subscribers) a write's acknowledgement waited for:
+/// a line only when there were any.
+pub fn caller_caches(confirmed: u32, fenced: u32) -> String {
+    match (confirmed, fenced) {
+        (0, 0) => String::new(),
+        (confirmed, 0) => format!("caller caches: {confirmed} confirmed\n"),
+        (confirmed, fenced) => format!("caller caches: {confirmed} confirmed, {fenced} fenced\n"),
     }
 }
 
@@ -1183,6 +1203,12 @@ mod tests {
             "acknowledged by a, b; fenced: c\n"
         );
         assert_eq!(acknowledgement(&[], &names(&["c", "d"])), "fenced: c, d\n");
+        assert_eq!(caller_caches(0, 0), "");
+        assert_eq!(caller_caches(3, 0), "caller caches: 3 confirmed\n");
+        assert_eq!(
+            caller_caches(1, 1),
+            "caller caches: 1 confirmed, 1 fenced\n"
+        );
         for (ack, wire) in [
             (Ack::Cluster, proto::Ack::Cluster),
             (Ack::Local, proto::Ack::Local),

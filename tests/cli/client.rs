@@ -759,6 +759,17 @@ async fn status_lists_the_subscribers_one_line_each() {
     );
     assert!(fields[2].ends_with('s') && fields[3] == "ago", "{listed:?}");
 
+    // A write waits for the subscriber, and `apply` says so.
+    let files = tempfile::tempdir().unwrap();
+    let file = manifest_file(&files, "r.yaml", &cluster_role("while-subscribed", "list"));
+    let out = client(&server, &["apply", "-f", &file]);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).ends_with("caller caches: 1 confirmed\n"),
+        "{}",
+        stdout(&out)
+    );
+
     let _ = ask.kill();
     let _ = ask.wait();
     crate::support::wait::eventually_blocking(
