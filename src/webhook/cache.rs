@@ -1,5 +1,7 @@
-//! The webhook's answer cache: least recently used, each entry with its own expiry, as
+//! The webhooks' answer cache: least recently used, each entry with its own expiry, as
 //! upstream's `cache.LRUExpireCache` (`k8s.io/apimachinery/pkg/util/cache/lruexpirecache.go`).
+//! It holds SubjectAccessReview statuses for the Webhook authorizer and TokenReview answers
+//! for the proxy's authenticator (`token_review.rs`).
 //!
 //! Times are passed in, never read here, so the tests decide what "now" is.
 
@@ -13,23 +15,23 @@ use super::review::ReviewStatus;
 /// Upstream's size: `cache.NewLRUExpireCache(8192)`.
 pub(super) const CAPACITY: usize = 8192;
 
-pub(super) struct AnswerCache {
+pub(super) struct AnswerCache<V = ReviewStatus> {
     capacity: usize,
     /// Keys are the JSON of a review's spec. A std `HashMap` (SipHash): the keys are the
     /// callers' own strings.
-    entries: HashMap<Arc<str>, Entry>,
+    entries: HashMap<Arc<str>, Entry<V>>,
     /// Recency: the entry last used has the highest stamp, the first to go the lowest.
     by_use: BTreeMap<u64, Arc<str>>,
     next_stamp: u64,
 }
 
-struct Entry {
-    status: ReviewStatus,
+struct Entry<V> {
+    status: V,
     expires: Instant,
     stamp: u64,
 }
 
-impl AnswerCache {
+impl<V: Clone> AnswerCache<V> {
     pub(super) fn new(capacity: usize) -> Self {
         AnswerCache {
             capacity: capacity.max(1),
@@ -41,7 +43,7 @@ impl AnswerCache {
 
     /// The entry for `key`, if it has not expired at `now`; an expired entry is removed. A
     /// hit makes the entry the most recently used.
-    pub(super) fn get(&mut self, key: &str, now: Instant) -> Option<ReviewStatus> {
+    pub(super) fn get(&mut self, key: &str, now: Instant) -> Option<V> {
         let entry = self.entries.get(key)?;
         // Upstream's test is `now.After(expireTime)`: an entry is good up to its expiry.
         if now > entry.expires {
@@ -61,13 +63,7 @@ impl AnswerCache {
 
     /// Stores `status` under `key` until `now + ttl` (replacing an entry for the same key),
     /// evicting the least recently used entry when the cache is full.
-    pub(super) fn insert(
-        &mut self,
-        key: &str,
-        status: ReviewStatus,
-        now: Instant,
-        ttl: std::time::Duration,
-    ) {
+    pub(super) fn insert(&mut self, key: &str, status: V, now: Instant, ttl: std::time::Duration) {
         self.remove(key);
         if self.entries.len() >= self.capacity {
             if let Some((_, oldest)) = self.by_use.pop_first() {

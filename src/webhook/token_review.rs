@@ -2,7 +2,8 @@
 //! (or the in-cluster service account), as kube-rbac-proxy's delegating authenticator does
 //! (`pkg/authn/delegating.go` in brancz/kube-rbac-proxy, over upstream's token webhook,
 //! `staging/src/k8s.io/apiserver/plugin/pkg/authenticator/token/webhook/webhook.go`): the
-//! answer, authenticated or not, is cached for two minutes (its `CacheTTL`), errors never are.
+//! answer, authenticated or not, is cached for two minutes (its `CacheTTL`) in the webhooks'
+//! LRU-expire cache (`cache.rs`, bounded), errors never are.
 //!
 //! With audiences configured (`--auth-token-audiences`) they are sent in `spec.audiences`, and a
 //! token counts as authenticated only when the answer's `status.audiences` shares one of them
@@ -17,6 +18,7 @@ use hyper::body::Bytes;
 use serde::Deserialize;
 use tokio::time::Instant;
 
+use super::cache::{self, AnswerCache};
 use super::client::{RetryBackoff, Transport};
 use super::kubeconfig;
 use crate::request::UserInfo;
@@ -27,10 +29,6 @@ const TOKEN_REVIEWS: &str = "/apis/authentication.k8s.io/v1/tokenreviews";
 /// kube-rbac-proxy's `CacheTTL`, for authenticated and unauthenticated answers alike.
 const CACHE_TTL: Duration = Duration::from_secs(2 * 60);
 
-/// Tokens remembered at most; past it the expired go, and if none has, all do (a flood of
-/// distinct bad tokens must not grow memory).
-const CACHE_CAPACITY: usize = 4096;
-
 /// The most one review may take, retries included (upstream's webhook token authenticator
 /// default, `DefaultAuthWebhookRetryBackoff` inside it).
 const TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,8 +36,8 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// Every authenticated user is in this group (upstream's `AuthenticatedGroupAdder`).
 const AUTHENTICATED_GROUP: &str = "system:authenticated";
 
-/// Each token's answer (the user, or `None`: not authenticated) and when it was had.
-type Answers = HashMap<String, (Option<Arc<UserInfo>>, Instant)>;
+/// Each token's answer: the user, or `None` (not authenticated).
+type Answers = AnswerCache<Option<Arc<UserInfo>>>;
 
 /// Checks tokens with an API server's TokenReview.
 pub struct TokenReviewer {
@@ -76,7 +74,7 @@ impl TokenReviewer {
         Ok(Some(TokenReviewer {
             transport,
             audiences,
-            cache: Mutex::new(HashMap::new()),
+            cache: Mutex::new(AnswerCache::new(cache::CAPACITY)),
         }))
     }
 
@@ -88,11 +86,8 @@ impl TokenReviewer {
     /// The user `token` authenticates, `Ok(None)` when the API server says it does not, or why
     /// the API server could not be asked.
     pub async fn review(&self, token: &str) -> Result<Option<Arc<UserInfo>>, String> {
-        let now = Instant::now();
-        if let Some((user, at)) = self.cache().get(token) {
-            if now.duration_since(*at) < CACHE_TTL {
-                return Ok(user.clone());
-            }
+        if let Some(user) = self.cache().get(token, Instant::now()) {
+            return Ok(user);
         }
         let body = serde_json::json!({
             "apiVersion": "authentication.k8s.io/v1",
@@ -112,14 +107,8 @@ impl TokenReviewer {
             .outcome
             .map_err(|error| format!("TokenReview at {}: {error}", self.server()))?;
         let user = self.authenticated(status);
-        let mut cache = self.cache();
-        if cache.len() >= CACHE_CAPACITY {
-            cache.retain(|_, (_, at)| now.duration_since(*at) < CACHE_TTL);
-            if cache.len() >= CACHE_CAPACITY {
-                cache.clear();
-            }
-        }
-        cache.insert(token.to_string(), (user.clone(), now));
+        self.cache()
+            .insert(token, user.clone(), Instant::now(), CACHE_TTL);
         Ok(user)
     }
 
