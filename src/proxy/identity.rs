@@ -28,7 +28,10 @@ pub struct Identify {
 
 impl Identify {
     pub fn new(tokens: Option<TokenFile>, reviewer: Option<TokenReviewer>) -> Self {
-        Identify { tokens, reviewer }
+        Identify {
+            tokens: tokens.map(TokenFile::authenticated),
+            reviewer,
+        }
     }
 
     /// The caller, or why the request is not authenticated (for the log; the client is told
@@ -50,7 +53,7 @@ impl Identify {
         let token = bearer_token(header.to_str().ok()).map_err(|e| e.to_string())?;
         if let Some(user) = self.tokens.as_ref().and_then(|t| t.lookup(token)) {
             return Ok(Caller {
-                user: authenticated(Arc::clone(user)),
+                user: Arc::clone(user),
                 by_token: true,
             });
         }

@@ -121,12 +121,7 @@ pub struct AuthChain {
 
 impl AuthChain {
     pub fn new(tokens: Option<TokenFile>, local: Option<LocalIdentity>) -> Self {
-        let tokens = tokens.map(|mut file| {
-            for (_, user) in &mut file.entries {
-                *user = authenticated(Arc::clone(user));
-            }
-            file
-        });
+        let tokens = tokens.map(TokenFile::authenticated);
         Self { tokens, local }
     }
 }

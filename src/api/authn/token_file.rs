@@ -125,6 +125,14 @@ impl TokenFile {
         Ok(Self { entries })
     }
 
+    /// Every user in [`super::AUTHENTICATED_GROUP`], added once here rather than per request.
+    pub fn authenticated(mut self) -> Self {
+        for (_, user) in &mut self.entries {
+            *user = super::authenticated(Arc::clone(user));
+        }
+        self
+    }
+
     pub fn len(&self) -> usize {
         self.entries.len()
     }
