@@ -156,53 +156,28 @@ impl Proxy {
                 return text(StatusCode::UNAUTHORIZED, "Unauthorized");
             }
         };
-        let actions = self
+        let mut actions = self
             .attributes
-            .actions(request.method(), request.uri(), request.headers());
-        if actions.is_empty() {
+            .actions(request.method(), request.uri(), request.headers())
+            .into_iter();
+        let Some(first) = actions.next() else {
             return text(
                 StatusCode::BAD_REQUEST,
                 "Bad Request. The request or configuration is malformed.",
             );
-        }
-        for action in actions {
-            let question = Question {
-                user: (*caller.user).clone(),
-                action,
-            };
-            if self
-                .attributes
-                .statically_allowed(&question.user, &question.action)
-            {
-                continue;
+        };
+        // One question, its action replaced for each: the user is copied once per request.
+        let mut question = Question {
+            user: (*caller.user).clone(),
+            action: first,
+        };
+        loop {
+            if let Some(refused) = self.refusal(&question).await {
+                return refused;
             }
-            // kube-rbac-proxy's messages (`pkg/filters/auth.go`).
-            let subject = |what: &str| {
-                let (resource, subresource) = match &question.action {
-                    crate::request::Action::Resource(r) => {
-                        (r.resource.as_str(), r.subresource.as_str())
-                    }
-                    crate::request::Action::NonResource(_) => ("", ""),
-                };
-                format!(
-                    "{what} (user={}, verb={}, resource={resource}, subresource={subresource})",
-                    question.user.name,
-                    question.action.verb(),
-                )
-            };
-            match self.authzd.authorize(&question).await {
-                Ok(answer) if answer.allowed() => {}
-                Ok(answer) => {
-                    tracing::debug!(reason = %answer.response.reason, "{}", subject("Forbidden"));
-                    return text(StatusCode::FORBIDDEN, &subject("Forbidden"));
-                }
-                Err(status) => {
-                    tracing::error!(error = %status.message(), "{}", subject("Authorization error"));
-                    return text(
-                        StatusCode::INTERNAL_SERVER_ERROR,
-                        &subject("Authorization error"),
-                    );
-                }
+            match actions.next() {
+                Some(action) => question.action = action,
+                None => break,
             }
         }
         let headers = request.headers_mut();
@@ -221,6 +196,45 @@ impl Proxy {
             }
         }
         self.upstream.forward(request, remote).await
+    }
+
+    /// Why `question` is not let through (403, or 500 when authzd cannot answer), or `None`
+    /// when a `static` entry or authzd allows it.
+    async fn refusal(&self, question: &Question) -> Option<Response<Body>> {
+        if self
+            .attributes
+            .statically_allowed(&question.user, &question.action)
+        {
+            return None;
+        }
+        // kube-rbac-proxy's messages (`pkg/filters/auth.go`).
+        let subject = |what: &str| {
+            let (resource, subresource) = match &question.action {
+                crate::request::Action::Resource(r) => {
+                    (r.resource.as_str(), r.subresource.as_str())
+                }
+                crate::request::Action::NonResource(_) => ("", ""),
+            };
+            format!(
+                "{what} (user={}, verb={}, resource={resource}, subresource={subresource})",
+                question.user.name,
+                question.action.verb(),
+            )
+        };
+        match self.authzd.authorize(question).await {
+            Ok(answer) if answer.allowed() => None,
+            Ok(answer) => {
+                tracing::debug!(reason = %answer.response.reason, "{}", subject("Forbidden"));
+                Some(text(StatusCode::FORBIDDEN, &subject("Forbidden")))
+            }
+            Err(status) => {
+                tracing::error!(error = %status.message(), "{}", subject("Authorization error"));
+                Some(text(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    &subject("Authorization error"),
+                ))
+            }
+        }
     }
 }
 
