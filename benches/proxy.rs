@@ -34,27 +34,9 @@ use support::server::{Server, BIN};
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-const POLICY: &str = "\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: metrics
-rules:
-- nonResourceURLs: [\"/metrics\"]
-  verbs: [\"get\"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: metrics
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: metrics
-subjects:
-- kind: User
-  name: scraper
-";
+/// `/metrics` for the service account `default/default` (kube-rbac-proxy's non-resource-url
+/// example, as tests/e2e/proxy.rs runs it).
+const POLICY: &str = include_str!("../tests/fixtures/metrics-url.yaml");
 
 struct Proxy(Child, String);
 
@@ -138,7 +120,11 @@ fn main() {
     let tokens = dir.path().join("tokens.csv");
     std::fs::write(&tokens, "proxy-token,authzd-proxy,uid-p,system:masters\n").unwrap();
     let callers = dir.path().join("callers.csv");
-    std::fs::write(&callers, "scraper-token,scraper,uid-s\n").unwrap();
+    std::fs::write(
+        &callers,
+        "scraper-token,system:serviceaccount:default:default,uid-s\n",
+    )
+    .unwrap();
     let server = runtime.block_on(Server::start_serving(
         &policy,
         &["--token-auth-file", tokens.to_str().unwrap()],
@@ -168,7 +154,7 @@ fn main() {
     let client = runtime.block_on(Client::connect(&endpoint)).unwrap();
     let question = Request {
         user: UserInfo {
-            name: "scraper".into(),
+            name: "system:serviceaccount:default:default".into(),
             groups: vec!["system:authenticated".into()],
             ..Default::default()
         },

@@ -95,28 +95,8 @@ rules:
   verbs: [\"get\"]
 ";
 
-const METRICS_URL: &str = "\
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: metrics
-rules:
-- nonResourceURLs: [\"/metrics\"]
-  verbs: [\"get\"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: metrics
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: metrics
-subjects:
-- kind: ServiceAccount
-  name: default
-  namespace: default
-";
+/// kube-rbac-proxy's non-resource-url example policy (shared with benches/proxy.rs).
+const METRICS_URL: &str = include_str!("../fixtures/metrics-url.yaml");
 
 // The `config-file.yaml` of each example's ConfigMap.
 const RESOURCE_ATTRIBUTES_CONFIG: &str = "\
