@@ -428,17 +428,16 @@ fn decode_request(key: &[u8]) -> Option<Request> {
 
 /// The user, groups and namespace of an encoded key (for invalidation).
 fn decode_subject(key: &[u8]) -> Option<(&str, SmallVec<[&str; 16]>, &str)> {
-    let take = take_field;
     let mut rest = key;
-    let user = take(&mut rest)?;
-    let count: usize = take(&mut rest)?.parse().ok()?;
+    let user = take_field(&mut rest)?;
+    let count: usize = take_field(&mut rest)?.parse().ok()?;
     let mut groups = SmallVec::new();
     for _ in 0..count {
-        groups.push(take(&mut rest)?);
+        groups.push(take_field(&mut rest)?);
     }
     // A resource action's namespace is its first field (`ActionRef::decision_fields`).
-    let namespace = match take(&mut rest)?.as_bytes() {
-        ActionFields::RESOURCE_TAG => take(&mut rest)?,
+    let namespace = match take_field(&mut rest)?.as_bytes() {
+        ActionFields::RESOURCE_TAG => take_field(&mut rest)?,
         _ => "",
     };
     Some((user, groups, namespace))
