@@ -19,17 +19,19 @@ use crate::api::http::HttpApi;
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
 use crate::api::wire::service::authorizer_server::AuthorizerServer;
-use crate::audit::AuditLog;
 use crate::client::text;
 use crate::client::{self, ClientError};
 use crate::config::{
-    ClientCommand, ClientSettings, EngineSettings, PolicySettings, ServeSettings, Settings,
-    TestOutput, TestSettings,
+    ClientCommand, ClientSettings, EngineSettings, PolicySettings, RecordSink, ServeSettings,
+    Settings, TestOutput, TestSettings,
 };
 use crate::engine::Engine;
 use crate::policy::load::{load_paths, load_paths_reporting, LoadErrors};
 use crate::proto::access_review_server::AccessReviewServer;
 use crate::proto::policy_admin_server::PolicyAdminServer;
+use crate::records::audit::AuditLog;
+use crate::records::decision::{DecisionRecorder, RecordCounts};
+use crate::records::writer::LineWriter;
 use crate::serving::delegation::{Delegation, RemoteAnswer, RemoteAuthorizer};
 use crate::serving::ServingState;
 use crate::store::dir::DirectoryBackend;
@@ -93,7 +95,9 @@ pub enum AppError {
     #[error("bad TLS files: {0}")]
     Tls(#[from] TlsError),
     #[error(transparent)]
-    Audit(#[from] crate::audit::AuditError),
+    Audit(#[from] crate::records::audit::AuditError),
+    #[error("the decision records: {0}")]
+    Records(crate::records::writer::OpenError),
     #[error("cannot start the async runtime: {0}")]
     Runtime(std::io::Error),
     #[error("cannot build the reflection service: {0}")]
@@ -558,13 +562,51 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (health, health_service) = tonic_health::server::health_reporter();
     set_health(&health, ServingStatus::NotServing).await;
 
-    let audit_writer = match &settings.audit {
-        Some(audit) => {
-            let (log, writer) = AuditLog::open(&audit.path, audit.queue)?;
-            state.set_audit(log);
-            Some(writer)
+    // One set of counts for the decision records, wherever they are written.
+    let record_counts = Arc::new(RecordCounts::default());
+    let audit_log = match &settings.audit {
+        Some(audit) => Some(AuditLog::open(
+            &audit.path,
+            audit.queue,
+            Arc::clone(&record_counts),
+        )?),
+        None => None,
+    };
+    let records_writer = match &settings.records {
+        Some(records) => {
+            let queue = match (&records.sink, &audit_log) {
+                (RecordSink::File(destination), _) => {
+                    let (queue, writer) = LineWriter::start(
+                        "decision-records",
+                        destination.clone(),
+                        records.queue,
+                        Arc::clone(&record_counts),
+                    )
+                    .map_err(AppError::Records)?;
+                    Some((queue, Some(writer)))
+                }
+                (RecordSink::Audit, Some((log, _))) => Some((log.queue(), None)),
+                // Refused by the settings: `audit` needs --audit-log.
+                (RecordSink::Audit, None) => None,
+            };
+            queue.map(|(queue, writer)| {
+                state.set_records(Arc::new(DecisionRecorder::new(
+                    queue,
+                    Arc::clone(&record_counts),
+                )));
+                writer
+            })
         }
         None => None,
+    }
+    .flatten();
+    let audit_writer = audit_log.map(|(log, writer)| {
+        state.set_audit(log);
+        writer
+    });
+    let audit_writer = Writers {
+        audit: audit_writer,
+        records: records_writer,
     };
     let envoy = EnvoyApi::new(
         Arc::clone(&state),
@@ -763,9 +805,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         server.await?;
         fence_watch.abort();
         replication.leave().await;
-        if let Some(writer) = audit_writer {
-            tokio::task::spawn_blocking(move || writer.finish()).await?;
-        }
+        let closing = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || audit_writer.finish(&closing)).await?;
         tracing::info!("stopped");
         return Ok(Outcome::Success);
     }
@@ -798,12 +839,27 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         }
     };
     server.await?;
-    if let Some(writer) = audit_writer {
-        // The services (and their audit handles) are gone: the writer drains and stops.
-        tokio::task::spawn_blocking(move || writer.finish()).await?;
-    }
+    // The services are gone: nothing more is recorded, and the writers drain and stop.
+    let closing = Arc::clone(&state);
+    tokio::task::spawn_blocking(move || audit_writer.finish(&closing)).await?;
     tracing::info!("stopped");
     Ok(Outcome::Success)
+}
+
+/// The log writers of `serve`, finished (drained) at shutdown once the services are gone.
+struct Writers {
+    audit: Option<LineWriter>,
+    records: Option<LineWriter>,
+}
+
+impl Writers {
+    /// The decision records' last gap queued, then every writer drained and stopped.
+    fn finish(self, state: &ServingState) {
+        state.close_records();
+        for writer in [self.records, self.audit].into_iter().flatten() {
+            writer.finish();
+        }
+    }
 }
 
 /// The `/metrics` handler: Prometheus text, with the figures the state, store and (etcd mode)

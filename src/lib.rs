@@ -27,7 +27,6 @@
 
 pub mod api;
 pub mod app;
-pub mod audit;
 pub mod cache;
 pub mod caller;
 pub mod client;
@@ -40,6 +39,7 @@ pub mod policy;
 pub mod policy_test;
 pub mod proto_codec;
 pub mod proxy;
+pub mod records;
 pub mod request;
 pub mod serving;
 pub mod store;

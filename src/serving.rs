@@ -32,17 +32,20 @@ use std::time::Duration;
 use arc_swap::ArcSwapOption;
 use tokio::sync::watch;
 
-use crate::audit::AuditLog;
 use crate::cache::{CacheConfig, CachedEngine, DecisionCache, InvalidationCause};
 use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
+use crate::records::audit::AuditLog;
+use crate::records::decision::DecisionRecorder;
 use crate::request::Request;
 use crate::store::etcd::replication::Replication;
 use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
-use crate::telemetry::metrics::{EtcdFigures, Metrics, ScrapeFigures, StoreFigures};
+use crate::telemetry::metrics::{
+    DecisionRecordFigures, EtcdFigures, Metrics, ScrapeFigures, StoreFigures,
+};
 use delegation::Delegation;
 
 /// The replication, set once etcd mode has started (empty in directory mode).
@@ -114,6 +117,8 @@ pub struct ServingState {
     delegation: std::sync::OnceLock<Arc<Delegation>>,
     /// Where calls and policy writes are recorded, when `--audit-log` is on.
     audit: std::sync::OnceLock<Arc<AuditLog>>,
+    /// Where every decision is recorded, when `--decision-records` is on.
+    records: std::sync::OnceLock<Arc<DecisionRecorder>>,
     /// The longest a `min_revision` call waits when its deadline allows more (or it has none).
     max_revision_wait: Duration,
     /// The callers' caches following this server (WatchInvalidations).
@@ -170,6 +175,7 @@ impl ServingState {
             freshness: std::sync::OnceLock::new(),
             delegation: std::sync::OnceLock::new(),
             audit: std::sync::OnceLock::new(),
+            records: std::sync::OnceLock::new(),
             max_revision_wait: DEFAULT_MAX_REVISION_WAIT,
             subscribers: Arc::new(subscribers::Subscribers::new(DEFAULT_MAX_STALENESS)),
         }
@@ -194,6 +200,19 @@ impl ServingState {
     /// Calls and policy writes are recorded in `audit` from now on.
     pub fn set_audit(&self, audit: Arc<AuditLog>) {
         let _ = self.audit.set(audit);
+    }
+
+    /// Every decision is recorded by `records` from now on.
+    pub fn set_records(&self, records: Arc<DecisionRecorder>) {
+        let _ = self.records.set(records);
+    }
+
+    /// Shutdown: the decision records' last gap line is queued (see
+    /// [`DecisionRecorder::close`]).
+    pub fn close_records(&self) {
+        if let Some(records) = self.records.get() {
+            records.close();
+        }
     }
 
     /// A policy write (applied or refused) recorded in the audit log, when there is one.
@@ -371,7 +390,22 @@ impl ServingState {
             cache_invalidations: cache.invalidations(),
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
             subscribers: self.subscriber_table_figures(),
+            records: self.decision_record_figures(),
             store: Default::default(),
+        }
+    }
+
+    /// Decision records taken, written and dropped (all zero when they are off).
+    fn decision_record_figures(&self) -> DecisionRecordFigures {
+        let Some(records) = self.records.get() else {
+            return DecisionRecordFigures::default();
+        };
+        let figures = records.figures();
+        DecisionRecordFigures {
+            taken: figures.taken,
+            written: figures.written,
+            dropped_queue_full: figures.queue_full,
+            dropped_write_failed: figures.write_failed,
         }
     }
 

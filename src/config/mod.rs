@@ -46,8 +46,8 @@ pub use policy::{
     PolicySettings, DEFAULT_SUPER_GROUP,
 };
 pub use serve::{
-    parse_webhook_path, AuditArgs, AuditSettings, AuthArgs, EnvoyArgs, LimitArgs, ServeArgs,
-    ServeLimits, ServeSettings,
+    parse_webhook_path, AuditArgs, AuditSettings, AuthArgs, EnvoyArgs, LimitArgs, RecordArgs,
+    RecordSettings, RecordSink, ServeArgs, ServeLimits, ServeSettings,
 };
 
 use client::{object_ref, scope};
@@ -271,6 +271,7 @@ impl Cli {
                     )
                     .map_err(|message| usage_error("serve", message))?,
                     limits: args.limits.settings()?,
+                    records: args.records.settings(args.audit.audit_log.is_some())?,
                     audit: args.audit.settings()?,
                 })
             }

@@ -92,6 +92,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub audit: AuditArgs,
     #[command(flatten)]
+    pub records: RecordArgs,
+    #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
     pub etcd: EtcdArgs,
@@ -379,6 +381,88 @@ pub struct AuditArgs {
     pub audit_queue: usize,
 }
 
+/// Decision records (docs/records.md): one JSON line per decision taken.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Record every decision: `file:PATH` appends to PATH (rotated by size), `audit` writes
+    /// into the audit log (needs --audit-log). Recording never slows a decision: what the
+    /// sink cannot take is dropped, counted (`authzd_decision_records_dropped_total`) and
+    /// marked in the stream.
+    #[arg(long, value_name = "SINK", value_parser = parse_record_sink)]
+    pub decision_records: Option<RecordSinkArg>,
+
+    /// Rotate the decision record file once it would grow past BYTES.
+    #[arg(long, value_name = "BYTES", default_value_t = 100 << 20,
+          value_parser = clap::value_parser!(u64).range(4096..))]
+    pub decision_records_max_bytes: u64,
+
+    /// Rotated decision record files kept (`PATH.1` the newest); older ones are removed.
+    #[arg(long, value_name = "N", default_value_t = 5)]
+    pub decision_records_keep: usize,
+
+    /// Decision records waiting for the writer; when full, new ones are dropped and counted.
+    #[arg(long, value_name = "N", default_value_t = 65_536,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub decision_records_queue: u64,
+}
+
+/// `--decision-records`, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordSinkArg {
+    File(PathBuf),
+    Audit,
+}
+
+fn parse_record_sink(value: &str) -> Result<RecordSinkArg, String> {
+    match value.split_once(':') {
+        _ if value == "audit" => Ok(RecordSinkArg::Audit),
+        Some(("file", path)) if !path.is_empty() => Ok(RecordSinkArg::File(PathBuf::from(path))),
+        _ => Err(format!("expected `file:PATH` or `audit`, found `{value}`")),
+    }
+}
+
+/// Validated [`RecordArgs`]: present when `--decision-records` is given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordSettings {
+    pub sink: RecordSink,
+    pub queue: usize,
+}
+
+/// Where decision records go.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum RecordSink {
+    File(crate::records::writer::Destination),
+    /// Into the audit log, through its queue.
+    Audit,
+}
+
+impl RecordArgs {
+    /// `audit` needs the audit log: whether there is one is `audit_log`.
+    pub(super) fn settings(self, audit_log: bool) -> Result<Option<RecordSettings>, clap::Error> {
+        let Some(sink) = self.decision_records else {
+            return Ok(None);
+        };
+        let sink = match sink {
+            RecordSinkArg::Audit if !audit_log => {
+                return Err(usage_error(
+                    "serve",
+                    "--decision-records audit needs --audit-log".to_string(),
+                ))
+            }
+            RecordSinkArg::Audit => RecordSink::Audit,
+            RecordSinkArg::File(path) => RecordSink::File(crate::records::writer::Destination {
+                path,
+                max_bytes: Some(self.decision_records_max_bytes),
+                keep: self.decision_records_keep,
+            }),
+        };
+        Ok(Some(RecordSettings {
+            sink,
+            queue: usize::try_from(self.decision_records_queue).unwrap_or(usize::MAX),
+        }))
+    }
+}
+
 /// Validated [`LimitArgs`].
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServeLimits {
@@ -504,6 +588,7 @@ pub struct ServeSettings {
     pub envoy: crate::api::envoy::EnvoyConfig,
     pub limits: ServeLimits,
     pub audit: Option<AuditSettings>,
+    pub records: Option<RecordSettings>,
     /// etcd mode (`--etcd-servers`), instead of the policy directory.
     pub etcd: Option<EtcdSettings>,
     /// The webhooks the chain's `Webhook(n)` entries name, in order.

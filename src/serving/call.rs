@@ -134,7 +134,7 @@ impl<'s> Call<'s> {
         answer: impl Fn(Decided) -> T,
     ) -> Result<Vec<T>, (usize, Refusal)> {
         let api = DecisionApi::BatchAuthorize;
-        let audited = self.state.audit.get().is_some();
+        let kept = self.state.audit.get().is_some() || self.state.records.get().is_some();
         let mut tally = DecisionTally::default();
         let mut answers = Vec::with_capacity(questions.len());
         let mut responses = Vec::new();
@@ -142,13 +142,14 @@ impl<'s> Call<'s> {
             let decided = self.decided(&question).await.map_err(|e| (i, e))?;
             tally.add(decided.response.decision);
             self.trace(api, &question, &decided);
-            if audited {
-                responses.push(Arc::clone(&decided.response));
+            if kept {
+                responses.push((Arc::clone(&decided.response), decided.cached));
             }
             answers.push(answer(decided));
         }
-        for (question, response) in questions.zip(&responses) {
+        for (question, (response, cached)) in questions.zip(&responses) {
             self.audit(api, &question, response);
+            self.keep_record(api, &question, response, *cached);
         }
         self.state.metrics().tally(api, &tally);
         Ok(answers)
@@ -221,13 +222,36 @@ impl<'s> Call<'s> {
         Ok(decided.response)
     }
 
-    /// A decided request counted, traced and recorded in the audit log as answered by `api`.
+    /// A decided request counted, traced, and recorded in the audit log and the decision
+    /// records as answered by `api`.
     pub fn record<Q: Question>(&self, api: DecisionApi, question: &Q, decided: &Decided) {
         let response = &decided.response;
         self.state.metrics().decision(api, response.decision);
         self.trace(api, question, decided);
         record_decision(response.decision, decided.cached, self.snapshot.revision);
         self.audit(api, question, response);
+        self.keep_record(api, question, response, decided.cached);
+    }
+
+    /// The decision's record, when decisions are recorded (`--decision-records`): every
+    /// decision, Envoy's checks included. Never waits: see [`crate::records::decision`].
+    fn keep_record<Q: Question>(
+        &self,
+        api: DecisionApi,
+        question: &Q,
+        response: &Arc<Response>,
+        cached: bool,
+    ) {
+        if let Some(records) = self.state.records.get() {
+            records.record(
+                api.rpc(),
+                &self.caller,
+                question.borrowed(),
+                response,
+                self.snapshot.revision,
+                cached,
+            );
+        }
     }
 
     /// Cache, fence, delegation: the decision itself.

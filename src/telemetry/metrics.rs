@@ -333,7 +333,18 @@ pub struct ScrapeFigures {
     pub cache_invalidations: u64,
     pub cache_stale_inserts_refused: u64,
     pub subscribers: SubscriberTableFigures,
+    /// Decision records (`--decision-records`; all zero without).
+    pub records: DecisionRecordFigures,
     pub store: StoreFigures,
+}
+
+/// Decision records taken, written and dropped per reason (`authzd_decision_records_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecisionRecordFigures {
+    pub taken: u64,
+    pub written: u64,
+    pub dropped_queue_full: u64,
+    pub dropped_write_failed: u64,
 }
 
 /// etcd mode's gauges (see the module docs for why they are registered late).
@@ -367,6 +378,10 @@ struct ScrapeInstruments {
     subscribers_without_proof: Gauge,
     subscriber_confirmations: Counter,
     subscribers_fenced: Counter,
+    records_taken: Counter,
+    records_written: Counter,
+    records_dropped_queue_full: Counter,
+    records_dropped_write_failed: Counter,
 }
 
 /// The server's instruments and the recorder that renders them.
@@ -470,6 +485,16 @@ impl Metrics {
             subscribers_without_proof: gauge("authzd_subscribers_without_proof"),
             subscriber_confirmations: counter("authzd_subscribers_confirmations_total", vec![]),
             subscribers_fenced: counter("authzd_subscribers_fenced_total", vec![]),
+            records_taken: counter("authzd_decision_records_total", vec![]),
+            records_written: counter("authzd_decision_records_written_total", vec![]),
+            records_dropped_queue_full: counter(
+                "authzd_decision_records_dropped_total",
+                vec![Label::new("reason", "queue_full")],
+            ),
+            records_dropped_write_failed: counter(
+                "authzd_decision_records_dropped_total",
+                vec![Label::new("reason", "write_failed")],
+            ),
         };
         let in_flight = gauge("authzd_requests_in_flight");
         Self {
@@ -560,6 +585,13 @@ impl Metrics {
         s.subscriber_confirmations
             .absolute(subscribers.confirmations);
         s.subscribers_fenced.absolute(subscribers.fenced);
+        let records = &figures.records;
+        s.records_taken.absolute(records.taken);
+        s.records_written.absolute(records.written);
+        s.records_dropped_queue_full
+            .absolute(records.dropped_queue_full);
+        s.records_dropped_write_failed
+            .absolute(records.dropped_write_failed);
         for (exported, tally) in self.decisions.iter().flatten().chain(&self.requests) {
             exported.absolute(tally.get());
         }
@@ -712,6 +744,18 @@ fn describe(recorder: &PrometheusRecorder) {
         "authzd_subscribers_fenced_total",
         "Subscribers counted fenced by a write's acknowledgement (or, in etcd mode, this replica's report), once per subscriber and revision.",
     );
+    counter(
+        "authzd_decision_records_total",
+        "Decision records taken (--decision-records): written, queued or dropped.",
+    );
+    counter(
+        "authzd_decision_records_written_total",
+        "Decision records written to their destination.",
+    );
+    counter(
+        "authzd_decision_records_dropped_total",
+        "Decision records dropped, by reason: queue_full (the writer could not keep up; no decision waits for it) or write_failed (the destination refused the write). Each gap is also written into the stream.",
+    );
     gauge(
         "authzd_store_fenced",
         "etcd mode: 1 while this replica is fenced (its last freshness proof is older than --max-staleness: allows refused per --on-stale), else 0.",
@@ -797,6 +841,12 @@ mod tests {
                 confirmations: 17,
                 fenced: 2,
             },
+            records: DecisionRecordFigures {
+                taken: 100,
+                written: 90,
+                dropped_queue_full: 8,
+                dropped_write_failed: 2,
+            },
             store: StoreFigures::Directory,
         };
         let text = metrics.render(&figures);
@@ -817,6 +867,16 @@ mod tests {
             ("authzd_subscribers_without_proof", 1.0),
             ("authzd_subscribers_confirmations_total", 17.0),
             ("authzd_subscribers_fenced_total", 2.0),
+            ("authzd_decision_records_total", 100.0),
+            ("authzd_decision_records_written_total", 90.0),
+            (
+                r#"authzd_decision_records_dropped_total{reason="queue_full"}"#,
+                8.0,
+            ),
+            (
+                r#"authzd_decision_records_dropped_total{reason="write_failed"}"#,
+                2.0,
+            ),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }

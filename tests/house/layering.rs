@@ -24,7 +24,7 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("engine", &["engine"]),
     (
         "cache, store and their instruments",
-        &["cache", "store", "telemetry", "audit", "webhook"],
+        &["cache", "store", "telemetry", "records", "webhook"],
     ),
     ("the serving core", &["serving"]),
     ("wire and transport", &["proto", "proto_codec", "transport"]),

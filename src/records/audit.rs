@@ -2,92 +2,71 @@
 //! policy write, appended to a file.
 //!
 //! Requests never wait for the disk: a handler builds its entry and hands it to a dedicated
-//! writer thread through a bounded queue. When the queue is full (the disk is slower than
+//! writer thread ([`super::writer`], shared with the decision records) through a bounded queue. When the queue is full (the disk is slower than
 //! the request rate) the entry is dropped and counted instead; the count is reported by
 //! `PolicyAdmin.Status` (`audit_dropped`) and in a warning line each time it grows, so a gap
 //! in the log is never silent.
 //!
 //! Each line has `time` (RFC 3339, UTC), `rpc`, `caller` (user and groups), `request`, and
 //! either `decision` (reviews), `subjects` (who-can), `applied`/`deleted` (writes) or `error`
-//! (a refused write), plus `revision`.
+//! (a refused write), plus `revision`. With `--decision-records audit` the decision records
+//! ([`super::format`]) are written here too, through the same queue, told apart by their `kind`.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde_json::{json, Map, Value};
 
+use super::decision::RecordCounts;
+use super::time::rfc3339_now;
+use super::writer::{Destination, Entry, LineWriter, OpenError};
 use crate::engine::{AllowedSubjects, Response};
 use crate::request::{Action, UserInfo};
 
 /// Why the audit log could not be opened.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot open the audit log `{path}`: {source}")]
-pub struct AuditError {
-    path: PathBuf,
-    source: std::io::Error,
-}
+#[error("the audit log: {0}")]
+pub struct AuditError(#[from] OpenError);
 
 /// The sending half, shared by every handler. Dropping the last clone lets the writer drain
 /// the queue and stop.
 #[derive(Debug)]
 pub struct AuditLog {
-    queue: SyncSender<Value>,
+    queue: SyncSender<Entry>,
     dropped: AtomicU64,
     /// The drop count last reported in a warning, so that warnings come once per new burst.
     reported: AtomicU64,
 }
 
 /// The writer thread; [`AuditWriter::finish`] waits until everything queued is written.
-pub struct AuditWriter {
-    thread: Option<JoinHandle<()>>,
-}
-
-impl AuditWriter {
-    /// Waits for the writer to drain its queue (after every [`AuditLog`] is dropped).
-    pub fn finish(mut self) {
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
-    }
-}
+pub type AuditWriter = LineWriter;
 
 impl AuditLog {
     /// Opens (appending, creating if missing) `path` and starts the writer thread with room
-    /// for `capacity` waiting entries.
-    pub fn open(path: &Path, capacity: usize) -> Result<(Arc<AuditLog>, AuditWriter), AuditError> {
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(path)
-            .map_err(|source| AuditError {
-                path: path.to_path_buf(),
-                source,
-            })?;
-        let (queue, entries) = std::sync::mpsc::sync_channel(capacity.max(1));
-        let display = path.display().to_string();
-        let thread = std::thread::Builder::new()
-            .name("audit-writer".into())
-            .spawn(move || write_entries(&entries, file, &display))
-            .map_err(|source| AuditError {
-                path: path.to_path_buf(),
-                source,
-            })?;
+    /// for `capacity` waiting entries. Decision records queued here (`--decision-records
+    /// audit`) are counted in `records`.
+    pub fn open(
+        path: &Path,
+        capacity: usize,
+        records: Arc<RecordCounts>,
+    ) -> Result<(Arc<AuditLog>, AuditWriter), AuditError> {
+        let (queue, writer) =
+            LineWriter::start("audit-writer", Destination::append(path), capacity, records)?;
         Ok((
             Arc::new(AuditLog {
                 queue,
                 dropped: AtomicU64::new(0),
                 reported: AtomicU64::new(0),
             }),
-            AuditWriter {
-                thread: Some(thread),
-            },
+            writer,
         ))
+    }
+
+    /// The queue, for decision records written into the audit log.
+    pub fn queue(&self) -> SyncSender<Entry> {
+        self.queue.clone()
     }
 
     /// Entries dropped so far because the queue was full.
@@ -98,7 +77,7 @@ impl AuditLog {
     /// Queues one entry, stamped with the time; never blocks.
     pub fn record(&self, mut entry: Map<String, Value>) {
         entry.insert("time".into(), Value::String(rfc3339_now()));
-        match self.queue.try_send(Value::Object(entry)) {
+        match self.queue.try_send(Entry::Audit(Value::Object(entry))) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
@@ -213,69 +192,6 @@ fn action_json(action: &Action) -> Value {
     }
 }
 
-/// The writer loop: one line per entry, flushed whenever the queue runs empty (so a reader
-/// sees entries promptly, and a burst costs one flush). Write errors are logged once per
-/// kind and the entry counted as lost in that log line; the loop carries on.
-fn write_entries(entries: &Receiver<Value>, file: File, path: &str) {
-    let mut out = BufWriter::new(file);
-    let mut failed = false;
-    while let Ok(entry) = entries.recv() {
-        let mut pending = Some(entry);
-        while let Some(entry) = pending.take() {
-            let written = serde_json::to_writer(&mut out, &entry)
-                .map_err(std::io::Error::from)
-                .and_then(|()| out.write_all(b"\n"));
-            report(written, &mut failed, path);
-            pending = entries.try_recv().ok();
-        }
-        report(out.flush(), &mut failed, path);
-    }
-    report(out.flush(), &mut failed, path);
-}
-
-fn report(result: std::io::Result<()>, failed: &mut bool, path: &str) {
-    match result {
-        Ok(()) => *failed = false,
-        Err(error) if !*failed => {
-            *failed = true;
-            tracing::error!(%error, path, "cannot write the audit log");
-        }
-        Err(_) => {}
-    }
-}
-
-/// Now as `2026-11-23T03:22:35.123Z`.
-fn rfc3339_now() -> String {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    let secs = since.as_secs();
-    let (days, rem) = (secs / 86_400, secs % 86_400);
-    let (year, month, day) = civil_from_days(days);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60,
-        since.subsec_millis()
-    )
-}
-
-/// Days since 1970-01-01 to (year, month, day) in the proleptic Gregorian calendar
-/// (Howard Hinnant's `civil_from_days`, for non-negative day counts).
-fn civil_from_days(days: u64) -> (u64, u64, u64) {
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
-    (year, month, day)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -299,17 +215,10 @@ mod tests {
     }
 
     #[test]
-    fn civil_dates() {
-        assert_eq!(civil_from_days(0), (1970, 1, 1));
-        assert_eq!(civil_from_days(11_016), (2000, 2, 29));
-        assert_eq!(civil_from_days(20_415), (2025, 11, 23));
-    }
-
-    #[test]
     fn a_review_is_written_with_its_fields() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("audit.jsonl");
-        let (log, writer) = AuditLog::open(&path, 16).unwrap();
+        let (log, writer) = AuditLog::open(&path, 16, Arc::default()).unwrap();
         let action = Action::Resource(ResourceAttributes {
             namespace: "dev".into(),
             verb: "get".into(),

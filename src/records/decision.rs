@@ -1,0 +1,355 @@
+//! Decision records (`serve --decision-records`, docs/records.md): one record per decision
+//! taken, with the full request as decided, handed to a [`LineWriter`](super::writer) through
+//! a bounded queue.
+//!
+//! Recording never blocks a decision. The serving thread copies what decided (the subject's
+//! name and groups, the action, the content) and tries the queue; when the queue is full the
+//! record is dropped and counted (`queue_full`), and the next record that finds room is
+//! preceded by a gap line with the count, so a reader of the stream knows where records are
+//! missing and how many. Every record carries `seq`, the number of records taken before it:
+//! numbers missing from a stream are exactly the records dropped.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{SyncSender, TrySendError};
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use super::writer::Entry;
+use crate::engine::Response;
+use crate::request::{Action, Content, RequestRef, UserInfo};
+
+/// A decision as it is recorded: copied on the serving thread, formatted by the writer.
+#[derive(Debug)]
+pub struct DecisionRecord {
+    /// Records taken before this one (dropped ones included), from 0 at startup.
+    pub seq: u64,
+    pub time: SystemTime,
+    /// The RPC that asked (`Authorize`, `SubjectAccessReview`, `Check`, ...).
+    pub api: &'static str,
+    /// Who asked (after impersonation: whom the call is served as).
+    pub caller: Arc<UserInfo>,
+    /// The subject decided on: its name and groups, the fields that decide.
+    pub user: String,
+    pub groups: Vec<String>,
+    pub action: Action,
+    pub content: Option<Content>,
+    pub response: Arc<Response>,
+    pub revision: u64,
+    pub cached: bool,
+}
+
+/// Why records were lost.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DropReason {
+    /// The writer could not keep up: the queue was full.
+    QueueFull,
+    /// The destination refused the write.
+    WriteFailed,
+}
+
+impl DropReason {
+    pub const ALL: [DropReason; 2] = [DropReason::QueueFull, DropReason::WriteFailed];
+
+    /// The reason as the gap line and the metric label spell it.
+    pub fn label(self) -> &'static str {
+        match self {
+            DropReason::QueueFull => "queue_full",
+            DropReason::WriteFailed => "write_failed",
+        }
+    }
+}
+
+/// Records lost just before this point of the stream.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Gap {
+    pub reason: DropReason,
+    pub dropped: u64,
+    pub time: SystemTime,
+}
+
+/// What happened to the records taken, shared by the recorder and its writer.
+#[derive(Debug, Default)]
+pub struct RecordCounts {
+    pub taken: AtomicU64,
+    pub written: AtomicU64,
+    pub queue_full: AtomicU64,
+    pub write_failed: AtomicU64,
+}
+
+/// The counts at one moment, for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecordFigures {
+    pub taken: u64,
+    pub written: u64,
+    pub queue_full: u64,
+    pub write_failed: u64,
+}
+
+impl RecordFigures {
+    pub fn dropped(&self, reason: DropReason) -> u64 {
+        match reason {
+            DropReason::QueueFull => self.queue_full,
+            DropReason::WriteFailed => self.write_failed,
+        }
+    }
+}
+
+/// The serving side: takes records and queues them, never waiting.
+#[derive(Debug)]
+pub struct DecisionRecorder {
+    queue: SyncSender<Entry>,
+    counts: Arc<RecordCounts>,
+    /// Records dropped as `queue_full` that no gap line has reported yet.
+    unreported: AtomicU64,
+}
+
+impl DecisionRecorder {
+    /// Records go to `queue` (a [`super::writer::LineWriter`]'s, of their own file or of the
+    /// audit log's), counted in `counts`.
+    pub fn new(queue: SyncSender<Entry>, counts: Arc<RecordCounts>) -> Self {
+        Self {
+            queue,
+            counts,
+            unreported: AtomicU64::new(0),
+        }
+    }
+
+    /// One decision taken by `api` for `caller`, answered `response` from `revision`.
+    pub fn record(
+        &self,
+        api: &'static str,
+        caller: &Arc<UserInfo>,
+        request: RequestRef<'_>,
+        response: &Arc<Response>,
+        revision: u64,
+        cached: bool,
+    ) {
+        if self.unreported.load(Ordering::Relaxed) != 0 {
+            self.report_gap();
+        }
+        let seq = self.counts.taken.fetch_add(1, Ordering::Relaxed);
+        let record = DecisionRecord {
+            seq,
+            time: SystemTime::now(),
+            api,
+            caller: Arc::clone(caller),
+            user: request.user.name.to_owned(),
+            groups: request.user.groups.iter().map(str::to_owned).collect(),
+            action: request.action.to_action(),
+            content: request.content.cloned(),
+            response: Arc::clone(response),
+            revision,
+            cached,
+        };
+        if let Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) =
+            self.queue.try_send(Entry::Decision(Box::new(record)))
+        {
+            let dropped = self.counts.queue_full.fetch_add(1, Ordering::Relaxed) + 1;
+            self.unreported.fetch_add(1, Ordering::Relaxed);
+            // One warning per power of two: a sustained overload does not flood the log.
+            if dropped.is_power_of_two() {
+                tracing::warn!(dropped, "decision record queue full: records dropped");
+            }
+        }
+    }
+
+    /// Queues the gap line for the records dropped since the last one; when there is no room
+    /// either, the count waits for the next record.
+    fn report_gap(&self) {
+        let dropped = self.unreported.swap(0, Ordering::AcqRel);
+        if dropped == 0 {
+            return;
+        }
+        let gap = Gap {
+            reason: DropReason::QueueFull,
+            dropped,
+            time: SystemTime::now(),
+        };
+        if self.queue.try_send(Entry::Gap(gap)).is_err() {
+            self.unreported.fetch_add(dropped, Ordering::AcqRel);
+        }
+    }
+
+    pub fn figures(&self) -> RecordFigures {
+        figures(&self.counts)
+    }
+}
+
+/// The counts now.
+pub fn figures(counts: &RecordCounts) -> RecordFigures {
+    RecordFigures {
+        taken: counts.taken.load(Ordering::Relaxed),
+        written: counts.written.load(Ordering::Relaxed),
+        queue_full: counts.queue_full.load(Ordering::Relaxed),
+        write_failed: counts.write_failed.load(Ordering::Relaxed),
+    }
+}
+
+impl DecisionRecorder {
+    /// The last gap, queued before the stream ends (at shutdown, before the writer finishes):
+    /// this one waits for room.
+    pub fn close(&self) {
+        let dropped = self.unreported.swap(0, Ordering::AcqRel);
+        if dropped > 0 {
+            let _ = self.queue.send(Entry::Gap(Gap {
+                reason: DropReason::QueueFull,
+                dropped,
+                time: SystemTime::now(),
+            }));
+        }
+    }
+}
+
+impl Drop for DecisionRecorder {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::{Decision, EncodedOnce};
+    use crate::records::format::{read_line, Line};
+    use crate::records::writer::{Destination, LineWriter};
+    use crate::request::{Request, ResourceAttributes};
+
+    fn response() -> Arc<Response> {
+        Arc::new(Response {
+            decision: Decision::Allow,
+            reason: String::new(),
+            allowed_by: vec![],
+            denied_by: vec![],
+            errors: vec![],
+            encoded: EncodedOnce::default(),
+            plan: Default::default(),
+        })
+    }
+
+    fn request() -> Request {
+        Request {
+            user: UserInfo {
+                name: "alice".into(),
+                groups: vec!["dev".into()],
+                ..UserInfo::default()
+            },
+            action: Action::Resource(ResourceAttributes {
+                verb: "get".into(),
+                resource: "pods".into(),
+                ..ResourceAttributes::default()
+            }),
+        }
+    }
+
+    /// A writer that takes nothing (a sink that stopped): every record past the queue's room
+    /// is dropped and counted, none waits, and the gap that could not be queued either is
+    /// still owed.
+    #[test]
+    fn a_full_queue_drops_and_counts_without_blocking() {
+        let (queue, entries) = std::sync::mpsc::sync_channel(4);
+        let recorder = Arc::new(DecisionRecorder::new(queue, Arc::default()));
+        let (done, finished) = std::sync::mpsc::channel();
+        let recording = Arc::clone(&recorder);
+        std::thread::spawn(move || {
+            let caller = Arc::new(UserInfo::default());
+            let (request, response) = (request(), response());
+            for _ in 0..1000 {
+                recording.record(
+                    "Authorize",
+                    &caller,
+                    request.as_borrowed(),
+                    &response,
+                    3,
+                    false,
+                );
+            }
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(std::time::Duration::from_secs(60))
+                .is_ok(),
+            "recording blocked on a full queue"
+        );
+        let figures = recorder.figures();
+        assert_eq!(figures.taken, 1000);
+        assert_eq!(figures.queue_full, 996, "four queued, the rest dropped");
+        assert_eq!(recorder.unreported.load(Ordering::Relaxed), 996);
+        assert_eq!(entries.try_iter().count(), 4);
+    }
+
+    /// Through a real writer into a file: records in `seq` order, and after a burst the
+    /// writer could not take, one gap line with the count, before the next record.
+    #[test]
+    fn a_gap_is_written_before_the_next_record_that_finds_room() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("records.jsonl");
+        let counts = Arc::new(RecordCounts::default());
+        // Queue and writer apart, so the test decides when the writer runs: records fill the
+        // queue first, then the writer starts on what is queued.
+        let (queue, entries) = std::sync::mpsc::sync_channel(2);
+        let recorder = DecisionRecorder::new(queue, Arc::clone(&counts));
+        let caller = Arc::new(UserInfo::default());
+        let (request, response) = (request(), response());
+        for _ in 0..5 {
+            recorder.record(
+                "Authorize",
+                &caller,
+                request.as_borrowed(),
+                &response,
+                3,
+                true,
+            );
+        }
+        let (writer_queue, writer) = LineWriter::start(
+            "test-writer",
+            Destination::append(&path),
+            16,
+            Arc::clone(&counts),
+        )
+        .unwrap();
+        for entry in entries.try_iter() {
+            writer_queue.send(entry).unwrap();
+        }
+        // Room again: the gap goes first, then the record.
+        let (queue, entries) = std::sync::mpsc::sync_channel(16);
+        let recorder = DecisionRecorder {
+            queue,
+            counts: Arc::clone(&counts),
+            unreported: AtomicU64::new(recorder.unreported.swap(0, Ordering::AcqRel)),
+        };
+        recorder.record(
+            "Authorize",
+            &caller,
+            request.as_borrowed(),
+            &response,
+            3,
+            true,
+        );
+        for entry in entries.try_iter() {
+            writer_queue.send(entry).unwrap();
+        }
+        drop(writer_queue);
+        writer.finish();
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Line> = text.lines().map(|l| read_line(l).unwrap()).collect();
+        let described: Vec<String> = lines
+            .iter()
+            .map(|line| match line {
+                Line::Decision(d) => format!("record {}", d.seq),
+                Line::Gap { reason, dropped } => format!("gap {reason} {dropped}"),
+                Line::Other => "other".into(),
+            })
+            .collect();
+        assert_eq!(
+            described,
+            ["record 0", "record 1", "gap queue_full 3", "record 5"],
+            "{text}"
+        );
+        let figures = figures(&counts);
+        assert_eq!(
+            (figures.taken, figures.written, figures.queue_full),
+            (6, 3, 3)
+        );
+    }
+}
