@@ -19,7 +19,7 @@ use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::decision::RecordCounts;
+use super::record::RecordCounts;
 use super::time::rfc3339_now;
 use super::writer::{Destination, Entry, LineWriter, OpenError};
 use crate::engine::{AllowedSubjects, Response};

@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::decision::{DecisionRecord, Gap};
+use super::record::{DecisionRecord, Gap};
 use super::time::rfc3339;
 use crate::engine::{Decision, RuleRef};
 use crate::request::{
@@ -450,7 +450,7 @@ pub fn read_line(line: &str) -> Result<Line, String> {
 mod tests {
     use super::*;
     use crate::engine::{EncodedOnce, Response};
-    use crate::records::decision::DropReason;
+    use crate::records::record::DropReason;
     use std::sync::Arc;
     use std::time::SystemTime;
 

@@ -8,5 +8,6 @@
 pub mod audit;
 pub mod decision;
 pub mod format;
+pub mod record;
 pub mod time;
 pub mod writer;

@@ -24,8 +24,8 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime};
 
-use super::decision::{DecisionRecord, DropReason, Gap, RecordCounts};
 use super::format;
+use super::record::{DecisionRecord, DropReason, Gap, RecordCounts};
 
 /// How long the writer sleeps once the queue is empty.
 pub const POLL: Duration = Duration::from_millis(2);

@@ -6,7 +6,7 @@
 //!   `http_content`, `kube_protobuf`, `kep5681` (the golden exchanges of `tests/kep5681/`);
 //!   Envoy's `ext_authz`: `envoy_authz`; content rules end to end: `content`;
 //! * who may ask: `privileges`, `tls`, `unix_socket`; what it costs: `limits`, `hostile`;
-//! * what it tells: `metrics`, `otlp`;
+//! * what it tells: `metrics`, `otlp`, `decision_records`;
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
 //!   (acknowledged writes survive `kill -9`), `caller_cache` (callers' own caches, through the
 //!   library and through `authzd ask` processes: the hammer, SIGSTOP, a restart);
@@ -21,6 +21,7 @@ mod support;
 
 mod caller_cache;
 mod content;
+mod decision_records;
 mod durability;
 mod envoy_authz;
 mod grpc_api;
