@@ -82,6 +82,8 @@ pub enum AppError {
     Policy(LoadErrors),
     #[error("{0}")]
     Delta(#[from] crate::engine::delta::DeltaError),
+    #[error("{0}")]
+    Replay(#[from] crate::replay::ReplayError),
     #[error("cannot listen on `{addr}`: {source}")]
     Listen {
         addr: ListenAddr,
@@ -143,7 +145,8 @@ impl AppError {
             | AppError::Tls(_)
             | AppError::Content(_)
             | AppError::TestFiles { .. }
-            | AppError::Delta(_) => 2,
+            | AppError::Delta(_)
+            | AppError::Replay(_) => 2,
             AppError::Client(error) => error.exit_code(),
             _ => 1,
         }
@@ -233,6 +236,7 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
         Settings::Lint(policy) => Ok(lint(&policy)),
         Settings::Test(settings) => run_tests(&settings),
         Settings::Diff(settings) => run_diff(&settings),
+        Settings::Replay(settings) => run_replay(&settings),
         Settings::Client { server, command } => run_client(&server, command),
         Settings::Proxy(settings) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
@@ -324,6 +328,49 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
             }
         }
     }
+    for line in &fired {
+        eprintln!("authzd: {line}");
+    }
+    Ok(if fired.is_empty() {
+        Outcome::Success
+    } else {
+        Outcome::GateFired
+    })
+}
+
+/// `authzd replay`: the candidate (and, with --policy, the old) policy compiled as `check`
+/// compiles it, the records streamed through them, the report printed, the gates checked
+/// (exit 1 when one fires, naming it on stderr).
+fn run_replay(settings: &crate::config::ReplaySettings) -> Result<Outcome> {
+    use std::io::Write;
+
+    let load = &settings.engine.policy.load;
+    let new_policy = load_paths(&settings.new_paths, load).map_err(AppError::Policy)?;
+    let new_engine = Engine::new(&new_policy, settings.engine.engine.clone());
+    let old_engine = if settings.old_policy {
+        Some(build_engine(&settings.engine)?)
+    } else {
+        None
+    };
+    let replayed = crate::replay::replay(&settings.records, &new_engine, old_engine.as_ref())?;
+    let written = match settings.output {
+        crate::config::DiffOutput::Text => crate::replay::report::text(&replayed),
+        crate::config::DiffOutput::Json => {
+            let mut json = crate::replay::report::json(&replayed).to_string();
+            json.push('\n');
+            json
+        }
+    };
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(written.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(AppError::Output)?;
+    let fired = crate::replay::report::fired_gates(
+        &replayed,
+        &settings.fail_on_gain,
+        &settings.fail_on_loss,
+    );
     for line in &fired {
         eprintln!("authzd: {line}");
     }

@@ -20,7 +20,8 @@
 //!   the library's first user;
 //! * [`app`]: the composition root, configured by [`config`]; logs via [`telemetry`];
 //! * [`client`]: the commands that talk to a running server (`apply`, `get`, `watch`, ...);
-//!   [`policy_test`]: `authzd test`, files of expected answers run against the engine.
+//!   [`policy_test`]: `authzd test`, files of expected answers run against the engine;
+//!   [`replay`]: `authzd replay`, recorded decisions re-decided on a candidate policy.
 //!
 //! The documentation the code answers to is in `docs/`, cited by path and section
 //! (`docs/security.md §2` is its section 2).
@@ -40,6 +41,7 @@ pub mod policy_test;
 pub mod proto_codec;
 pub mod proxy;
 pub mod records;
+pub mod replay;
 pub mod request;
 pub mod serving;
 pub mod store;

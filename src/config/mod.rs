@@ -38,8 +38,8 @@ pub use client::{
     GetArgs, ManifestSource, ReplicasArgs, StatusArgs, WatchArgs,
 };
 pub use offline::{
-    ActionArgs, CheckArgs, DiffArgs, DiffOutput, LintArgs, TestArgs, TestOutput, TestSettings,
-    WhoCanArgs,
+    ActionArgs, CheckArgs, DiffArgs, DiffOutput, LintArgs, ReplayArgs, TestArgs, TestOutput,
+    TestSettings, WhoCanArgs,
 };
 pub use policy::{
     default_modes, default_policy_path, ChainArgs, EngineSettings, ModeChain, PolicyArgs,
@@ -84,6 +84,10 @@ pub enum Command {
     /// What a policy change does: the subjects that gain and lose access, per scope and action
     /// (exit 0, or 1 when a --fail-on-gain/--fail-on-loss gate fires; 2 bad input).
     Diff(DiffArgs),
+    /// Re-decide recorded decisions (`serve --decision-records`) on a candidate policy and
+    /// report every decision that flips, grouped by subject, action and scope (exit 0, or 1
+    /// when a --fail-on-gain/--fail-on-loss gate fires; 2 bad input).
+    Replay(ReplayArgs),
     /// Create or replace policy objects on a running server from YAML or JSON manifests (etcd
     /// mode: also prints the replicas that acknowledged the write, and those fenced).
     #[command(after_help = CLIENT_EXIT_CODES)]
@@ -131,6 +135,7 @@ const EXIT_CODES: &str = "\
 Exit codes:
   0  success (check: allowed; test: every case passed)
   1  check: not allowed; lint: problems found; test: a case failed;
+     diff, replay: a --fail-on-gain/--fail-on-loss gate fired;
      serve: cannot listen or failed;
      apply, delete, get, watch, status, replicas: the server is unreachable or
      refused
@@ -185,6 +190,7 @@ pub enum Settings {
     Lint(PolicySettings),
     Test(TestSettings),
     Diff(DiffSettings),
+    Replay(ReplaySettings),
     /// `authzd proxy`.
     Proxy(Box<proxy::ProxySettings>),
     /// A command against a running server.
@@ -204,6 +210,21 @@ pub struct DiffSettings {
     pub fail_on_gain: Vec<String>,
     pub fail_on_loss: Vec<String>,
     pub witness: bool,
+}
+
+/// `authzd replay`'s settings: the record files, the candidate policy (read with the load
+/// options and chain of `engine`), and the old policy when one was given.
+#[derive(Clone, Debug)]
+pub struct ReplaySettings {
+    pub records: Vec<std::path::PathBuf>,
+    pub new_paths: Vec<std::path::PathBuf>,
+    /// The chain and load options; its policy paths are the old policy's.
+    pub engine: EngineSettings,
+    /// Whether `--policy` was given (else the recorded answers are the old ones).
+    pub old_policy: bool,
+    pub output: DiffOutput,
+    pub fail_on_gain: Vec<String>,
+    pub fail_on_loss: Vec<String>,
 }
 
 fn non_empty(names: Vec<String>) -> Vec<String> {
@@ -311,6 +332,16 @@ impl Cli {
                 witness: args.witness,
                 old: engine_settings(args.policy, args.chain)
                     .map_err(|message| usage_error("diff", message))?,
+            }),
+            Command::Replay(args) => Settings::Replay(ReplaySettings {
+                records: args.records,
+                new_paths: args.policy_new,
+                old_policy: !args.policy.policy.is_empty(),
+                output: args.output,
+                fail_on_gain: args.fail_on_gain,
+                fail_on_loss: args.fail_on_loss,
+                engine: engine_settings(args.policy, args.chain)
+                    .map_err(|message| usage_error("replay", message))?,
             }),
             Command::Test(args) => Settings::Test(
                 args.settings()

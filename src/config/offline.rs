@@ -314,3 +314,32 @@ pub enum DiffOutput {
     Text,
     Json,
 }
+
+/// `authzd replay`: recorded decisions re-decided on a candidate policy (docs/records.md §3).
+#[derive(Debug, Args)]
+pub struct ReplayArgs {
+    /// Decision record files (`serve --decision-records`), read in order (repeatable; several
+    /// after one flag).
+    #[arg(long = "records", value_name = "FILE", required = true, num_args = 1..)]
+    pub records: Vec<PathBuf>,
+    /// The candidate policy: a file or directory (repeatable).
+    #[arg(long = "policy-new", value_name = "PATH", required = true)]
+    pub policy_new: Vec<PathBuf>,
+    /// The policy before the change, to re-decide the old answers on (repeatable). Without
+    /// it, the recorded answers are the old ones.
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+    #[command(flatten)]
+    pub chain: ChainArgs,
+    /// `text`: one line per flipped request, `+` a gain and `-` a loss; `json`: the totals
+    /// and every flipped request, for tools.
+    #[arg(long, short = 'o', value_enum, default_value_t = DiffOutput::Text)]
+    pub output: DiffOutput,
+    /// Exit 1 when a request of a subject matching this glob (its user or one of its groups)
+    /// flips to allowed (repeatable).
+    #[arg(long = "fail-on-gain", value_name = "PATTERN")]
+    pub fail_on_gain: Vec<String>,
+    /// Exit 1 when a request of a subject matching this glob flips to refused (repeatable).
+    #[arg(long = "fail-on-loss", value_name = "PATTERN")]
+    pub fail_on_loss: Vec<String>,
+}

@@ -31,7 +31,10 @@ const FLOORS: &[(&str, &[&str])] = &[
     ("protocol adapters", &["api"]),
     ("the callers' library", &["caller"]),
     ("settings and synthetic policy", &["config", "synth"]),
-    ("commands", &["client", "loadgen", "policy_test", "proxy"]),
+    (
+        "commands",
+        &["client", "loadgen", "policy_test", "proxy", "replay"],
+    ),
     ("composition root", &["app"]),
 ];
 
