@@ -14,7 +14,9 @@ use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 use std::time::SystemTime;
 
-pub use super::record::{figures, DecisionRecord, DropReason, Gap, RecordCounts, RecordFigures};
+pub use super::record::{
+    figures, DecisionRecord, DropReason, Gap, PackedRequest, RecordCounts, RecordFigures,
+};
 use super::writer::Entry;
 use crate::engine::Response;
 use crate::request::{RequestRef, UserInfo};
@@ -58,9 +60,7 @@ impl DecisionRecorder {
             time: SystemTime::now(),
             api,
             caller: Arc::clone(caller),
-            user: request.user.name.to_owned(),
-            groups: request.user.groups.iter().map(str::to_owned).collect(),
-            action: request.action.to_action(),
+            request: PackedRequest::pack(request),
             content: request.content.cloned(),
             response: Arc::clone(response),
             revision,

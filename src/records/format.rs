@@ -19,7 +19,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::record::{DecisionRecord, Gap};
+use super::record::{DecisionRecord, Gap, PackedAction, PackedStrings};
 use super::time::rfc3339;
 use crate::engine::{Decision, RuleRef};
 use crate::request::{
@@ -75,13 +75,22 @@ struct CallerOut<'a> {
 #[derive(Serialize)]
 struct RequestOut<'a> {
     user: &'a str,
-    groups: &'a [String],
+    groups: GroupsOut<'a>,
     #[serde(skip_serializing_if = "Option::is_none")]
     resource: Option<ResourceOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     non_resource: Option<NonResourceOut<'a>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     content: Option<ContentOut<'a>>,
+}
+
+/// The packed groups, written as a list without collecting them.
+struct GroupsOut<'a>(PackedStrings<'a>);
+
+impl Serialize for GroupsOut<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.0.clone())
+    }
 }
 
 #[derive(Serialize)]
@@ -176,26 +185,21 @@ fn requirements(list: &[SelectorRequirement]) -> Vec<RequirementOut<'_>> {
 
 /// Appends `record` as one JSON object (no newline).
 pub fn write_decision(out: &mut Vec<u8>, record: &DecisionRecord) {
-    let (resource, non_resource) = match &record.action {
-        Action::Resource(r) => (
+    let request = record.request.view();
+    let (resource, non_resource) = match request.action {
+        PackedAction::Resource([namespace, verb, group, version, resource, subresource, name]) => (
             Some(ResourceOut {
-                namespace: &r.namespace,
-                verb: &r.verb,
-                group: &r.group,
-                version: &r.version,
-                resource: &r.resource,
-                subresource: &r.subresource,
-                name: &r.name,
+                namespace,
+                verb,
+                group,
+                version,
+                resource,
+                subresource,
+                name,
             }),
             None,
         ),
-        Action::NonResource(n) => (
-            None,
-            Some(NonResourceOut {
-                path: &n.path,
-                verb: &n.verb,
-            }),
-        ),
+        PackedAction::NonResource([path, verb]) => (None, Some(NonResourceOut { path, verb })),
     };
     let content = record.content.as_ref().map(|c| ContentOut {
         object: c.object.as_deref().map(object_out),
@@ -216,8 +220,8 @@ pub fn write_decision(out: &mut Vec<u8>, record: &DecisionRecord) {
             groups: &record.caller.groups,
         },
         request: RequestOut {
-            user: &record.user,
-            groups: &record.groups,
+            user: request.user,
+            groups: GroupsOut(request.groups),
             resource,
             non_resource,
             content,
@@ -450,7 +454,8 @@ pub fn read_line(line: &str) -> Result<Line, String> {
 mod tests {
     use super::*;
     use crate::engine::{EncodedOnce, Response};
-    use crate::records::record::DropReason;
+    use crate::records::record::{DropReason, PackedRequest};
+    use crate::request::Request;
     use std::sync::Arc;
     use std::time::SystemTime;
 
@@ -464,9 +469,17 @@ mod tests {
                 groups: vec!["system:authenticated".into()],
                 ..UserInfo::default()
             }),
-            user: "alice".into(),
-            groups: vec!["dev".into()],
-            action,
+            request: PackedRequest::pack(
+                Request {
+                    user: UserInfo {
+                        name: "alice".into(),
+                        groups: vec!["dev".into()],
+                        ..UserInfo::default()
+                    },
+                    action,
+                }
+                .as_borrowed(),
+            ),
             content,
             response: Arc::new(Response {
                 decision: Decision::Deny,
