@@ -322,6 +322,7 @@ impl ServingState {
                 denied_by: Vec::new(),
                 errors,
                 encoded: Default::default(),
+                recorded: Default::default(),
                 plan: Default::default(),
             }),
             cached: false,

@@ -27,6 +27,7 @@ fn response(decision: Decision) -> Arc<Response> {
         denied_by: Vec::new(),
         errors: Vec::new(),
         encoded: EncodedOnce::default(),
+        recorded: EncodedOnce::default(),
         plan: Default::default(),
     })
 }

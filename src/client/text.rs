@@ -403,6 +403,7 @@ mod tests {
             }],
             errors: vec!["role missing".into()],
             encoded: crate::engine::EncodedOnce::default(),
+            recorded: crate::engine::EncodedOnce::default(),
             plan: Default::default(),
         };
         assert_eq!(

@@ -263,6 +263,7 @@ pub fn fold_chain(verdicts: impl IntoIterator<Item = Verdict>) -> Response {
         denied_by: Vec::new(),
         errors,
         encoded: EncodedOnce::default(),
+        recorded: EncodedOnce::default(),
         plan: Default::default(),
     }
 }
@@ -275,6 +276,7 @@ fn into_response(verdict: Verdict) -> Response {
         denied_by: verdict.denied_by,
         errors: verdict.errors,
         encoded: EncodedOnce::default(),
+        recorded: EncodedOnce::default(),
         plan: Default::default(),
     }
 }

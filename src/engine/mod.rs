@@ -175,6 +175,9 @@ pub struct Response {
     /// holding this same `Arc<Response>` (cache hits, shared responses). The engine never
     /// reads it.
     pub encoded: EncodedOnce,
+    /// The decision record's form of the same fields (`src/records/format.rs`), written once per
+    /// shared answer, as `encoded` is: a cached answer is recorded many times.
+    pub recorded: EncodedOnce,
     /// When a rule with content clauses took part, how to finish this content-free answer
     /// against a request's content ([`content::finish`]); empty for every other answer.
     pub plan: content::PlanSlot,
@@ -369,6 +372,7 @@ mod tests {
             denied_by: Vec::new(),
             errors: Vec::new(),
             encoded: EncodedOnce::default(),
+            recorded: EncodedOnce::default(),
             plan: content::PlanSlot::default(),
         }
     }

@@ -236,6 +236,7 @@ mod tests {
             denied_by: Vec::new(),
             errors: Vec::new(),
             encoded: EncodedOnce::default(),
+            recorded: EncodedOnce::default(),
             plan: Default::default(),
         };
         log.review("Authorize", &caller(), &subject, &action, &response, 7);

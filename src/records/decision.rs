@@ -137,6 +137,7 @@ mod tests {
             denied_by: vec![],
             errors: vec![],
             encoded: EncodedOnce::default(),
+            recorded: EncodedOnce::default(),
             plan: Default::default(),
         })
     }

@@ -21,7 +21,9 @@ use serde::{Deserialize, Serialize};
 
 use super::record::{DecisionRecord, Gap, PackedAction, PackedStrings};
 use super::time::rfc3339;
-use crate::engine::{Decision, RuleRef};
+use std::io::Write as _;
+
+use crate::engine::{Decision, Response, RuleRef};
 use crate::request::{
     Action, Content, NonResourceAttributes, ResourceAttributes, SelectorOperator,
     SelectorRequirement, UserInfo,
@@ -48,6 +50,9 @@ fn parse_decision(name: &str) -> Option<Decision> {
     }
 }
 
+/// A decision line up to its answer; the answer's fields follow from [`AnswerOut`], written once
+/// per shared answer ([`Response::recorded`](crate::engine::Response::recorded)), then
+/// `revision` and `cached`.
 #[derive(Serialize)]
 struct DecisionOut<'a> {
     v: u32,
@@ -57,13 +62,30 @@ struct DecisionOut<'a> {
     api: &'static str,
     caller: CallerOut<'a>,
     request: RequestOut<'a>,
+}
+
+#[derive(Serialize)]
+struct AnswerOut<'a> {
     decision: &'static str,
     reason: &'a str,
     allowed_by: Vec<RuleOut<'a>>,
     denied_by: Vec<RuleOut<'a>>,
     errors: &'a [String],
-    revision: u64,
-    cached: bool,
+}
+
+/// `"decision":...,"errors":[...]`: the answer's fields, without the braces.
+fn answer_fields(response: &Response) -> Box<[u8]> {
+    let answer = AnswerOut {
+        decision: decision_name(response.decision),
+        reason: &response.reason,
+        allowed_by: response.allowed_by.iter().map(RuleOut::of).collect(),
+        denied_by: response.denied_by.iter().map(RuleOut::of).collect(),
+        errors: &response.errors,
+    };
+    let mut out = serde_json::to_vec(&answer).unwrap_or_default();
+    out.pop();
+    out.remove(0);
+    out.into_boxed_slice()
 }
 
 #[derive(Serialize)]
@@ -226,16 +248,17 @@ pub fn write_decision(out: &mut Vec<u8>, record: &DecisionRecord) {
             non_resource,
             content,
         },
-        decision: decision_name(response.decision),
-        reason: &response.reason,
-        allowed_by: response.allowed_by.iter().map(RuleOut::of).collect(),
-        denied_by: response.denied_by.iter().map(RuleOut::of).collect(),
-        errors: &response.errors,
-        revision: record.revision,
-        cached: record.cached,
     };
     // Serializing plain strings and numbers into memory cannot fail.
-    let _ = serde_json::to_writer(out, &line);
+    let _ = serde_json::to_writer(&mut *out, &line);
+    out.pop();
+    out.push(b',');
+    out.extend_from_slice(response.recorded.get_or_init(|| answer_fields(response)));
+    let _ = write!(
+        out,
+        r#","revision":{},"cached":{}}}"#,
+        record.revision, record.cached
+    );
 }
 
 #[derive(Serialize)]
@@ -453,7 +476,7 @@ pub fn read_line(line: &str) -> Result<Line, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::{EncodedOnce, Response};
+    use crate::engine::EncodedOnce;
     use crate::records::record::{DropReason, PackedRequest};
     use crate::request::Request;
     use std::sync::Arc;
@@ -494,6 +517,7 @@ mod tests {
                 denied_by: vec![],
                 errors: vec!["role `x` not found".into()],
                 encoded: EncodedOnce::default(),
+                recorded: EncodedOnce::default(),
                 plan: Default::default(),
             }),
             revision: 12,

@@ -167,6 +167,7 @@ fn remote_response(name: &str, answer: RemoteAnswer) -> Response {
         denied_by,
         errors: answer.error.into_iter().collect(),
         encoded: Default::default(),
+        recorded: Default::default(),
         plan: Default::default(),
     }
 }

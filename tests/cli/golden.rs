@@ -454,6 +454,7 @@ fn run_suite(file: &str, doc: usize, suite: &Suite, report: &mut Report, updates
             denied_by: Vec::new(),
             errors: vec![e.to_string()],
             encoded: Default::default(),
+            recorded: Default::default(),
             plan: Default::default(),
         };
         let got = engine

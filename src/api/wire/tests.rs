@@ -383,6 +383,7 @@ fn decided() -> impl Strategy<Value = Decided> {
                     denied_by,
                     errors,
                     encoded: EncodedOnce::default(),
+                    recorded: EncodedOnce::default(),
                     plan: Default::default(),
                 }),
                 cached,
