@@ -13,6 +13,40 @@ pub mod selector;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// The prefix of a service account's user name, `system:serviceaccount:NS:NAME`.
+pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// The group of every service account; `system:serviceaccounts:NS` holds those of one
+/// namespace.
+pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
+
+/// The user a service account authenticates as, as Kubernetes' service account
+/// authenticator makes it (`k8s.io/apiserver/pkg/authentication/serviceaccount`,
+/// `UserInfo` and `MakeGroupNames`): `system:serviceaccount:NS:NAME`, in the groups
+/// `system:serviceaccounts` and `system:serviceaccounts:NS`.
+pub fn service_account(namespace: &str, name: &str) -> UserInfo {
+    UserInfo {
+        name: format!("{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"),
+        groups: vec![
+            SERVICE_ACCOUNTS_GROUP.to_string(),
+            format!("{SERVICE_ACCOUNTS_GROUP}:{namespace}"),
+        ],
+        ..UserInfo::default()
+    }
+}
+
+/// [`service_account`] for a user name `system:serviceaccount:NS:NAME`; `None` for any
+/// other name (no namespace, no name, or more parts).
+pub fn service_account_of(user_name: &str) -> Option<UserInfo> {
+    let (namespace, name) = user_name
+        .strip_prefix(SERVICE_ACCOUNT_PREFIX)?
+        .split_once(':')?;
+    if namespace.is_empty() || name.is_empty() || name.contains(':') {
+        return None;
+    }
+    Some(service_account(namespace, name))
+}
+
 /// The subject of a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
