@@ -55,16 +55,22 @@ pub enum DecisionApi {
     PersonalSubjectAccessReview,
     LocalSubjectAccessReview,
     EnvoyCheck,
+    /// AuthZEN's Access Evaluation API (`POST /access/v1/evaluation`).
+    AuthzenEvaluation,
+    /// AuthZEN's Access Evaluations API (`POST /access/v1/evaluations`), each item.
+    AuthzenEvaluations,
 }
 
 impl DecisionApi {
-    const ALL: [DecisionApi; 6] = [
+    const ALL: [DecisionApi; 8] = [
         DecisionApi::Authorize,
         DecisionApi::BatchAuthorize,
         DecisionApi::SubjectAccessReview,
         DecisionApi::PersonalSubjectAccessReview,
         DecisionApi::LocalSubjectAccessReview,
         DecisionApi::EnvoyCheck,
+        DecisionApi::AuthzenEvaluation,
+        DecisionApi::AuthzenEvaluations,
     ];
 
     /// The RPC's name as the audit log and the proto spell it.
@@ -76,6 +82,8 @@ impl DecisionApi {
             DecisionApi::PersonalSubjectAccessReview => "PersonalSubjectAccessReview",
             DecisionApi::LocalSubjectAccessReview => "LocalSubjectAccessReview",
             DecisionApi::EnvoyCheck => "Check",
+            DecisionApi::AuthzenEvaluation => "AuthZEN evaluation",
+            DecisionApi::AuthzenEvaluations => "AuthZEN evaluations",
         }
     }
 
@@ -87,6 +95,8 @@ impl DecisionApi {
             DecisionApi::PersonalSubjectAccessReview => "personal_subject_access_review",
             DecisionApi::LocalSubjectAccessReview => "local_subject_access_review",
             DecisionApi::EnvoyCheck => "envoy_check",
+            DecisionApi::AuthzenEvaluation => "authzen_evaluation",
+            DecisionApi::AuthzenEvaluations => "authzen_evaluations",
         }
     }
 }
