@@ -123,8 +123,8 @@ fn service_account_group_scope(group: &str) -> Option<String> {
 }
 
 /// What `user` may do to the object of `action` (its verb is ignored): the verbs Authorize
-/// allows among those the user's rules name — and Kubernetes' own, when a grant covers verbs
-/// it does not name.
+/// allows among those the user's rules name — and, when a grant covers verbs it does not name,
+/// among every verb the policy's roles in scope name and Kubernetes' own.
 pub fn actions(
     engine: &Engine,
     user: &UserInfo,
@@ -148,6 +148,7 @@ pub fn actions(
     };
     if let Some(by) = unnamed {
         candidates.extend(KUBERNETES_VERBS.iter().map(|v| v.to_string()));
+        candidates.extend(named_verbs(engine, action.namespace()));
         found.incomplete.push(format!(
             "{by} allows verbs it does not name; only the verbs the policy names and Kubernetes' own are listed"
         ));
@@ -220,6 +221,19 @@ fn grants_unnamed(rule: &ReviewedRule, action: &Action) -> bool {
                 .any(|probe| rule.matches(with_name(action, probe).as_borrowed()))
         }
     }
+}
+
+/// Every verb the roles a request in `namespace` can reach name (ClusterRoles, and the
+/// namespace's Roles), as the who-can index files them.
+fn named_verbs(engine: &Engine, namespace: &str) -> Vec<String> {
+    let index = engine.index();
+    let local = index.namespace(namespace).map(|partition| &partition.rules);
+    std::iter::once(&index.cluster_roles.rules)
+        .chain(local)
+        .flat_map(|rules| rules.by_verb.keys())
+        .filter(|verb| &***verb != "*")
+        .map(|verb| verb.to_string())
+        .collect()
 }
 
 /// The verbs a rule writes (negated ones with their `-`).
