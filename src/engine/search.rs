@@ -81,6 +81,13 @@ pub fn subjects(
         errors: who.errors,
         ..Found::default()
     };
+    // Who-can's `*` entry: an authorizer (AlwaysAllow) admits everyone, named or not.
+    if who.users.iter().chain(&who.groups).any(|s| s == "*") {
+        found.incomplete.push(
+            "every subject is allowed (`*`: AlwaysAllow in the chain); only those named are listed"
+                .into(),
+        );
+    }
     match kind {
         // Who-can's users and groups are decided exactly as an evaluation of the same
         // subject decides them (tests/properties/differential.rs holds it).
