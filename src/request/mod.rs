@@ -374,6 +374,9 @@ pub struct Content {
     pub field_selector: Vec<SelectorRequirement>,
     /// KEP-4601 `labelSelector` requirements.
     pub label_selector: Vec<SelectorRequirement>,
+    /// The environment an AuthZEN request carries (its `context` object), which CEL
+    /// conditions read as `context` (docs/authzen.md §2); no other API sets it.
+    pub context: Option<serde_json::Value>,
     decoded: [OnceLock<Result<serde_json::Value, String>>; 2],
 }
 
@@ -422,6 +425,16 @@ impl Content {
         Some(value.as_ref().map_err(String::as_str))
     }
 
+    /// Whether the request carries a context and nothing else (an AuthZEN evaluation without
+    /// resource properties): its selectors are unknown, as without content.
+    pub fn only_context(&self) -> bool {
+        self.context.is_some()
+            && !self.has_objects()
+            && self.changed_paths.is_empty()
+            && self.field_selector.is_empty()
+            && self.label_selector.is_empty()
+    }
+
     /// Whether the objects were decoded (for tests that hold "not at all when no rule asks").
     pub fn was_decoded(&self) -> bool {
         self.decoded.iter().any(|slot| slot.get().is_some())
@@ -437,6 +450,7 @@ impl Clone for Content {
             changed_paths: self.changed_paths.clone(),
             field_selector: self.field_selector.clone(),
             label_selector: self.label_selector.clone(),
+            context: self.context.clone(),
             decoded: Default::default(),
         }
     }

@@ -155,11 +155,13 @@ pub enum Route {
     Discovery,
     HttpProbe,
     Metrics,
+    /// The AuthZEN API (`/access/v1/...`, its metadata; docs/authzen.md).
+    Authzen,
     Other,
 }
 
 impl Route {
-    const ALL: [Route; 21] = [
+    const ALL: [Route; 22] = [
         Route::Authorize,
         Route::BatchAuthorize,
         Route::SubjectAccessReview,
@@ -180,6 +182,7 @@ impl Route {
         Route::Discovery,
         Route::HttpProbe,
         Route::Metrics,
+        Route::Authzen,
         Route::Other,
     ];
 
@@ -205,6 +208,7 @@ impl Route {
             Route::Discovery => "discovery",
             Route::HttpProbe => "http_probe",
             Route::Metrics => "metrics",
+            Route::Authzen => "authzen",
             Route::Other => "other",
         }
     }
@@ -263,6 +267,9 @@ impl Route {
             } else {
                 Route::Discovery
             };
+        }
+        if path.starts_with("/access/v1/") || path == "/.well-known/authzen-configuration" {
+            return Route::Authzen;
         }
         match path {
             "/healthz" | "/readyz" | "/livez" => Route::HttpProbe,

@@ -5,7 +5,8 @@
 //!
 //! * every evaluation equals Authorize (gRPC) for the request docs/authzen.md §2 maps it to,
 //!   asked one by one and as one batch;
-//! * the three batch semantics, defaults, and items in error answered in place;
+//! * the three batch semantics, defaults, items in error answered in place, and the
+//!   request's `context` read by a CEL condition;
 //! * bad input is 400 naming the field; unknown fields are ignored; `X-Request-ID` is echoed;
 //! * searches agree with evaluation, and a paginated search is answered at the revision it
 //!   started at, or refused once that revision is no longer held.
@@ -431,6 +432,28 @@ async fn batches_take_defaults_and_the_three_semantics() {
         }
         assert_eq!(pdp.ok(path, &single), json!({"decision": true}));
     }
+
+    // The context reaches CEL conditions (`context.purpose`), from the top level or an item.
+    let export = json!({
+        "subject": user("beth"), "action": {"name": "can_export"},
+        "context": {"purpose": "audit"},
+        "evaluations": [
+            {"resource": {"type": "todo", "id": "a"}},
+            {"resource": {"type": "todo", "id": "b"}, "context": {"purpose": "fun"}},
+            {"resource": {"type": "todo", "id": "c"}, "context": {}},
+        ]
+    });
+    assert_eq!(decisions(pdp.ok(path, &export)), [true, false, false]);
+    let mut single = json!({"subject": user("beth"), "action": {"name": "can_export"}, "resource": {"type": "todo", "id": "a"}});
+    assert_eq!(
+        pdp.ok("/access/v1/evaluation", &single),
+        json!({"decision": false})
+    );
+    single["context"] = json!({"purpose": "audit"});
+    assert_eq!(
+        pdp.ok("/access/v1/evaluation", &single),
+        json!({"decision": true})
+    );
 
     // Reasons when asked: the deciding rule, the reason and the revision.
     let mut asked = batch("execute_all");

@@ -298,6 +298,7 @@ fn map_item(
     let resource = parts.resource(at)?;
     let user = mapping::subject(subject)?;
     let (action, content) = mapping::target(action, resource, Id::Required, limits)?;
+    let content = mapping::with_context(content, parts.context.as_ref());
     let properties = format!("{}.properties", resource.path);
     Ok((request::Request { user, action }, content, properties))
 }
@@ -635,6 +636,7 @@ impl Review for SearchCall {
         };
         let user = user.map(mapping::subject).transpose()?;
         let (action, content) = mapping::target(verb, resource, id, limits)?;
+        let content = mapping::with_context(content, parts.context.as_ref());
         let kind = match parts.subject("")?.kind.as_str() {
             mapping::GROUP => SubjectKind::Group,
             mapping::SERVICE_ACCOUNT => SubjectKind::ServiceAccount,

@@ -186,6 +186,21 @@ pub fn target(
     convert::action(Some(action), content, limits).map_err(|e| e.renamed(&borrowed(&renames)))
 }
 
+/// `content` with the request's `context` (§5.4), which CEL conditions read as `context`: a
+/// request with a context and no properties carries a context alone. An empty context is
+/// none.
+pub fn with_context(
+    content: Option<request::Content>,
+    context: Option<&serde_json::Map<String, Value>>,
+) -> Option<request::Content> {
+    let Some(context) = context.filter(|c| !c.is_empty()) else {
+        return content;
+    };
+    let mut content = content.unwrap_or_default();
+    content.context = Some(Value::Object(context.clone()));
+    Some(content)
+}
+
 /// `resource[.group][/subresource]`: the resource is up to the first `.` (resource names
 /// have none; API groups do), the subresource after the first `/`.
 pub fn resource_type(kind: &str) -> (&str, &str, &str) {
