@@ -137,11 +137,8 @@ where
         let min_revision = header_min_revision(&parts.headers)?;
         json_only(&parts.headers)?;
         let bytes = read_body(&parts.headers, body).await?;
-        if !bytes
-            .iter()
-            .find(|b| !b.is_ascii_whitespace())
-            .is_some_and(|b| *b == b'{')
-        {
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if first != Some(&b'{') {
             return Err(ApiError::Malformed(
                 "the body must be a JSON object (AuthZEN 1.0 §11.1.1)".into(),
             ));
