@@ -82,8 +82,8 @@ impl DecisionApi {
             DecisionApi::PersonalSubjectAccessReview => "PersonalSubjectAccessReview",
             DecisionApi::LocalSubjectAccessReview => "LocalSubjectAccessReview",
             DecisionApi::EnvoyCheck => "Check",
-            DecisionApi::AuthzenEvaluation => "AuthZEN evaluation",
-            DecisionApi::AuthzenEvaluations => "AuthZEN evaluations",
+            DecisionApi::AuthzenEvaluation => "AuthzenEvaluation",
+            DecisionApi::AuthzenEvaluations => "AuthzenEvaluations",
         }
     }
 
