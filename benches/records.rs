@@ -159,7 +159,8 @@ fn main() {
         ("old policy", Some(&old_engine)),
     ] {
         let started = Instant::now();
-        let replayed = authzd::replay::replay(std::slice::from_ref(&path), &new_engine, old).unwrap();
+        let replayed =
+            authzd::replay::replay(std::slice::from_ref(&path), &new_engine, old).unwrap();
         let took = started.elapsed();
         assert_eq!(replayed.records, records as u64);
         println!(
