@@ -130,6 +130,7 @@ fn input<'a>(object: &'a Value, old: &'a Value) -> Input<'a> {
             ..Default::default()
         },
         changed_paths: &[],
+        context: None,
     }
 }
 

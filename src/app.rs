@@ -590,6 +590,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             })?;
         listeners.push(listener.with_tls(tls.clone()));
     }
+    let https = tls.is_some();
     let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
     let state = Arc::new(
@@ -674,7 +675,8 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         draining_rx.clone(),
         &settings.webhook_path,
     )
-    .with_conditional_authorization(settings.conditional_authorization);
+    .with_conditional_authorization(settings.conditional_authorization)
+    .with_https(https);
     let replication_cell: crate::serving::ReplicationCell = Arc::default();
     let admin = AdminApi::new(
         Arc::clone(&store_cell),

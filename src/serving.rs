@@ -17,6 +17,7 @@ pub mod call;
 pub mod delegation;
 pub mod privilege;
 pub mod refusal;
+pub mod search;
 pub mod subscribers;
 pub mod write_guard;
 
@@ -83,6 +84,12 @@ const DEFAULT_MAX_STALENESS: Duration = Duration::from_secs(5);
 /// How long a `min_revision` call waits at most unless `--max-revision-wait` says otherwise.
 const DEFAULT_MAX_REVISION_WAIT: Duration = Duration::from_secs(5);
 
+/// How many published snapshots are kept besides the current one, so that a paginated search
+/// (AuthZEN, docs/authzen.md §5) answers every page from the revision it started at. An
+/// incremental update shares the partitions it did not touch, so a retained snapshot costs
+/// what its changes cost; a full reload costs a whole index, hence a small number.
+pub const RETAINED_SNAPSHOTS: usize = 8;
+
 /// [`ServingState::traffic_impact`]'s answer.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct TrafficImpact {
@@ -103,6 +110,11 @@ pub struct Flip {
 /// Holds the current [`Snapshot`] (empty until the first policy compiles) and the cache.
 pub struct ServingState {
     current: ArcSwapOption<Snapshot>,
+    /// The last [`RETAINED_SNAPSHOTS`] snapshots replaced, oldest first: what a search pinned
+    /// to an earlier revision is answered from ([`Self::snapshot_at`]). Written by `publish`
+    /// (the store's single writer) and read only by pinned pages, so the lock is uncontended
+    /// on every other path.
+    retained: std::sync::Mutex<std::collections::VecDeque<Arc<Snapshot>>>,
     cache: DecisionCache,
     /// Privilege checks (`privilege::Gate`): decisions too, cached and invalidated exactly like
     /// `cache`, but kept apart so that `cache` and its counters hold only what callers asked.
@@ -164,6 +176,7 @@ impl ServingState {
     pub fn new(engine_config: EngineConfig, cache: CacheConfig) -> Self {
         Self {
             current: ArcSwapOption::empty(),
+            retained: std::sync::Mutex::new(std::collections::VecDeque::new()),
             privileges: DecisionCache::new(CacheConfig {
                 capacity: cache.capacity.min(PRIVILEGE_CACHE_CAPACITY),
                 ..cache.clone()
@@ -415,6 +428,25 @@ impl ServingState {
         self.current.load_full()
     }
 
+    /// The snapshot published at `revision`, if it is the current one or one of the
+    /// [`RETAINED_SNAPSHOTS`] before it; `Err` with the oldest revision still held (0 when
+    /// none) otherwise.
+    pub fn snapshot_at(&self, revision: u64) -> Result<Arc<Snapshot>, u64> {
+        let current = self.snapshot();
+        if let Some(current) = current.as_ref().filter(|s| s.revision == revision) {
+            return Ok(Arc::clone(current));
+        }
+        let retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(found) = retained.iter().find(|s| s.revision == revision) {
+            return Ok(Arc::clone(found));
+        }
+        let oldest = retained
+            .front()
+            .map(|s| s.revision)
+            .or(current.map(|s| s.revision));
+        Err(oldest.unwrap_or(0))
+    }
+
     /// The decision cache's counters now.
     pub fn cache_figures(&self) -> CacheFigures {
         let (cache, stats) = (&self.cache, &self.cache.stats);
@@ -500,8 +532,16 @@ impl Publisher for ServingState {
         let removed = self.cache.invalidate(impact, cause);
         self.privileges.begin_revision(revision);
         self.privileges.invalidate(impact, cause);
-        self.current
-            .store(Some(Arc::new(Snapshot { engine, revision })));
+        let replaced = self
+            .current
+            .swap(Some(Arc::new(Snapshot { engine, revision })));
+        if let Some(replaced) = replaced {
+            let mut retained = self.retained.lock().unwrap_or_else(|e| e.into_inner());
+            if retained.len() >= RETAINED_SNAPSHOTS {
+                retained.pop_front();
+            }
+            retained.push_back(replaced);
+        }
         // Callers' caches hear of the change once it is in force here: an answer they fetch
         // at `revision` is then never older than the invalidation they receive for it.
         self.subscribers.published(revision, impact);
@@ -556,6 +596,35 @@ mod tests {
                 .err(),
             Some(2)
         );
+    }
+
+    /// A replaced snapshot stays reachable by its revision for the next
+    /// [`RETAINED_SNAPSHOTS`] publishes, then says which is the oldest still held.
+    #[test]
+    fn replaced_snapshots_are_kept_by_revision_for_a_while() {
+        let state = ServingState::new(EngineConfig::default(), CacheConfig::default());
+        assert_eq!(state.snapshot_at(1).err(), Some(0));
+        let policy = PolicySet::default();
+        let last = RETAINED_SNAPSHOTS as u64 + 3;
+        for revision in 1..=last {
+            state.publish(
+                &policy,
+                revision,
+                &Impact::everything(),
+                ChangeCause::Reload,
+                None,
+            );
+        }
+        let oldest = last - RETAINED_SNAPSHOTS as u64;
+        for revision in oldest..=last {
+            let found = state.snapshot_at(revision).map(|s| s.revision);
+            assert_eq!(found, Ok(revision));
+        }
+        assert_eq!(state.snapshot_at(oldest - 1).err(), Some(oldest));
+        assert_eq!(state.snapshot_at(last + 1).err(), Some(oldest));
+        // The current one is the same allocation as `snapshot()`'s.
+        let current = state.snapshot_at(last).unwrap();
+        assert!(Arc::ptr_eq(&current, &state.snapshot().unwrap()));
     }
 }
 

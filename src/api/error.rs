@@ -20,6 +20,9 @@ impl From<Refusal> for ApiError {
                 ApiError::RevisionNotReached { requested, current }
             }
             Refusal::PermissionDenied(message) => ApiError::PermissionDenied(message),
+            Refusal::RevisionGone { revision, oldest } => {
+                ApiError::RevisionGone { revision, oldest }
+            }
             Refusal::Fenced(message) => ApiError::Fenced(message),
             Refusal::Exhausted(message) => ApiError::Exhausted(message),
             Refusal::Invalid { field, problem } => ApiError::InvalidArgument {
@@ -90,6 +93,10 @@ pub enum ApiError {
     #[error("no policy is loaded yet; retry when health reports SERVING")]
     NotReady,
 
+    /// A page token pinned to a revision the server no longer holds.
+    #[error("the page token is pinned to policy revision {revision}, which this server no longer holds (the oldest it holds is {oldest}); start the search again without a token")]
+    RevisionGone { revision: u64, oldest: u64 },
+
     /// A policy write or read the store refused.
     #[error(transparent)]
     Store(#[from] StoreError),
@@ -153,7 +160,9 @@ impl ApiError {
             ApiError::TooLarge | ApiError::TooManyWatches | ApiError::Exhausted(_) => {
                 Code::ResourceExhausted
             }
-            ApiError::RevisionNotReached { .. } => Code::FailedPrecondition,
+            ApiError::RevisionNotReached { .. } | ApiError::RevisionGone { .. } => {
+                Code::FailedPrecondition
+            }
             ApiError::NotReady | ApiError::Fenced(_) => Code::Unavailable,
             ApiError::WatchLagged { .. } => Code::DataLoss,
             ApiError::Unauthenticated(_) => Code::Unauthenticated,

@@ -59,6 +59,14 @@ pub trait Review: Send + Sized + 'static {
     /// What the caller must be allowed, to ask this.
     fn privilege(asked: &Self::Asked) -> Privilege<'_>;
 
+    /// The revision this must be answered at, when it continues a call answered earlier (a
+    /// later page of an AuthZEN search, pinned to its first page's revision); `None`: the
+    /// current snapshot, at `min_revision` or later.
+    fn pinned(asked: &Self::Asked) -> Option<u64> {
+        let _ = asked;
+        None
+    }
+
     /// The answer, from the admitted call's verbs. Asynchronous because a chain with webhooks
     /// asks them.
     fn answer<'c>(
@@ -125,10 +133,18 @@ impl GrpcApi {
     pub async fn serve<R: Review>(&self, request: Request<R>) -> Result<R::Reply> {
         let caller = self.caller(&request)?;
         let (asked, min_revision) = request.into_inner().convert(&self.content_limits)?;
-        let call = self
-            .state
-            .admit(caller, R::privilege(&asked), min_revision)
-            .await?;
+        let call = match R::pinned(&asked) {
+            Some(revision) => {
+                self.state
+                    .admit_pinned(caller, R::privilege(&asked), revision)
+                    .await?
+            }
+            None => {
+                self.state
+                    .admit(caller, R::privilege(&asked), min_revision)
+                    .await?
+            }
+        };
         R::answer(&call, asked).await
     }
 

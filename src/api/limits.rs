@@ -72,3 +72,10 @@ impl Default for ContentLimits {
         }
     }
 }
+
+/// Results in one page of an AuthZEN search when the request sets no `page.limit`
+/// (docs/authzen.md §5).
+pub const DEFAULT_SEARCH_PAGE: usize = 100;
+
+/// The largest `page.limit` an AuthZEN search takes.
+pub const MAX_SEARCH_PAGE: usize = 1000;

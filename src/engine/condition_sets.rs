@@ -206,7 +206,7 @@ fn kube_cel(rule: &ReturnedRule) -> Option<String> {
         .and_then(|c| c.condition.as_ref())
         .is_some_and(|c| {
             let reads = c.reads();
-            reads.request || reads.changed_paths || reads.selectors
+            reads.request || reads.changed_paths || reads.selectors || reads.context
         });
     (!reads_more).then_some(expression)
 }

@@ -15,6 +15,7 @@ pub mod explain;
 pub mod indexed;
 pub mod reference;
 pub mod rules;
+pub mod search;
 pub mod shared;
 
 use std::fmt;

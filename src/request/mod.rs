@@ -13,6 +13,40 @@ pub mod selector;
 use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
+/// The prefix of a service account's user name, `system:serviceaccount:NS:NAME`.
+pub const SERVICE_ACCOUNT_PREFIX: &str = "system:serviceaccount:";
+
+/// The group of every service account; `system:serviceaccounts:NS` holds those of one
+/// namespace.
+pub const SERVICE_ACCOUNTS_GROUP: &str = "system:serviceaccounts";
+
+/// The user a service account authenticates as, as Kubernetes' service account
+/// authenticator makes it (`k8s.io/apiserver/pkg/authentication/serviceaccount`,
+/// `UserInfo` and `MakeGroupNames`): `system:serviceaccount:NS:NAME`, in the groups
+/// `system:serviceaccounts` and `system:serviceaccounts:NS`.
+pub fn service_account(namespace: &str, name: &str) -> UserInfo {
+    UserInfo {
+        name: format!("{SERVICE_ACCOUNT_PREFIX}{namespace}:{name}"),
+        groups: vec![
+            SERVICE_ACCOUNTS_GROUP.to_string(),
+            format!("{SERVICE_ACCOUNTS_GROUP}:{namespace}"),
+        ],
+        ..UserInfo::default()
+    }
+}
+
+/// [`service_account`] for a user name `system:serviceaccount:NS:NAME`; `None` for any
+/// other name (no namespace, no name, or more parts).
+pub fn service_account_of(user_name: &str) -> Option<UserInfo> {
+    let (namespace, name) = user_name
+        .strip_prefix(SERVICE_ACCOUNT_PREFIX)?
+        .split_once(':')?;
+    if namespace.is_empty() || name.is_empty() || name.contains(':') {
+        return None;
+    }
+    Some(service_account(namespace, name))
+}
+
 /// The subject of a request.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct UserInfo {
@@ -340,6 +374,9 @@ pub struct Content {
     pub field_selector: Vec<SelectorRequirement>,
     /// KEP-4601 `labelSelector` requirements.
     pub label_selector: Vec<SelectorRequirement>,
+    /// The environment an AuthZEN request carries (its `context` object), which CEL
+    /// conditions read as `context` (docs/authzen.md §2); no other API sets it.
+    pub context: Option<serde_json::Value>,
     decoded: [OnceLock<Result<serde_json::Value, String>>; 2],
 }
 
@@ -388,6 +425,16 @@ impl Content {
         Some(value.as_ref().map_err(String::as_str))
     }
 
+    /// Whether the request carries a context and nothing else (an AuthZEN evaluation without
+    /// resource properties): its selectors are unknown, as without content.
+    pub fn only_context(&self) -> bool {
+        self.context.is_some()
+            && !self.has_objects()
+            && self.changed_paths.is_empty()
+            && self.field_selector.is_empty()
+            && self.label_selector.is_empty()
+    }
+
     /// Whether the objects were decoded (for tests that hold "not at all when no rule asks").
     pub fn was_decoded(&self) -> bool {
         self.decoded.iter().any(|slot| slot.get().is_some())
@@ -403,6 +450,7 @@ impl Clone for Content {
             changed_paths: self.changed_paths.clone(),
             field_selector: self.field_selector.clone(),
             label_selector: self.label_selector.clone(),
+            context: self.context.clone(),
             decoded: Default::default(),
         }
     }

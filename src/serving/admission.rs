@@ -104,6 +104,26 @@ impl ServingState {
         Ok(Call::new(self, user, snapshot, fenced_allow))
     }
 
+    /// [`Self::admit`] for a call answered from the snapshot published at `revision` (a later
+    /// page of a search pinned to the revision its first page was answered at). The caller
+    /// is admitted on the current policy, so a privilege revoked since is refused, and must
+    /// hold the privilege on the pinned policy too; a revision no longer retained is
+    /// refused, saying so.
+    pub async fn admit_pinned(
+        &self,
+        caller: Caller,
+        privilege: Privilege<'_>,
+        revision: u64,
+    ) -> Result<Call<'_>, Refusal> {
+        let current = self.admit(caller, privilege, 0).await?;
+        let pinned = self
+            .snapshot_at(revision)
+            .map_err(|oldest| Refusal::RevisionGone { revision, oldest })?;
+        let call = current.pinned_to(pinned);
+        call.require(privilege)?;
+        Ok(call)
+    }
+
     /// The snapshot to answer from: the current one, once it is at least `min_revision`. A
     /// call behind the server waits, bounded by its deadline and `--max-revision-wait`.
     async fn snapshot_for(

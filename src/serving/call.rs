@@ -68,6 +68,16 @@ impl<'s> Call<'s> {
         }
     }
 
+    /// The same call answered from `snapshot` instead (admission's pinned pages).
+    pub(super) fn pinned_to(self, snapshot: Arc<Snapshot>) -> Self {
+        Self { snapshot, ..self }
+    }
+
+    /// The serving state the call was admitted by (the serving core's other verbs).
+    pub(super) fn state(&self) -> &'s ServingState {
+        self.state
+    }
+
     /// Who the call is served as.
     pub fn caller(&self) -> &UserInfo {
         &self.caller

@@ -16,6 +16,11 @@ pub enum Refusal {
     #[error("server is at revision {current}, behind the requested min_revision {requested}")]
     RevisionNotReached { requested: u64, current: u64 },
 
+    /// A call pinned to a revision (a later page of an AuthZEN search) whose snapshot is no
+    /// longer retained (`serving::RETAINED_SNAPSHOTS`): the search must start again.
+    #[error("the page token is pinned to policy revision {revision}, which this server no longer holds (the oldest it holds is {oldest}); start the search again without a token")]
+    RevisionGone { revision: u64, oldest: u64 },
+
     /// The caller lacks the privilege the call needs; the message says which.
     #[error("{0}")]
     PermissionDenied(String),

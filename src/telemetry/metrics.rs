@@ -55,16 +55,22 @@ pub enum DecisionApi {
     PersonalSubjectAccessReview,
     LocalSubjectAccessReview,
     EnvoyCheck,
+    /// AuthZEN's Access Evaluation API (`POST /access/v1/evaluation`).
+    AuthzenEvaluation,
+    /// AuthZEN's Access Evaluations API (`POST /access/v1/evaluations`), each item.
+    AuthzenEvaluations,
 }
 
 impl DecisionApi {
-    const ALL: [DecisionApi; 6] = [
+    const ALL: [DecisionApi; 8] = [
         DecisionApi::Authorize,
         DecisionApi::BatchAuthorize,
         DecisionApi::SubjectAccessReview,
         DecisionApi::PersonalSubjectAccessReview,
         DecisionApi::LocalSubjectAccessReview,
         DecisionApi::EnvoyCheck,
+        DecisionApi::AuthzenEvaluation,
+        DecisionApi::AuthzenEvaluations,
     ];
 
     /// The RPC's name as the audit log and the proto spell it.
@@ -76,6 +82,8 @@ impl DecisionApi {
             DecisionApi::PersonalSubjectAccessReview => "PersonalSubjectAccessReview",
             DecisionApi::LocalSubjectAccessReview => "LocalSubjectAccessReview",
             DecisionApi::EnvoyCheck => "Check",
+            DecisionApi::AuthzenEvaluation => "AuthzenEvaluation",
+            DecisionApi::AuthzenEvaluations => "AuthzenEvaluations",
         }
     }
 
@@ -87,6 +95,8 @@ impl DecisionApi {
             DecisionApi::PersonalSubjectAccessReview => "personal_subject_access_review",
             DecisionApi::LocalSubjectAccessReview => "local_subject_access_review",
             DecisionApi::EnvoyCheck => "envoy_check",
+            DecisionApi::AuthzenEvaluation => "authzen_evaluation",
+            DecisionApi::AuthzenEvaluations => "authzen_evaluations",
         }
     }
 }
@@ -145,11 +155,13 @@ pub enum Route {
     Discovery,
     HttpProbe,
     Metrics,
+    /// The AuthZEN API (`/access/v1/...`, its metadata; docs/authzen.md).
+    Authzen,
     Other,
 }
 
 impl Route {
-    const ALL: [Route; 21] = [
+    const ALL: [Route; 22] = [
         Route::Authorize,
         Route::BatchAuthorize,
         Route::SubjectAccessReview,
@@ -170,6 +182,7 @@ impl Route {
         Route::Discovery,
         Route::HttpProbe,
         Route::Metrics,
+        Route::Authzen,
         Route::Other,
     ];
 
@@ -195,6 +208,7 @@ impl Route {
             Route::Discovery => "discovery",
             Route::HttpProbe => "http_probe",
             Route::Metrics => "metrics",
+            Route::Authzen => "authzen",
             Route::Other => "other",
         }
     }
@@ -253,6 +267,9 @@ impl Route {
             } else {
                 Route::Discovery
             };
+        }
+        if path.starts_with("/access/v1/") || path == "/.well-known/authzen-configuration" {
+            return Route::Authzen;
         }
         match path {
             "/healthz" | "/readyz" | "/livez" => Route::HttpProbe,

@@ -5,6 +5,8 @@
 //! * `envoy`: a real Envoy calling `ext_authz`; `buf`: `buf curl` through reflection;
 //!   `reflection`: a Python grpcio client that knows authzd only through reflection
 //!   (`reflection_client.py`, beside this file, with the pinned `requirements*.txt`);
+//! * `authzen`: the AuthZEN Authorization API asked with curl, each evaluation held to the
+//!   gRPC Authorize of the request it maps to;
 //! * `proxy`: `authzd proxy` with kube-rbac-proxy's example configurations, a real HTTP
 //!   upstream and TokenReview endpoint (`proxy_peers.py`), asked with curl;
 //! * `deploy`: `deploy/`'s manifests parse and agree with the binary and the shipped policy;
@@ -21,6 +23,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authzen;
 mod buf;
 mod deploy;
 mod envoy;

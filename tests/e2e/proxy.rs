@@ -15,15 +15,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use crate::support::server::{http_get, Server, BIN};
-use crate::support::tools::{tool_or_skip, Tool};
-
-const CURL: Tool = Tool {
-    what: "curl",
-    env: "AUTHZD_E2E_CURL",
-    fallback: "curl",
-    probe: &["--version"],
-    probe_env: &[],
-};
+use crate::support::tools::{tool_or_skip, Tool, CURL};
 
 const PYTHON: Tool = Tool {
     what: "Python 3",

@@ -5,6 +5,7 @@
 //!   evaluator does;
 //! * `conditional`: conditions returned without content finish as Authorize with content;
 //! * `rules_review`: SubjectRulesReview's rules decide as Authorize does;
+//! * `search`: AuthZEN's subject, action and resource searches agree with Authorize both ways;
 //! * `delta`: the access delta of a change is complete and witnessed;
 //! * `incremental`: an updated engine answers as one built from scratch;
 //! * `impact`: a change's impact covers every answer it changes;
@@ -26,4 +27,5 @@ mod differential;
 mod impact;
 mod incremental;
 mod rules_review;
+mod search;
 mod shapes;

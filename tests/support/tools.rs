@@ -30,6 +30,14 @@ pub const KUBECTL: Tool = Tool {
     probe_env: &[("KUBECONFIG", "/dev/null")],
 };
 
+pub const CURL: Tool = Tool {
+    what: "curl",
+    env: "AUTHZD_E2E_CURL",
+    fallback: "curl",
+    probe: &["--version"],
+    probe_env: &[],
+};
+
 pub const ETCD: Tool = Tool {
     what: "etcd",
     env: "AUTHZD_E2E_ETCD",

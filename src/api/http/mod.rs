@@ -7,8 +7,11 @@
 //! * kube-apiserver's review paths (`/apis/authorization.k8s.io/v1/...`), as `kubectl create
 //!   --raw` posts them;
 //! * seed 000's paths (`/apis/authorization.kubernetes.io/v1/...`);
+//! * the OpenID AuthZEN Authorization API 1.0 (`/access/v1/...`, its metadata at
+//!   `/.well-known/authzen-configuration`; [`authzen`], docs/authzen.md);
 //! * `/healthz` and `/readyz`.
 
+mod authzen;
 pub mod conditional;
 mod discovery;
 mod document;
@@ -41,6 +44,8 @@ pub struct HttpApi {
     webhook_path: Arc<str>,
     /// KEP-5681 conditional authorization on the webhook path (alpha; [`conditional`]).
     conditional_authorization: bool,
+    /// The listeners have TLS: the AuthZEN metadata names `https` URLs ([`authzen`]).
+    https: bool,
 }
 
 impl HttpApi {
@@ -56,7 +61,14 @@ impl HttpApi {
             draining,
             webhook_path: Arc::from(webhook_path),
             conditional_authorization: false,
+            https: false,
         }
+    }
+
+    /// The listeners serve TLS (`--tls-cert-file`): URLs the server names are `https`.
+    pub fn with_https(mut self, on: bool) -> Self {
+        self.https = on;
+        self
     }
 
     /// Turns on KEP-5681 conditional authorization (`--alpha-conditional-authorization`).
@@ -117,7 +129,8 @@ pub fn router(grpc: axum::Router, api: HttpApi) -> axum::Router {
         )
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
-        .merge(discovery::routes());
+        .merge(discovery::routes())
+        .merge(authzen::routes());
     let http = if api.conditional_authorization {
         http.route(
             "/apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews",

@@ -2,8 +2,9 @@
 //! one more content clause, a predicate over the request and its objects, named as in
 //! ValidatingAdmissionPolicy: `object`, `oldObject` (null when the request does not carry
 //! it), `request` (`verb`, `apiGroup`, `apiVersion`, `resource`, `subresource`, `name`,
-//! `namespace`, `userInfo {username, groups}`, `fieldSelector`, `labelSelector`) and
-//! `changedPaths`.
+//! `namespace`, `userInfo {username, groups}`, `fieldSelector`, `labelSelector`),
+//! `changedPaths`, and `context` (the environment of an AuthZEN request, docs/authzen.md §2;
+//! null when the request carries none).
 //!
 //! **Bounded by construction.** Only a subset of CEL loads ([`SUBSET`]): field selection,
 //! index, `has()`, comparisons, `in`, `&&` `||` `!`, `?:`, `size()`, the string methods
@@ -48,6 +49,8 @@ pub struct Reads {
     pub request: bool,
     /// `request.fieldSelector` or `request.labelSelector`: carried with the content.
     pub selectors: bool,
+    /// `context`: the environment an AuthZEN request carries (docs/authzen.md §2).
+    pub context: bool,
 }
 
 impl Reads {
@@ -59,7 +62,7 @@ impl Reads {
     /// Whether its value can change with what a request carries beside its attributes
     /// (objects, changes, selectors).
     pub fn depends_on_content(&self) -> bool {
-        self.content() || self.selectors
+        self.content() || self.selectors || self.context
     }
 }
 
@@ -86,6 +89,8 @@ pub struct Input<'a> {
     pub old_object: Option<&'a Value>,
     pub request: RequestInput<'a>,
     pub changed_paths: &'a [String],
+    /// The request's `context` (AuthZEN), if it carries one.
+    pub context: Option<&'a Value>,
 }
 
 /// A compiled condition, as the CEL implementation provides it.

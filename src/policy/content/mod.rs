@@ -299,9 +299,18 @@ impl Clauses {
                 condition.text()
             )));
         }
+        // A condition over the AuthZEN context waits for one, as one over the object does.
+        let context = evidence.content.and_then(|c| c.context.as_ref());
+        if reads.context && context.is_none() {
+            return Ok(Coverage::Missing(format!(
+                "the request's context (AuthZEN `context`) for its condition `{}`",
+                condition.text()
+            )));
+        }
         // Without content the request's selectors are unknown, not empty: a condition over
-        // them need not be monotone (`all()` holds of none), so it waits for them.
-        if reads.selectors && evidence.content.is_none() {
+        // them need not be monotone (`all()` holds of none), so it waits for them. A context
+        // alone says nothing of them either.
+        if reads.selectors && evidence.content.is_none_or(Content::only_context) {
             return Ok(Coverage::Missing(format!(
                 "the request's selectors (content.field_selector, content.label_selector) for its condition `{}`",
                 condition.text()
@@ -357,6 +366,7 @@ impl Clauses {
             old_object: object(Which::OldObject, reads.old_object)?,
             request,
             changed_paths: &changed_paths,
+            context,
         };
         Ok(match condition.evaluate(&input) {
             Ok(true) => Coverage::Covers,

@@ -40,7 +40,9 @@ const OBJECT: &str = "object";
 const OLD_OBJECT: &str = "oldObject";
 const REQUEST: &str = "request";
 const CHANGED_PATHS: &str = "changedPaths";
-const ROOTS: [&str; 4] = [OBJECT, OLD_OBJECT, REQUEST, CHANGED_PATHS];
+/// The environment an AuthZEN caller sends (its request's `context`, docs/authzen.md §2).
+const CONTEXT: &str = "context";
+const ROOTS: [&str; 5] = [OBJECT, OLD_OBJECT, REQUEST, CHANGED_PATHS, CONTEXT];
 
 /// How deep the parser may nest (cel-rust's default is 96).
 const MAX_DEPTH: u16 = 32;
@@ -176,6 +178,7 @@ pub struct CelProgram {
     object: Need,
     old_object: Need,
     request: Need,
+    context: Need,
     reads: Reads,
     /// The comparisons answered without CEL values, by their index in the names the
     /// expression now reads them by ([`DECIDED`], [`ANSWER`]).
@@ -255,12 +258,14 @@ impl CelProgram {
             changed_paths: check.changed_paths,
             request: check.request.any(),
             selectors,
+            context: check.context.any(),
         };
         Ok(CelProgram {
             expr,
             object: check.object,
             old_object: check.old_object,
             request: check.request,
+            context: check.context,
             reads,
             shortcuts,
         })
@@ -276,6 +281,7 @@ impl Program for CelProgram {
             old_object: OnceLock::new(),
             request: OnceLock::new(),
             changed_paths: OnceLock::new(),
+            context: OnceLock::new(),
             answers: Default::default(),
         };
         let mut context = Context::with_env(Arc::clone(&ENV));
@@ -304,6 +310,7 @@ struct Variables<'a> {
     old_object: OnceLock<Box<dyn Val + 'a>>,
     request: OnceLock<Box<dyn Val + 'a>>,
     changed_paths: OnceLock<Box<dyn Val + 'a>>,
+    context: OnceLock<Box<dyn Val + 'a>>,
     /// Each shortcut's answer, found on its first use ([`Answer`]). Atomic only because a
     /// resolver must be `Sync`: one evaluation runs on one thread, and an answer found twice
     /// is the same answer.
@@ -323,6 +330,9 @@ impl VariableResolver for Variables<'_> {
             REQUEST => self
                 .request
                 .get_or_init(|| request(&input.request, &program.request)),
+            CONTEXT => self
+                .context
+                .get_or_init(|| object(&program.context, input.context)),
             CHANGED_PATHS => self.changed_paths.get_or_init(|| {
                 Box::new(CelList::from(
                     input
@@ -651,6 +661,7 @@ struct Check {
     old_object: Need,
     request: Need,
     changed_paths: bool,
+    context: Need,
     /// The macro variable in scope (one level of comprehension at most).
     variable: Option<String>,
     /// How deep the walk is in the expression tree.
@@ -810,6 +821,7 @@ impl Check {
                 self.request.add(path)
             }
             CHANGED_PATHS => self.changed_paths = true,
+            CONTEXT => self.context.add(path),
             _ => {
                 return Err(format!(
                     "names `{name}`, which is not a variable of a condition ({})",

@@ -64,7 +64,34 @@ fn eval_with(text: &str, object: Option<&Value>, old: Option<&Value>) -> Result<
             label_selector: &[],
         },
         changed_paths: &changed,
+        context: None,
     })
+}
+
+/// `context` reads the AuthZEN request's environment: null (so a comparison on it fails, and
+/// the rule is skipped) when the request carries none.
+#[test]
+fn context_is_the_authzen_environment() {
+    let condition =
+        Condition::compile("context.purpose == 'audit' && size(context.tags) > 1").unwrap();
+    assert!(condition.reads().context && !condition.reads().content());
+    assert!(condition.reads().depends_on_content());
+    let evaluate = |context: Option<&Value>| {
+        condition.evaluate(&Input {
+            object: None,
+            old_object: None,
+            request: RequestInput::default(),
+            changed_paths: &[],
+            context,
+        })
+    };
+    let audit = serde_json::json!({"purpose": "audit", "tags": ["a", "b"]});
+    let other = serde_json::json!({"purpose": "export", "tags": ["a", "b"]});
+    assert_eq!(evaluate(Some(&audit)), Ok(true));
+    assert_eq!(evaluate(Some(&other)), Ok(false));
+    assert!(evaluate(None).is_err());
+    // Inside a macro's body, as the objects, it may not be read.
+    assert!(Condition::compile("[1].all(x, context.a == x)").is_err());
 }
 
 fn eval(text: &str) -> Result<bool, String> {
@@ -382,6 +409,7 @@ impl BothWays {
                 label_selector: &[],
             },
             changed_paths: &[],
+            context: None,
         };
         (self.fast.evaluate(&input), self.plain.evaluate(&input))
     }
