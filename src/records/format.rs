@@ -144,6 +144,9 @@ struct ContentOut<'a> {
     field_selector: Vec<RequirementOut<'a>>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     label_selector: Vec<RequirementOut<'a>>,
+    /// An AuthZEN request's `context`, which CEL conditions read.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    context: Option<&'a serde_json::Value>,
 }
 
 /// An object as the request carried it: its JSON when it is a JSON object (as content rules
@@ -229,6 +232,7 @@ pub fn write_decision(out: &mut Vec<u8>, record: &DecisionRecord) {
         changed_paths: &c.changed_paths,
         field_selector: requirements(&c.field_selector),
         label_selector: requirements(&c.label_selector),
+        context: c.context.as_ref(),
     });
     let response = &record.response;
     let line = DecisionOut {
@@ -373,6 +377,7 @@ struct ContentIn {
     changed_paths: Vec<String>,
     field_selector: Vec<RequirementIn>,
     label_selector: Vec<RequirementIn>,
+    context: Option<serde_json::Value>,
 }
 
 #[derive(Deserialize)]
@@ -455,6 +460,7 @@ pub fn read_line(line: &str) -> Result<Line, String> {
             content.changed_paths = c.changed_paths;
             content.field_selector = requirements_in(c.field_selector)?;
             content.label_selector = requirements_in(c.label_selector)?;
+            content.context = c.context;
             Some(content)
         }
     };
@@ -542,6 +548,7 @@ mod tests {
             operator: SelectorOperator::NotIn,
             values: vec!["db".into()],
         }];
+        content.context = Some(serde_json::json!({"ip": "10.0.0.1"}));
         let action = Action::Resource(ResourceAttributes {
             namespace: "default".into(),
             verb: "update".into(),
@@ -588,6 +595,7 @@ mod tests {
         assert_eq!(content.old_object.as_deref(), Some(&b"not json"[..]));
         assert_eq!(content.changed_paths, vec![".metadata.labels"]);
         assert_eq!(content.label_selector[0].operator, SelectorOperator::NotIn);
+        assert_eq!(content.context, Some(serde_json::json!({"ip": "10.0.0.1"})));
     }
 
     #[test]
