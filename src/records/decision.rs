@@ -81,37 +81,34 @@ impl DecisionRecorder {
     /// Queues the gap line for the records dropped since the last one; when there is no room
     /// either, the count waits for the next record.
     fn report_gap(&self) {
+        if let Some((dropped, gap)) = self.unreported_gap() {
+            if self.queue.try_send(gap).is_err() {
+                self.unreported.fetch_add(dropped, Ordering::AcqRel);
+            }
+        }
+    }
+
+    /// The last gap, queued before the stream ends (at shutdown, before the writer finishes):
+    /// this one waits for room.
+    pub fn close(&self) {
+        if let Some((_, gap)) = self.unreported_gap() {
+            let _ = self.queue.send(gap);
+        }
+    }
+
+    /// The gap line for the drops no line has reported yet, taken from the count.
+    fn unreported_gap(&self) -> Option<(u64, Entry)> {
         let dropped = self.unreported.swap(0, Ordering::AcqRel);
-        if dropped == 0 {
-            return;
-        }
-        let gap = Gap {
-            reason: DropReason::QueueFull,
-            dropped,
-            time: SystemTime::now(),
-        };
-        if self.queue.try_send(Entry::Gap(gap)).is_err() {
-            self.unreported.fetch_add(dropped, Ordering::AcqRel);
-        }
+        (dropped > 0).then(|| {
+            (
+                dropped,
+                Entry::Gap(Gap::now(DropReason::QueueFull, dropped)),
+            )
+        })
     }
 
     pub fn figures(&self) -> RecordFigures {
         figures(&self.counts)
-    }
-}
-
-impl DecisionRecorder {
-    /// The last gap, queued before the stream ends (at shutdown, before the writer finishes):
-    /// this one waits for room.
-    pub fn close(&self) {
-        let dropped = self.unreported.swap(0, Ordering::AcqRel);
-        if dropped > 0 {
-            let _ = self.queue.send(Entry::Gap(Gap {
-                reason: DropReason::QueueFull,
-                dropped,
-                time: SystemTime::now(),
-            }));
-        }
     }
 }
 

@@ -56,6 +56,17 @@ pub struct Gap {
     pub time: SystemTime,
 }
 
+impl Gap {
+    /// `dropped` records lost for `reason`, up to now.
+    pub fn now(reason: DropReason, dropped: u64) -> Self {
+        Gap {
+            reason,
+            dropped,
+            time: SystemTime::now(),
+        }
+    }
+}
+
 /// What happened to the records taken, shared by the recorder and its writer.
 #[derive(Debug, Default)]
 pub struct RecordCounts {

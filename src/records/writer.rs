@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::{Duration, SystemTime};
+use std::time::Duration;
 
 use super::format;
 use super::record::{DecisionRecord, DropReason, Gap, RecordCounts};
@@ -218,11 +218,7 @@ impl Output {
 
     /// The gap line for the records lost to write errors since the last one.
     fn report_failures(&mut self) {
-        let gap = Gap {
-            reason: DropReason::WriteFailed,
-            dropped: self.unreported_failures,
-            time: SystemTime::now(),
-        };
+        let gap = Gap::now(DropReason::WriteFailed, self.unreported_failures);
         self.line.clear();
         format::write_gap(&mut self.line, &gap);
         self.line.push(b'\n');
