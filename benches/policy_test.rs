@@ -40,7 +40,7 @@ use authzd::engine::{Engine, EngineConfig, RuleRef};
 use authzd::policy::load::LoadOptions;
 use authzd::policy::model::Binding;
 use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
-use authzd::synth::{self, Shape};
+use authzd::synth::{self, Rng, Shape};
 use criterion::{criterion_group, criterion_main, Criterion, SamplingMode};
 
 const BIN: &str = env!("CARGO_BIN_EXE_authzd");
@@ -53,18 +53,6 @@ const SMOKE_CASES: usize = 500;
 const SMOKE_BINDINGS: usize = 1_000;
 /// One case in this many also asks who can.
 const WHO_CAN_EVERY: usize = 10;
-
-/// xorshift64*, as `authzd::synth` spreads its names: deterministic, no dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1) as u64) as usize
-    }
-}
 
 /// A YAML scalar: JSON's double-quoted string is YAML's too.
 fn quoted(text: &str) -> String {
@@ -228,7 +216,7 @@ fn setup(dir: &Path, cases: usize, bindings: usize) -> (PathBuf, PathBuf) {
         quoted(&policy_dir.display().to_string())
     );
     let policy = synth::policy(&shape, 42);
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let mut many = header.clone();
     let mut decisions = [0usize; 3];
     for index in 0..cases {

@@ -21,20 +21,15 @@ use authzd::records::decision::{DecisionRecord, DecisionRecorder, PackedRequest,
 use authzd::records::format::write_decision;
 use authzd::records::writer::{Destination, LineWriter};
 use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
-use authzd::synth::Shape;
+use authzd::synth::{Rng, Shape};
 
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Requests over the synthetic policy's users, groups, namespaces and resources.
 fn requests(shape: &Shape, count: usize) -> Vec<Request> {
-    let mut state = 0x9E37_79B9_7F4A_7C15u64;
-    let mut below = |n: usize| {
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
-    };
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
+    let mut below = |n: usize| rng.below(n);
     let verbs = ["get", "list", "watch", "create", "update", "delete"];
     let resources = ["pods", "secrets", "configmaps", "deployments"];
     (0..count)

@@ -43,15 +43,17 @@ impl Shape {
     }
 }
 
-/// xorshift64*: tiny, fast and deterministic; good enough to spread names.
-struct Rng(u64);
+/// xorshift64*: tiny, fast and deterministic; good enough to spread names (and, for the tests
+/// and benches that draw requests over a synthetic policy, to draw the same ones every run).
+pub struct Rng(u64);
 
 impl Rng {
-    fn new(seed: u64) -> Self {
+    pub fn new(seed: u64) -> Self {
         Rng(seed.max(1))
     }
 
-    fn below(&mut self, n: usize) -> usize {
+    /// A number in `0..n` (0 when `n` is 0).
+    pub fn below(&mut self, n: usize) -> usize {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;

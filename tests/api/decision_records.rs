@@ -52,7 +52,7 @@ async fn every_decision_is_recorded_with_what_decided_it() {
         .await
         .unwrap();
     drop(client);
-    stop(server).await;
+    server.stop_gracefully().await;
 
     let text = std::fs::read_to_string(&path).unwrap();
     let records: Vec<serde_json::Value> = text
@@ -174,7 +174,7 @@ async fn a_stalled_sink_drops_counts_and_marks_the_gap() {
 
     paused.store(false, Ordering::Release);
     drop(channel);
-    stop(server).await;
+    server.stop_gracefully().await;
     let text = reader.join().unwrap();
 
     let mut present = Vec::new();
@@ -206,18 +206,6 @@ async fn a_stalled_sink_drops_counts_and_marks_the_gap() {
         gap_total as f64 >= dropped_metric,
         "the gaps cover the drops the metric counted before shutdown"
     );
-}
-
-/// SIGTERM, waited for off the runtime (so this process's connections answer the server's
-/// drain), and the graceful shutdown that drains the writers must finish.
-async fn stop(mut server: Server) {
-    let (exited, server) = tokio::task::spawn_blocking(move || {
-        let exited = server.terminate(Duration::from_secs(60));
-        (exited, server)
-    })
-    .await
-    .unwrap();
-    assert!(exited, "no graceful exit:\n{}", server.stderr());
 }
 
 /// Reads the FIFO to its end, not at all while `paused`.

@@ -203,6 +203,19 @@ impl Server {
         false
     }
 
+    /// [`Self::terminate`] from an async test: waited for off the runtime, so that this
+    /// process's own connections answer the server's drain, and the graceful shutdown must
+    /// finish within a minute.
+    pub async fn stop_gracefully(mut self) {
+        let (exited, server) = tokio::task::spawn_blocking(move || {
+            let exited = self.terminate(Duration::from_secs(60));
+            (exited, self)
+        })
+        .await
+        .unwrap();
+        assert!(exited, "no graceful exit:\n{}", server.stderr());
+    }
+
     /// The server's process id (to read its memory use from `/proc`).
     pub fn pid(&self) -> u32 {
         self.child.id()
