@@ -208,6 +208,32 @@ fn requirements(list: &[SelectorRequirement]) -> Vec<RequirementOut<'_>> {
         .collect()
 }
 
+/// `{"resource": {...}}` or `{"non_resource": {...}}`: an action as a record's request spells
+/// it (for reports over records, `authzd replay -o json`).
+pub fn action_value(action: &Action) -> serde_json::Value {
+    let value = match action {
+        Action::Resource(r) => serde_json::to_value(ResourceOut {
+            namespace: &r.namespace,
+            verb: &r.verb,
+            group: &r.group,
+            version: &r.version,
+            resource: &r.resource,
+            subresource: &r.subresource,
+            name: &r.name,
+        })
+        .map(|v| ("resource", v)),
+        Action::NonResource(n) => serde_json::to_value(NonResourceOut {
+            path: &n.path,
+            verb: &n.verb,
+        })
+        .map(|v| ("non_resource", v)),
+    };
+    match value {
+        Ok((key, value)) => serde_json::json!({ key: value }),
+        Err(_) => serde_json::Value::Null,
+    }
+}
+
 /// Appends `record` as one JSON object (no newline).
 pub fn write_decision(out: &mut Vec<u8>, record: &DecisionRecord) {
     let request = record.request.view();

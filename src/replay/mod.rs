@@ -51,44 +51,8 @@ pub struct FlipKey {
     pub gain: bool,
     pub user: String,
     pub groups: Vec<String>,
-    /// The action, its namespace (the scope) included.
-    pub action: ActionKey,
-}
-
-/// An action as a flip is grouped by (the crate's [`Action`] is not ordered).
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum ActionKey {
-    Resource {
-        namespace: String,
-        verb: String,
-        group: String,
-        resource: String,
-        subresource: String,
-        name: String,
-    },
-    NonResource {
-        verb: String,
-        path: String,
-    },
-}
-
-impl ActionKey {
-    fn of(action: &Action) -> Self {
-        match action {
-            Action::Resource(r) => ActionKey::Resource {
-                namespace: r.namespace.clone(),
-                verb: r.verb.clone(),
-                group: r.group.clone(),
-                resource: r.resource.clone(),
-                subresource: r.subresource.clone(),
-                name: r.name.clone(),
-            },
-            Action::NonResource(n) => ActionKey::NonResource {
-                verb: n.verb.clone(),
-                path: n.path.clone(),
-            },
-        }
-    }
+    /// The action, every deciding field of it (its namespace is the scope).
+    pub action: Action,
 }
 
 /// What is known of one flipped request.
@@ -121,14 +85,21 @@ pub struct Replayed {
     pub refused: u64,
     /// Records whose answer changes between deny and no opinion (allowed either way).
     pub changed_not_flipped: u64,
-    pub gains: u64,
-    pub losses: u64,
     pub flips: HashMap<FlipKey, Flip>,
 }
 
 impl Replayed {
+    /// Records that flipped to allowed (`true`) or from it (`false`).
+    pub fn flipped_to(&self, allowed: bool) -> u64 {
+        self.flips
+            .iter()
+            .filter(|(key, _)| key.gain == allowed)
+            .map(|(_, flip)| flip.count)
+            .sum()
+    }
+
     pub fn flipped(&self) -> u64 {
-        self.gains + self.losses
+        self.flips.values().map(|flip| flip.count).sum()
     }
 }
 
@@ -245,16 +216,11 @@ fn decide(record: &ReadDecision, new: &Engine, old: Option<&Engine>, replayed: &
         }
         return;
     }
-    if is {
-        replayed.gains += 1;
-    } else {
-        replayed.losses += 1;
-    }
     let key = FlipKey {
         gain: is,
         user: record.user.name.clone(),
         groups: record.user.groups.clone(),
-        action: ActionKey::of(&record.action),
+        action: record.action.clone(),
     };
     let flip = replayed.flips.entry(key).or_insert_with(|| Flip {
         to: crate::records::format::decision_name(after),

@@ -3,7 +3,9 @@
 
 use serde_json::{json, Value};
 
-use super::{gate_matches, ActionKey, Flip, FlipKey, Replayed};
+use super::{gate_matches, Flip, FlipKey, Replayed};
+use crate::records::format::action_value;
+use crate::request::Action;
 
 /// The flips in report order: most records first, then by request.
 pub fn ordered(replayed: &Replayed) -> Vec<(&FlipKey, &Flip)> {
@@ -13,16 +15,16 @@ pub fn ordered(replayed: &Replayed) -> Vec<(&FlipKey, &Flip)> {
 }
 
 /// `get pods/log web` / `list apps/deployments` / `get /healthz`.
-pub fn action_text(action: &ActionKey) -> String {
+pub fn action_text(action: &Action) -> String {
     match action {
-        ActionKey::Resource {
+        Action::Resource(crate::request::ResourceAttributes {
             verb,
             group,
             resource,
             subresource,
             name,
             ..
-        } => {
+        }) => {
             let mut text = format!("{verb} ");
             if !group.is_empty() {
                 text.push_str(group);
@@ -39,16 +41,16 @@ pub fn action_text(action: &ActionKey) -> String {
             }
             text
         }
-        ActionKey::NonResource { verb, path } => format!("{verb} {path}"),
+        Action::NonResource(n) => format!("{} {}", n.verb, n.path),
     }
 }
 
 /// `in NS`, `cluster-wide`, or empty for a URL.
-pub fn scope_text(action: &ActionKey) -> String {
+pub fn scope_text(action: &Action) -> String {
     match action {
-        ActionKey::Resource { namespace, .. } if namespace.is_empty() => "cluster-wide".into(),
-        ActionKey::Resource { namespace, .. } => format!("in {namespace}"),
-        ActionKey::NonResource { .. } => String::new(),
+        Action::Resource(r) if r.namespace.is_empty() => "cluster-wide".into(),
+        Action::Resource(r) => format!("in {}", r.namespace),
+        Action::NonResource(_) => String::new(),
     }
 }
 
@@ -105,8 +107,8 @@ pub fn text(replayed: &Replayed) -> String {
     out.push_str(&format!(
         "{} flipped: {} gain access, {} lose it, {} distinct requests\n",
         replayed.flipped(),
-        replayed.gains,
-        replayed.losses,
+        replayed.flipped_to(true),
+        replayed.flipped_to(false),
         replayed.flips.len()
     ));
     if replayed.changed_not_flipped > 0 {
@@ -142,25 +144,6 @@ pub fn text(replayed: &Replayed) -> String {
     out
 }
 
-fn action_json(action: &ActionKey) -> Value {
-    match action {
-        ActionKey::Resource {
-            namespace,
-            verb,
-            group,
-            resource,
-            subresource,
-            name,
-        } => json!({"resource": {
-            "namespace": namespace, "verb": verb, "group": group, "resource": resource,
-            "subresource": subresource, "name": name,
-        }}),
-        ActionKey::NonResource { verb, path } => {
-            json!({"non_resource": {"path": path, "verb": verb}})
-        }
-    }
-}
-
 /// The report for tools: the totals and every flipped request.
 pub fn json(replayed: &Replayed) -> Value {
     let flips: Vec<Value> = ordered(replayed)
@@ -178,7 +161,7 @@ pub fn json(replayed: &Replayed) -> Value {
                 "first_seq": flip.first_seq,
             });
             if let (Value::Object(entry), Value::Object(action)) =
-                (&mut entry, action_json(&key.action))
+                (&mut entry, action_value(&key.action))
             {
                 entry.extend(action);
             }
@@ -191,8 +174,8 @@ pub fn json(replayed: &Replayed) -> Value {
         "gaps": replayed.gaps,
         "old_answers": if replayed.old_policy { "policy" } else { "recorded" },
         "flipped": replayed.flipped(),
-        "gains": replayed.gains,
-        "losses": replayed.losses,
+        "gains": replayed.flipped_to(true),
+        "losses": replayed.flipped_to(false),
         "changed_not_flipped": replayed.changed_not_flipped,
         "refused": replayed.refused,
         "flips": flips,

@@ -56,7 +56,7 @@ pub struct UserInfo {
     pub extra: BTreeMap<String, Vec<String>>,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ResourceAttributes {
     pub namespace: String,
     pub verb: String,
@@ -68,14 +68,15 @@ pub struct ResourceAttributes {
     pub name: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NonResourceAttributes {
     pub path: String,
     pub verb: String,
 }
 
-/// What is being done: a resource request or a non-resource request, never both.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+/// What is being done: a resource request or a non-resource request, never both. Ordered so
+/// that reports over requests (`authzd replay`) can sort them.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
     Resource(ResourceAttributes),
     NonResource(NonResourceAttributes),

@@ -16,29 +16,17 @@ use authzd::proto::{
     Action, AuthorizeRequest, BatchAuthorizeRequest, NonResourceAttributes, ResourceAttributes,
     UserInfo,
 };
-use authzd::synth::Shape;
+use authzd::synth::{Rng, Shape};
 use serde_json::{json, Value};
 
 use crate::support::server::{run_bin, Server};
 
 const REQUESTS: usize = 100_000;
 
-/// xorshift64*, for a request stream that is the same on every run.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: usize) -> usize {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n as u64) as usize
-    }
-}
-
 /// Requests over the generated policy's users, groups, namespaces and the resources its roles
 /// name, with a few non-resource URLs; as Authorize requests and as the key replay groups by.
 fn requests(shape: &Shape) -> Vec<(AuthorizeRequest, Value)> {
-    let mut rng = Rng(0x9E37_79B9_7F4A_7C15);
+    let mut rng = Rng::new(0x9E37_79B9_7F4A_7C15);
     let verbs = ["get", "list", "watch", "create", "update", "delete"];
     let resources = [
         ("", "pods"),
@@ -80,7 +68,7 @@ fn requests(shape: &Shape) -> Vec<(AuthorizeRequest, Value)> {
                         ..Default::default()
                     }),
                     json!({"resource": {
-                        "namespace": namespace, "verb": verb, "group": group,
+                        "namespace": namespace, "verb": verb, "group": group, "version": "",
                         "resource": resource, "subresource": "", "name": "",
                     }}),
                 )
@@ -118,17 +106,6 @@ async fn allowed(server: &Server, requests: &[(AuthorizeRequest, Value)]) -> Vec
         answers.extend(reply.responses.iter().map(|r| r.allowed));
     }
     answers
-}
-
-/// SIGTERM, waited for off the runtime; the graceful shutdown drains the record writer.
-async fn stop(mut server: Server) {
-    let (exited, server) = tokio::task::spawn_blocking(move || {
-        let exited = server.terminate(Duration::from_secs(60));
-        (exited, server)
-    })
-    .await
-    .unwrap();
-    assert!(exited, "no graceful exit:\n{}", server.stderr());
 }
 
 /// `authzd replay ... -o json`, its exit code and report.
@@ -233,7 +210,7 @@ async fn replay_flips_exactly_what_a_server_on_the_candidate_policy_answers_diff
     )
     .await;
     let before = allowed(&recording, &requests).await;
-    stop(recording).await;
+    recording.stop_gracefully().await;
     let candidate = Server::start_serving(new_dir.path(), &[]).await;
     let after = allowed(&candidate, &requests).await;
 
