@@ -280,13 +280,9 @@ fn compile_engine(settings: &EngineSettings) -> Result<Engine, LoadErrors> {
     Ok(Engine::new(&policy, settings.engine.clone()))
 }
 
-/// `authzd test`: every file is run (against engines built as `check` builds its own), the
-/// report goes to stdout, and the files that did not load to stderr (exit 2).
 /// `authzd diff`: both policies loaded (either failing to is exit 2), the delta printed, and
 /// the gates checked (exit 1 when one fires, naming it on stderr).
 fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
-    use std::io::Write;
-
     let old_policy = load_paths(&settings.old.policy.paths, &settings.old.policy.load)
         .map_err(AppError::Policy)?;
     let new_policy =
@@ -304,11 +300,6 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
             json
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(written.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(AppError::Output)?;
     let mut fired = Vec::new();
     for (gates, gain) in [
         (&settings.fail_on_gain, true),
@@ -328,7 +319,20 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
             }
         }
     }
-    for line in &fired {
+    report_and_gate(&written, &fired)
+}
+
+/// A report command's end (`diff`, `replay`): `written` to stdout, each gate that `fired` named
+/// on stderr, and exit 1 when any did.
+fn report_and_gate(written: &str, fired: &[String]) -> Result<Outcome> {
+    use std::io::Write;
+
+    let mut stdout = std::io::stdout().lock();
+    stdout
+        .write_all(written.as_bytes())
+        .and_then(|()| stdout.flush())
+        .map_err(AppError::Output)?;
+    for line in fired {
         eprintln!("authzd: {line}");
     }
     Ok(if fired.is_empty() {
@@ -342,8 +346,6 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
 /// compiles it, the records streamed through them, the report printed, the gates checked
 /// (exit 1 when one fires, naming it on stderr).
 fn run_replay(settings: &crate::config::ReplaySettings) -> Result<Outcome> {
-    use std::io::Write;
-
     let load = &settings.engine.policy.load;
     let new_policy = load_paths(&settings.new_paths, load).map_err(AppError::Policy)?;
     let new_engine = Engine::new(&new_policy, settings.engine.engine.clone());
@@ -361,26 +363,16 @@ fn run_replay(settings: &crate::config::ReplaySettings) -> Result<Outcome> {
             json
         }
     };
-    let mut stdout = std::io::stdout().lock();
-    stdout
-        .write_all(written.as_bytes())
-        .and_then(|()| stdout.flush())
-        .map_err(AppError::Output)?;
     let fired = crate::replay::report::fired_gates(
         &replayed,
         &settings.fail_on_gain,
         &settings.fail_on_loss,
     );
-    for line in &fired {
-        eprintln!("authzd: {line}");
-    }
-    Ok(if fired.is_empty() {
-        Outcome::Success
-    } else {
-        Outcome::GateFired
-    })
+    report_and_gate(&written, &fired)
 }
 
+/// `authzd test`: every file is run (against engines built as `check` builds its own), the
+/// report goes to stdout, and the files that did not load to stderr (exit 2).
 fn run_tests(settings: &TestSettings) -> Result<Outcome> {
     use std::io::Write;
 
