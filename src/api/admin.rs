@@ -22,7 +22,7 @@ use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
 use crate::telemetry::metrics::StoreFigures;
 
 /// Every kind of policy object, for privileges over all of them (list all, watch).
-const ALL_KINDS: [ObjectKind; 5] = ObjectKind::ALL;
+const ALL_KINDS: [ObjectKind; 6] = ObjectKind::ALL;
 
 /// Open watch streams allowed unless [`AdminApi::with_max_watches`] says otherwise.
 pub const DEFAULT_MAX_WATCHES: usize = 1024;
@@ -492,7 +492,7 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::WatchRequest>,
     ) -> Result<Response<Self::WatchStream>, Status> {
         let caller = self.caller(&request)?;
-        // A watch streams every object of every kind: `watch` on all five, cluster-wide.
+        // A watch streams every object of every kind: `watch` on all six, cluster-wide.
         let privileges: Vec<Privilege<'_>> = ALL_KINDS
             .iter()
             .map(|kind| Privilege::object("watch", *kind, "", ""))

@@ -30,8 +30,8 @@ use crate::engine::{Decision, Engine};
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::model::PolicyObject;
 use crate::policy::model::{
-    Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, FIELD_POLICY_GROUP,
-    FIELD_POLICY_RESOURCE,
+    Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, CHANGE_GATE_RESOURCE,
+    FIELD_POLICY_GROUP, FIELD_POLICY_RESOURCE,
 };
 use crate::policy::rbac::{
     api_group_matches, is_negated, non_resource_url_entry_matches, resource_matches,
@@ -403,6 +403,14 @@ impl EscalationCheck<'_> {
                         &binding.namespace,
                     ),
                 ),
+                PolicyObject::ChangeGate(gate) => (
+                    format!("ChangeGate {:?}", gate.name),
+                    self.check_change_gate(&gate.name),
+                    format!(
+                        "holding `escalate` on {CHANGE_GATE_RESOURCE} `{}` ({FIELD_POLICY_GROUP}) would allow it",
+                        gate.name
+                    ),
+                ),
                 PolicyObject::FieldPolicy(policy) => (
                     format!("FieldPolicy {:?}", policy.name),
                     self.check_field_policy(current, &aggregated, &policy.name),
@@ -448,6 +456,27 @@ impl EscalationCheck<'_> {
             );
         }
         missing
+    }
+
+    /// A ChangeGate decides which writes anybody may make, its writer's own included: creating,
+    /// changing or deleting one needs a privilege of its own (issue 33), `escalate` on it,
+    /// which no other grant stands in for but a rule naming that verb or `*`.
+    fn check_change_gate(&self, name: &str) -> Vec<String> {
+        if self.allowed(Action::Resource(ResourceAttributes {
+            namespace: String::new(),
+            verb: "escalate".to_string(),
+            group: FIELD_POLICY_GROUP.to_string(),
+            version: "*".to_string(),
+            resource: CHANGE_GATE_RESOURCE.to_string(),
+            subresource: String::new(),
+            name: name.to_string(),
+        })) {
+            return Vec::new();
+        }
+        vec![
+            "a ChangeGate decides which policy writes are made, which needs its own privilege"
+                .to_string(),
+        ]
     }
 
     /// A FieldPolicy changes what every content rule means: an ignored path needs no rule to

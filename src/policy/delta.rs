@@ -70,6 +70,8 @@ pub enum ChangedKind {
     RoleBinding,
     Abac,
     FieldPolicy,
+    /// Changes no answer: only what later writes may do.
+    ChangeGate,
 }
 
 /// The key of an object that was created, replaced or deleted.
@@ -133,6 +135,7 @@ impl<'a> Touched<'a> {
                 ChangedKind::ClusterRoleBinding => touched.cluster_bindings = true,
                 ChangedKind::Abac => touched.abac = true,
                 ChangedKind::FieldPolicy => touched.field_policies = true,
+                ChangedKind::ChangeGate => {}
                 ChangedKind::Role | ChangedKind::RoleBinding => {
                     touched.namespaces.insert(object.namespace.as_str());
                 }

@@ -278,6 +278,8 @@ pub struct PolicySet {
     pub abac: Vec<AbacRule>,
     /// How changed paths are computed (docs/policy.md §5), sorted by name.
     pub field_policies: Vec<FieldPolicy>,
+    /// What no write may do to access (docs/policy.md §7), sorted by name.
+    pub gates: Vec<ChangeGate>,
 }
 
 pub const FIELD_POLICY_KIND: &str = "FieldPolicy";
@@ -303,6 +305,55 @@ pub struct FieldPolicy {
     pub protected: Vec<crate::policy::content::path::Protected>,
 }
 
+pub const CHANGE_GATE_KIND: &str = "ChangeGate";
+/// The resource whose privileges guard writing ChangeGates (API group `authzd.io`).
+pub const CHANGE_GATE_RESOURCE: &str = "changegates";
+
+/// `kind: ChangeGate` (authzd.io/v1alpha1): rules every policy write is checked against by
+/// what it does to access (issue 33, docs/policy.md §7). A write whose access delta breaks a
+/// rule is refused, whatever store keeps the policy and whoever writes it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChangeGate {
+    pub name: String,
+    pub source: Source,
+    pub rules: Vec<GateRule>,
+}
+
+/// One rule of a ChangeGate: which access, where, and what may not happen to it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GateRule {
+    /// Named in a refusal.
+    pub name: String,
+    pub kind: GateRuleKind,
+    /// RBAC subjects: the protected ones (`NeverRemove`) or the only ones who may gain the
+    /// access (`NeverGrantOutside`). A ServiceAccount names its namespace.
+    pub subjects: Vec<Subject>,
+    /// Where the rule holds: namespace names, `""` for cluster scope (and non-resource
+    /// URLs), `*` for every namespace and cluster scope.
+    pub namespaces: Vec<String>,
+    /// The access, as RBAC rules (verbs, apiGroups, resources, resourceNames,
+    /// nonResourceURLs); never deny rules, never content clauses.
+    pub access: Vec<PolicyRule>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum GateRuleKind {
+    /// Lockout and break-glass protection: no write may take the access from a subject,
+    /// asking as Kubernetes authenticates it.
+    NeverRemove,
+    /// No write may give the access to a request none of whose subjects is listed.
+    NeverGrantOutside,
+}
+
+impl GateRuleKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateRuleKind::NeverRemove => "NeverRemove",
+            GateRuleKind::NeverGrantOutside => "NeverGrantOutside",
+        }
+    }
+}
+
 impl PolicySet {
     /// The diff configuration in force: the built-in defaults, then every FieldPolicy's
     /// additions in name order.
@@ -317,6 +368,7 @@ impl PolicySet {
             PolicyObject::Role(role) => self.roles.push(Arc::new(role)),
             PolicyObject::Binding(binding) => self.bindings.push(Arc::new(binding)),
             PolicyObject::FieldPolicy(policy) => self.field_policies.push(policy),
+            PolicyObject::ChangeGate(gate) => self.gates.push(gate),
         }
     }
 
@@ -326,6 +378,7 @@ impl PolicySet {
         self.roles.sort_by(|a, b| a.key().cmp(&b.key()));
         self.bindings.sort_by(|a, b| a.key().cmp(&b.key()));
         self.field_policies.sort_by(|a, b| a.name.cmp(&b.name));
+        self.gates.sort_by(|a, b| a.name.cmp(&b.name));
     }
 
     /// Whether roles and bindings are in the order [`canonicalize`](Self::canonicalize) puts
@@ -337,6 +390,7 @@ impl PolicySet {
                 .field_policies
                 .windows(2)
                 .all(|w| w[0].name <= w[1].name)
+            && self.gates.windows(2).all(|w| w[0].name <= w[1].name)
     }
 
     /// The paths every FieldPolicy protects, in name order.
@@ -373,12 +427,13 @@ pub fn diff_config_of(policies: &[FieldPolicy]) -> crate::policy::content::path:
     config
 }
 
-/// A role, binding or FieldPolicy read from a manifest.
+/// A role, binding, FieldPolicy or ChangeGate read from a manifest.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PolicyObject {
     Role(Role),
     Binding(Binding),
     FieldPolicy(FieldPolicy),
+    ChangeGate(ChangeGate),
 }
 
 impl PolicyObject {
@@ -388,6 +443,7 @@ impl PolicyObject {
             PolicyObject::Role(r) => r.kind.as_str(),
             PolicyObject::Binding(b) => b.kind.as_str(),
             PolicyObject::FieldPolicy(_) => FIELD_POLICY_KIND,
+            PolicyObject::ChangeGate(_) => CHANGE_GATE_KIND,
         }
     }
 
@@ -396,7 +452,7 @@ impl PolicyObject {
         match self {
             PolicyObject::Role(r) => &r.namespace,
             PolicyObject::Binding(b) => &b.namespace,
-            PolicyObject::FieldPolicy(_) => "",
+            PolicyObject::FieldPolicy(_) | PolicyObject::ChangeGate(_) => "",
         }
     }
 
@@ -405,6 +461,7 @@ impl PolicyObject {
             PolicyObject::Role(r) => &r.name,
             PolicyObject::Binding(b) => &b.name,
             PolicyObject::FieldPolicy(f) => &f.name,
+            PolicyObject::ChangeGate(g) => &g.name,
         }
     }
 
@@ -413,6 +470,7 @@ impl PolicyObject {
             PolicyObject::Role(r) => &r.source,
             PolicyObject::Binding(b) => &b.source,
             PolicyObject::FieldPolicy(f) => &f.source,
+            PolicyObject::ChangeGate(g) => &g.source,
         }
     }
 }

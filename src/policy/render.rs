@@ -7,8 +7,8 @@ use serde_json::{json, Map, Value};
 
 use crate::policy::content::Clauses;
 use crate::policy::model::{
-    Binding, BindingKind, FieldPolicy, LabelSelector, PolicyRule, PolicySet, Role, RoleKind,
-    FIELD_POLICY_KIND,
+    Binding, BindingKind, ChangeGate, FieldPolicy, LabelSelector, PolicyRule, PolicySet, Role,
+    RoleKind, Subject, CHANGE_GATE_KIND, FIELD_POLICY_KIND,
 };
 
 pub const RBAC_API_VERSION: &str = "rbac.authorization.k8s.io/v1";
@@ -140,9 +140,8 @@ pub fn role_to_value(role: &Role) -> Value {
     Value::Object(out)
 }
 
-pub fn binding_to_value(binding: &Binding) -> Value {
-    let subjects: Vec<Value> = binding
-        .subjects
+fn subjects(subjects: &[Subject]) -> Vec<Value> {
+    subjects
         .iter()
         .map(|s| {
             let mut out = Map::new();
@@ -156,7 +155,11 @@ pub fn binding_to_value(binding: &Binding) -> Value {
             }
             Value::Object(out)
         })
-        .collect();
+        .collect()
+}
+
+pub fn binding_to_value(binding: &Binding) -> Value {
+    let subjects = subjects(&binding.subjects);
     let kind = match binding.kind {
         BindingKind::ClusterRoleBinding => "ClusterRoleBinding",
         BindingKind::RoleBinding => "RoleBinding",
@@ -227,6 +230,29 @@ pub fn field_policy_to_value(policy: &FieldPolicy) -> Value {
     })
 }
 
+/// A ChangeGate as its `authzd.io/v1alpha1` manifest (docs/policy.md §7).
+pub fn change_gate_to_value(gate: &ChangeGate) -> Value {
+    let rules: Vec<Value> = gate
+        .rules
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.name,
+                "type": r.kind.as_str(),
+                "subjects": subjects(&r.subjects),
+                "namespaces": r.namespaces,
+                "access": r.access.iter().map(rule).collect::<Vec<_>>(),
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": crate::policy::load::FIELD_POLICY_API_VERSION,
+        "kind": CHANGE_GATE_KIND,
+        "metadata": metadata(&gate.name, "", None),
+        "spec": {"rules": rules},
+    })
+}
+
 /// One manifest as YAML text (no leading `---`).
 pub fn to_yaml(value: &Value) -> String {
     // Rendering a JSON value to YAML cannot fail on these shapes; fall back to JSON (valid
@@ -247,7 +273,7 @@ pub fn to_multi_yaml(values: &[Value]) -> String {
     out
 }
 
-/// Every role, binding and FieldPolicy of `policy` as one multi-document YAML text, in that
+/// Every role, binding, FieldPolicy and ChangeGate of `policy` as one multi-document YAML text, in that
 /// order (ABAC lines are not manifests and are left out).
 pub fn policy_to_multi_yaml(policy: &PolicySet) -> String {
     let roles = policy.roles.iter().map(|role| role_to_value(role));
@@ -256,10 +282,12 @@ pub fn policy_to_multi_yaml(policy: &PolicySet) -> String {
         .iter()
         .map(|binding| binding_to_value(binding));
     let field_policies = policy.field_policies.iter().map(field_policy_to_value);
+    let gates = policy.gates.iter().map(change_gate_to_value);
     to_multi_yaml(
         &roles
             .chain(bindings)
             .chain(field_policies)
+            .chain(gates)
             .collect::<Vec<_>>(),
     )
 }

@@ -75,14 +75,20 @@ impl WriteGuard for PolicyWriteGuard {
         match self.op {
             WriteOp::Apply => escalation.check(current, objects),
             // Deleting a role or binding only takes access away; deleting a FieldPolicy can
-            // open protected paths, so it is checked as writing one is.
+            // open protected paths and deleting a ChangeGate lifts what it refuses, so each
+            // is checked as writing one is.
             WriteOp::Delete => {
-                let field_policies: Vec<_> = objects
+                let checked: Vec<_> = objects
                     .iter()
-                    .filter(|o| matches!(o, PolicyObject::FieldPolicy(_)))
+                    .filter(|o| {
+                        matches!(
+                            o,
+                            PolicyObject::FieldPolicy(_) | PolicyObject::ChangeGate(_)
+                        )
+                    })
                     .cloned()
                     .collect();
-                escalation.check(current, &field_policies)
+                escalation.check(current, &checked)
             }
         }
     }

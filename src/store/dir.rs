@@ -371,6 +371,7 @@ impl Files {
             reparsed.roles.extend(loaded.roles);
             reparsed.bindings.extend(loaded.bindings);
             reparsed.field_policies.extend(loaded.field_policies);
+            reparsed.gates.extend(loaded.gates);
             rendered.push((file.clone(), Some(text)));
         }
 

@@ -16,18 +16,19 @@
 use std::sync::Arc;
 
 use crate::policy::model::{
-    Binding, BindingKind, FieldPolicy, PolicyObject, PolicySet, Role, RoleKind,
+    Binding, BindingKind, ChangeGate, FieldPolicy, PolicyObject, PolicySet, Role, RoleKind,
 };
 
 use super::{ObjectKind, ObjectRef, ObjectView};
 
-/// A role or binding as the policy holds it: shared. (A FieldPolicy is held by value, and
-/// there are few: the policy gets a copy of it.)
+/// A role or binding as the policy holds it: shared. (A FieldPolicy or ChangeGate is held by
+/// value, and there are few: the policy gets a copy of it.)
 #[derive(Clone, Debug)]
 pub(super) enum SharedObject {
     Role(Arc<Role>),
     Binding(Arc<Binding>),
     FieldPolicy(Arc<FieldPolicy>),
+    ChangeGate(Arc<ChangeGate>),
 }
 
 impl From<PolicyObject> for SharedObject {
@@ -36,6 +37,7 @@ impl From<PolicyObject> for SharedObject {
             PolicyObject::Role(role) => SharedObject::Role(Arc::new(role)),
             PolicyObject::Binding(binding) => SharedObject::Binding(Arc::new(binding)),
             PolicyObject::FieldPolicy(policy) => SharedObject::FieldPolicy(Arc::new(policy)),
+            PolicyObject::ChangeGate(gate) => SharedObject::ChangeGate(Arc::new(gate)),
         }
     }
 }
@@ -60,6 +62,7 @@ impl SharedObject {
             SharedObject::Role(role) => ObjectView::Role(role),
             SharedObject::Binding(binding) => ObjectView::Binding(binding),
             SharedObject::FieldPolicy(policy) => ObjectView::FieldPolicy(policy),
+            SharedObject::ChangeGate(gate) => ObjectView::ChangeGate(gate),
         }
     }
 
@@ -68,6 +71,7 @@ impl SharedObject {
             SharedObject::Role(role) => ObjectRef::of_role(role),
             SharedObject::Binding(binding) => ObjectRef::of_binding(binding),
             SharedObject::FieldPolicy(policy) => ObjectRef::of_field_policy(policy),
+            SharedObject::ChangeGate(gate) => ObjectRef::of_change_gate(gate),
         }
     }
 }
@@ -101,6 +105,7 @@ fn position(policy: &PolicySet, object: &ObjectRef) -> std::result::Result<usize
         ObjectKind::FieldPolicy => policy
             .field_policies
             .binary_search_by(|f| f.name.as_str().cmp(name)),
+        ObjectKind::ChangeGate => policy.gates.binary_search_by(|g| g.name.as_str().cmp(name)),
     }
 }
 
@@ -116,6 +121,7 @@ pub fn find_object<'a>(policy: &'a PolicySet, object: &ObjectRef) -> Option<Obje
             .get(at)
             .map(|binding| ObjectView::Binding(binding)),
         ObjectKind::FieldPolicy => policy.field_policies.get(at).map(ObjectView::FieldPolicy),
+        ObjectKind::ChangeGate => policy.gates.get(at).map(ObjectView::ChangeGate),
     }
 }
 
@@ -130,6 +136,7 @@ pub(super) fn take_object(policy: &mut PolicySet, object: &ObjectRef) -> Option<
         ObjectKind::FieldPolicy => {
             SharedObject::FieldPolicy(Arc::new(policy.field_policies.remove(at)))
         }
+        ObjectKind::ChangeGate => SharedObject::ChangeGate(Arc::new(policy.gates.remove(at))),
     })
 }
 
@@ -146,6 +153,10 @@ pub(super) fn put_object(policy: &mut PolicySet, object: SharedObject) {
         (Err(at), SharedObject::FieldPolicy(field_policy)) => policy
             .field_policies
             .insert(at, FieldPolicy::clone(&field_policy)),
+        (Ok(at), SharedObject::ChangeGate(gate)) => policy.gates[at] = ChangeGate::clone(&gate),
+        (Err(at), SharedObject::ChangeGate(gate)) => {
+            policy.gates.insert(at, ChangeGate::clone(&gate))
+        }
     }
 }
 

@@ -37,7 +37,9 @@ use crate::policy::impact::{
 };
 use crate::policy::load::LoadErrors;
 use crate::policy::model::PolicyObject;
-use crate::policy::model::{Binding, BindingKind, FieldPolicy, PolicySet, Role, RoleKind};
+use crate::policy::model::{
+    Binding, BindingKind, ChangeGate, FieldPolicy, PolicySet, Role, RoleKind,
+};
 use crate::policy::render;
 
 pub use edit::find_object;
@@ -57,7 +59,8 @@ pub struct Preview {
     pub after: PolicySet,
 }
 
-/// The kinds of object the admin API manages: the four RBAC kinds and authzd's FieldPolicy.
+/// The kinds of object the admin API manages: the four RBAC kinds and authzd's FieldPolicy
+/// and ChangeGate.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ObjectKind {
     ClusterRole,
@@ -65,15 +68,17 @@ pub enum ObjectKind {
     ClusterRoleBinding,
     RoleBinding,
     FieldPolicy,
+    ChangeGate,
 }
 
 impl ObjectKind {
-    pub const ALL: [ObjectKind; 5] = [
+    pub const ALL: [ObjectKind; 6] = [
         ObjectKind::ClusterRole,
         ObjectKind::Role,
         ObjectKind::ClusterRoleBinding,
         ObjectKind::RoleBinding,
         ObjectKind::FieldPolicy,
+        ObjectKind::ChangeGate,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -83,6 +88,7 @@ impl ObjectKind {
             ObjectKind::ClusterRoleBinding => "ClusterRoleBinding",
             ObjectKind::RoleBinding => "RoleBinding",
             ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_KIND,
+            ObjectKind::ChangeGate => crate::policy::model::CHANGE_GATE_KIND,
         }
     }
 
@@ -94,13 +100,16 @@ impl ObjectKind {
             ObjectKind::ClusterRoleBinding => "clusterrolebindings",
             ObjectKind::RoleBinding => "rolebindings",
             ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_RESOURCE,
+            ObjectKind::ChangeGate => crate::policy::model::CHANGE_GATE_RESOURCE,
         }
     }
 
     /// The API group whose privileges guard writes of the kind.
     pub fn api_group(self) -> &'static str {
         match self {
-            ObjectKind::FieldPolicy => crate::policy::model::FIELD_POLICY_GROUP,
+            ObjectKind::FieldPolicy | ObjectKind::ChangeGate => {
+                crate::policy::model::FIELD_POLICY_GROUP
+            }
             _ => "rbac.authorization.k8s.io",
         }
     }
@@ -121,8 +130,9 @@ impl FromStr for ObjectKind {
             "clusterrolebinding" => Ok(ObjectKind::ClusterRoleBinding),
             "rolebinding" => Ok(ObjectKind::RoleBinding),
             _ if lower == "fieldpolicy" || lower == "fieldpolicies" => Ok(ObjectKind::FieldPolicy),
+            "changegate" => Ok(ObjectKind::ChangeGate),
             _ => Err(format!(
-                "unknown kind `{s}` (expected Role, ClusterRole, RoleBinding, ClusterRoleBinding or FieldPolicy)"
+                "unknown kind `{s}` (expected Role, ClusterRole, RoleBinding, ClusterRoleBinding, FieldPolicy or ChangeGate)"
             )),
         }
     }
@@ -168,11 +178,20 @@ impl ObjectRef {
         }
     }
 
+    pub fn of_change_gate(gate: &ChangeGate) -> Self {
+        ObjectRef {
+            kind: ObjectKind::ChangeGate,
+            namespace: String::new(),
+            name: gate.name.clone(),
+        }
+    }
+
     pub fn of(object: &PolicyObject) -> Self {
         match object {
             PolicyObject::Role(r) => Self::of_role(r),
             PolicyObject::Binding(b) => Self::of_binding(b),
             PolicyObject::FieldPolicy(f) => Self::of_field_policy(f),
+            PolicyObject::ChangeGate(g) => Self::of_change_gate(g),
         }
     }
 }
@@ -199,6 +218,7 @@ pub enum ObjectView<'a> {
     Role(&'a Role),
     Binding(&'a Binding),
     FieldPolicy(&'a FieldPolicy),
+    ChangeGate(&'a ChangeGate),
 }
 
 impl ObjectView<'_> {
@@ -208,6 +228,7 @@ impl ObjectView<'_> {
             ObjectView::Role(r) => render::role_to_value(r),
             ObjectView::Binding(b) => render::binding_to_value(b),
             ObjectView::FieldPolicy(f) => render::field_policy_to_value(f),
+            ObjectView::ChangeGate(g) => render::change_gate_to_value(g),
         }
     }
 
@@ -220,6 +241,7 @@ impl ObjectView<'_> {
             ObjectView::Role(r) => &r.source,
             ObjectView::Binding(b) => &b.source,
             ObjectView::FieldPolicy(f) => &f.source,
+            ObjectView::ChangeGate(g) => &g.source,
         }
     }
 
@@ -233,6 +255,7 @@ impl ObjectView<'_> {
             ObjectView::Role(r) => PolicyObject::Role(Role::clone(r)),
             ObjectView::Binding(b) => PolicyObject::Binding(Binding::clone(b)),
             ObjectView::FieldPolicy(f) => PolicyObject::FieldPolicy(FieldPolicy::clone(f)),
+            ObjectView::ChangeGate(g) => PolicyObject::ChangeGate(ChangeGate::clone(g)),
         }
     }
 }
@@ -243,11 +266,13 @@ impl<'a> From<&'a PolicyObject> for ObjectView<'a> {
             PolicyObject::Role(r) => ObjectView::Role(r),
             PolicyObject::Binding(b) => ObjectView::Binding(b),
             PolicyObject::FieldPolicy(f) => ObjectView::FieldPolicy(f),
+            PolicyObject::ChangeGate(g) => ObjectView::ChangeGate(g),
         }
     }
 }
 
-/// Every role, binding and FieldPolicy of a policy by reference, in canonical order.
+/// Every role, binding, FieldPolicy and ChangeGate of a policy by reference, in canonical
+/// order.
 pub fn objects(policy: &PolicySet) -> BTreeMap<ObjectRef, ObjectView<'_>> {
     let roles = policy
         .roles
@@ -261,7 +286,15 @@ pub fn objects(policy: &PolicySet) -> BTreeMap<ObjectRef, ObjectView<'_>> {
         .field_policies
         .iter()
         .map(|f| (ObjectRef::of_field_policy(f), ObjectView::FieldPolicy(f)));
-    roles.chain(bindings).chain(field_policies).collect()
+    let gates = policy
+        .gates
+        .iter()
+        .map(|g| (ObjectRef::of_change_gate(g), ObjectView::ChangeGate(g)));
+    roles
+        .chain(bindings)
+        .chain(field_policies)
+        .chain(gates)
+        .collect()
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -935,6 +968,15 @@ pub(crate) fn same_content(current: ObjectView<'_>, object: &PolicyObject) -> bo
                 ..b.clone()
             }
         }
+        (ObjectView::ChangeGate(a), PolicyObject::ChangeGate(b)) => {
+            ChangeGate {
+                source: Default::default(),
+                ..a.clone()
+            } == ChangeGate {
+                source: Default::default(),
+                ..b.clone()
+            }
+        }
         (ObjectView::FieldPolicy(a), PolicyObject::FieldPolicy(b)) => {
             FieldPolicy {
                 source: Default::default(),
@@ -974,6 +1016,7 @@ fn changed_object(r: &ObjectRef) -> ChangedObject {
         ObjectKind::ClusterRoleBinding => ChangedKind::ClusterRoleBinding,
         ObjectKind::RoleBinding => ChangedKind::RoleBinding,
         ObjectKind::FieldPolicy => ChangedKind::FieldPolicy,
+        ObjectKind::ChangeGate => ChangedKind::ChangeGate,
     };
     ChangedObject::new(kind, r.namespace.clone(), r.name.clone())
 }

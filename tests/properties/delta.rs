@@ -42,6 +42,7 @@ fn changed(old: &PolicySet, other: PolicySet, keep: &[bool]) -> PolicySet {
         bindings: Vec::new(),
         abac: old.abac.clone(),
         field_policies,
+        gates: Vec::new(),
     };
     for role in &old.roles {
         if *keep.next().unwrap_or(&true) {

@@ -304,6 +304,7 @@ fn first_applying_subject_explains() {
         })],
         abac: Vec::new(),
         field_policies: Vec::new(),
+        gates: Vec::new(),
     };
     let config = EngineConfig::default();
     let engine = Engine::new(&policy, config.clone());
@@ -404,6 +405,7 @@ fn shared_responses_keep_the_overridden_deny() {
         ],
         abac: Vec::new(),
         field_policies: Vec::new(),
+        gates: Vec::new(),
     };
     let config = EngineConfig::default();
     let engine = Engine::new(&policy, config.clone());

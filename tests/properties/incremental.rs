@@ -387,6 +387,7 @@ fn cluster_binding_to_a_role_resolves_at_query_time() {
         bindings: vec![role_binding("", "odd", "carol", (RoleKind::Role, "odd")).into()],
         abac: Vec::new(),
         field_policies: Vec::new(),
+        gates: Vec::new(),
     };
     let config = EngineConfig::default();
     let request = get_pods("carol", &[], "ns-1");

@@ -255,6 +255,7 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
                 2 => vec![ignore_data()],
                 _ => vec![protect_some()],
             },
+            gates: Vec::new(),
         })
 }
 

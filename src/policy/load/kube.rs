@@ -374,6 +374,17 @@ fn parse_single(
     }
 }
 
+/// A ChangeGate's access rule (module `change_gate`): read as a ClusterRole's rule is.
+pub(super) fn gate_access_rule(node: &Node, path: &str, p: &mut Problems) -> Option<PolicyRule> {
+    parse_rule(node, path, false, p)
+}
+
+/// A ChangeGate's subject (module `change_gate`): read as a ClusterRoleBinding's subject is,
+/// so that a ServiceAccount names its namespace.
+pub(super) fn gate_subject(node: &Node, path: &str, p: &mut Problems) -> Option<Subject> {
+    parse_subject(node, path, Kind::ClusterRoleBinding, false, p)
+}
+
 /// One RBAC rule, with seed 003's `deny` and `attributeRestrictions`.
 fn parse_rule(node: &Node, path: &str, namespaced: bool, p: &mut Problems) -> Option<PolicyRule> {
     let mut f = Fields::new(node, path, false, p)?;

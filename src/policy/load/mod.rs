@@ -53,6 +53,7 @@
 //! by default) are refused.
 
 mod abac;
+mod change_gate;
 mod field_policy;
 
 pub use field_policy::API_VERSION as FIELD_POLICY_API_VERSION;
@@ -399,6 +400,7 @@ impl<'a> Loader<'a> {
                     PolicyObject::Binding(b) => self.set.bindings.push(b.into()),
                     // Parsed into `cx.field_policies` (above), never into `cx.objects`.
                     PolicyObject::FieldPolicy(f) => self.set.field_policies.push(f),
+                    PolicyObject::ChangeGate(g) => self.set.gates.push(g),
                 }
             }
         }
@@ -559,6 +561,8 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
     }
     if kind == Some(crate::policy::model::FIELD_POLICY_KIND) {
         field_policy::parse(node, cx);
+    } else if kind == Some(crate::policy::model::CHANGE_GATE_KIND) {
+        change_gate::parse(node, cx);
     } else {
         kube::parse(node, cx);
     }

@@ -29,7 +29,7 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use crate::policy::model::{Source, FIELD_POLICY_GROUP, FIELD_POLICY_KIND};
+use crate::policy::model::{Source, CHANGE_GATE_KIND, FIELD_POLICY_GROUP, FIELD_POLICY_KIND};
 
 use super::node::{Node, Value};
 use super::rules::API_GROUP;
@@ -75,7 +75,7 @@ pub(super) fn classify(
         // The policy readers report a missing `kind` as they always have.
         return Class::Policy;
     };
-    let read_here = reads_kind(kind) || kind == FIELD_POLICY_KIND;
+    let read_here = reads_kind(kind) || kind == FIELD_POLICY_KIND || kind == CHANGE_GATE_KIND;
     let api_version = api_version.unwrap_or_default();
     if api_version.is_empty() {
         return if read_here || SEED003_KINDS.contains(&kind) {

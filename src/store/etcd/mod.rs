@@ -255,6 +255,7 @@ fn decode_all(kvs: &[rpc::KeyValue], options: &LoadOptions) -> (PolicySet, Vec<S
             Ok(PolicyObject::Role(role)) => policy.roles.push(role.into()),
             Ok(PolicyObject::Binding(binding)) => policy.bindings.push(binding.into()),
             Ok(PolicyObject::FieldPolicy(field_policy)) => policy.field_policies.push(field_policy),
+            Ok(PolicyObject::ChangeGate(gate)) => policy.gates.push(gate),
             Err(error) => errors.push(error),
         }
     }
