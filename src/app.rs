@@ -292,6 +292,14 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
     let delta =
         crate::engine::delta::access_delta(&old_policy, &new_policy, &old_engine, &new_engine)
             .map_err(AppError::Delta)?;
+    // The old policy's ChangeGates judge the change as a server holding it would.
+    let gate = crate::engine::gate::check(
+        &old_policy.gates,
+        &old_policy,
+        &new_policy,
+        &old_engine,
+        &new_engine,
+    );
     let written = match settings.output {
         crate::config::DiffOutput::Text => text::delta(&delta, settings.witness),
         crate::config::DiffOutput::Json => {
@@ -318,6 +326,9 @@ fn run_diff(settings: &crate::config::DiffSettings) -> Result<Outcome> {
                 }
             }
         }
+    }
+    if let Err(refusal) = gate {
+        fired.push(refusal.to_string());
     }
     report_and_gate(&written, &fired)
 }
@@ -378,11 +389,15 @@ fn run_tests(settings: &TestSettings) -> Result<Outcome> {
 
     use crate::policy_test::report;
 
+    let gate = gate_against(settings)?;
     let outcomes = crate::policy_test::run::run_files(settings, compile_engine);
     let written = match settings.output {
         TestOutput::Text => report::text(&outcomes),
         TestOutput::Junit => report::junit(&outcomes),
     };
+    if let Some(Err(refusal)) = &gate {
+        eprintln!("authzd: {refusal}");
+    }
     let mut stdout = std::io::stdout().lock();
     stdout
         .write_all(written.as_bytes())
@@ -401,11 +416,44 @@ fn run_tests(settings: &TestSettings) -> Result<Outcome> {
             problems,
         });
     }
-    Ok(if totals.failed > 0 {
+    Ok(if totals.failed > 0 || matches!(gate, Some(Err(_))) {
         Outcome::TestsFailed
     } else {
         Outcome::Success
     })
+}
+
+/// `authzd test --gate-against OLD --policy NEW`: the change from OLD to NEW checked against
+/// OLD's ChangeGates on engines of the chain the tests use (`None` without the flag). Either
+/// policy failing to load is exit 2.
+fn gate_against(
+    settings: &TestSettings,
+) -> Result<Option<Result<(), crate::engine::gate::GateError>>> {
+    if settings.gate_against.is_empty() {
+        return Ok(None);
+    }
+    let old = load_paths(&settings.gate_against, &settings.load).map_err(AppError::Policy)?;
+    let new = load_paths(&settings.policy, &settings.load).map_err(AppError::Policy)?;
+    // The chain `authzd test` defaults to when neither flag nor file names one.
+    let config = crate::engine::EngineConfig {
+        modes: settings
+            .modes
+            .clone()
+            .unwrap_or_else(|| crate::engine::EngineConfig::default().modes),
+        super_users: settings.super_users.clone().unwrap_or_default(),
+        super_groups: settings
+            .super_groups
+            .clone()
+            .unwrap_or_else(|| vec![crate::config::DEFAULT_SUPER_GROUP.to_string()]),
+    };
+    let (old_engine, new_engine) = (Engine::new(&old, config.clone()), Engine::new(&new, config));
+    Ok(Some(crate::engine::gate::check(
+        &old.gates,
+        &old,
+        &new,
+        &old_engine,
+        &new_engine,
+    )))
 }
 
 fn lint(settings: &PolicySettings) -> Outcome {

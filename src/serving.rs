@@ -557,6 +557,19 @@ impl Publisher for ServingState {
             self.subscribers.acknowledge(revision).await;
         })
     }
+
+    /// `before`'s ChangeGates against the change, on engines compiled with this server's
+    /// chain (the one that answers requests, so the gate judges the answers it would give).
+    /// Nothing is compiled while no gate is in force.
+    fn gate(&self, before: &PolicySet, after: &PolicySet) -> Result<(), String> {
+        if before.gates.is_empty() {
+            return Ok(());
+        }
+        let old = Engine::new(before, self.engine_config.clone());
+        let new = Engine::new(after, self.engine_config.clone());
+        crate::engine::gate::check(&before.gates, before, after, &old, &new)
+            .map_err(|refusal| refusal.to_string())
+    }
 }
 
 #[cfg(test)]

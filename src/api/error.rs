@@ -170,7 +170,9 @@ impl ApiError {
             ApiError::Store(error) => match error {
                 StoreError::Invalid(_) | StoreError::TooLarge(_) => Code::InvalidArgument,
                 StoreError::NotFound(_) => Code::NotFound,
-                StoreError::ReadOnly | StoreError::Compacted { .. } => Code::FailedPrecondition,
+                StoreError::ReadOnly
+                | StoreError::Compacted { .. }
+                | StoreError::GateRefused(_) => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
                 StoreError::Io { .. } | StoreError::Unavailable(_) => Code::Unavailable,
                 StoreError::Aborted(_) => Code::Aborted,
@@ -284,15 +286,23 @@ pub enum ErrorReason {
     WriteTooLarge,
     /// A request larger than the server reads: send less at once.
     RequestTooLarge,
+    /// A policy write whose effect on access breaks a ChangeGate rule: the message names
+    /// the rule and a request it would change (docs/policy.md §7).
+    ChangeGateRefused,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 2] = [ErrorReason::WriteTooLarge, ErrorReason::RequestTooLarge];
+    const ALL: [ErrorReason; 3] = [
+        ErrorReason::WriteTooLarge,
+        ErrorReason::RequestTooLarge,
+        ErrorReason::ChangeGateRefused,
+    ];
 
     pub const fn as_str(self) -> &'static str {
         match self {
             ErrorReason::WriteTooLarge => "WRITE_TOO_LARGE",
             ErrorReason::RequestTooLarge => "REQUEST_TOO_LARGE",
+            ErrorReason::ChangeGateRefused => "CHANGE_GATE_REFUSED",
         }
     }
 
@@ -325,6 +335,7 @@ impl ApiError {
     pub fn reason(&self) -> Option<ErrorReason> {
         match self {
             ApiError::Store(StoreError::TooLarge(_)) => Some(ErrorReason::WriteTooLarge),
+            ApiError::Store(StoreError::GateRefused(_)) => Some(ErrorReason::ChangeGateRefused),
             ApiError::TooLarge => Some(ErrorReason::RequestTooLarge),
             _ => None,
         }

@@ -105,6 +105,12 @@ pub struct TestArgs {
     #[arg(long = "policy", value_name = "PATH")]
     pub policy: Vec<PathBuf>,
 
+    /// The policy in force (file or directory, repeatable): the change from it to `--policy`
+    /// is checked against its ChangeGates, as a server would check the write (docs/policy.md
+    /// §7); a broken rule fails the run. Needs `--policy`.
+    #[arg(long = "gate-against", value_name = "PATH", requires = "policy")]
+    pub gate_against: Vec<PathBuf>,
+
     /// Seed 003's master namespace: its roles and bindings are cluster-wide.
     #[arg(long, value_name = "NS", default_value = "master")]
     pub master_namespace: String,
@@ -150,6 +156,9 @@ pub struct TestSettings {
     pub files: Vec<PathBuf>,
     /// `--policy`: replaces every file's `policy` list (empty: not given).
     pub policy: Vec<PathBuf>,
+    /// `--gate-against`: the policy in force whose ChangeGates `--policy` is checked against
+    /// (empty: not given).
+    pub gate_against: Vec<PathBuf>,
     pub load: LoadOptions,
     /// `--authorization-mode`, when given.
     pub modes: Option<Vec<Mode>>,
@@ -178,6 +187,7 @@ impl TestArgs {
         Ok(TestSettings {
             files: self.files,
             policy: self.policy,
+            gate_against: self.gate_against,
             load: LoadOptions {
                 master_namespace: self.master_namespace,
                 max_file_bytes: self.max_policy_file_bytes,

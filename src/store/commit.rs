@@ -25,9 +25,10 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
 
+use super::edit::{apply_change, AppliedChange, SharedObject};
 use super::{
-    changed_objects, existing_object, ChangeCause, Commit, CommitError, ObjectRef, PolicyObject,
-    PolicySet, Result, Store, StoreError, WriteGuard,
+    changed_objects, existing_object, ChangeCause, Commit, CommitError, ObjectKind, ObjectRef,
+    PolicyObject, PolicySet, Result, Store, StoreError, WriteGuard,
 };
 
 /// Conflicts with writers on other replicas a write meets before `ABORTED`.
@@ -113,6 +114,67 @@ pub(super) fn check(policy: &PolicySet, write: &QueuedWrite) -> Result<Changes> 
                 deletes: vec![object.clone()],
             })
         }
+    }
+}
+
+impl Changes {
+    fn touch_gates(&self) -> bool {
+        self.upserts
+            .iter()
+            .any(|o| matches!(o, PolicyObject::ChangeGate(_)))
+            || self
+                .deletes
+                .iter()
+                .any(|r| r.kind == ObjectKind::ChangeGate)
+    }
+
+    /// The policy these changes make of `policy`.
+    fn applied_to(&self, policy: &PolicySet) -> PolicySet {
+        let mut after = policy.clone();
+        let change: AppliedChange = self
+            .upserts
+            .iter()
+            .map(|o| (ObjectRef::of(o), Some(SharedObject::from(o.clone()))))
+            .chain(self.deletes.iter().map(|r| (r.clone(), None)))
+            .collect();
+        apply_change(&mut after, &change);
+        after
+    }
+}
+
+/// The writes of one commit gated in turn (issue 33): each is checked against the
+/// ChangeGates of the policy the writes before it leave, by what it does to that policy,
+/// so that two writes that each keep a protected grant cannot together remove it. The
+/// policies in between are only made while a gate is in force or being written.
+struct GatedInTurn<'a> {
+    committed: &'a PolicySet,
+    /// The policy the writes admitted so far leave, once one of them had to be gated.
+    running: Option<PolicySet>,
+}
+
+impl<'a> GatedInTurn<'a> {
+    fn new(committed: &'a PolicySet) -> Self {
+        GatedInTurn {
+            committed,
+            running: None,
+        }
+    }
+
+    /// Admits `changes` when they break no gate in force, or names the rule they break.
+    fn admit(&mut self, store: &Store, changes: &Changes) -> Result<()> {
+        let before = self.running.as_ref().unwrap_or(self.committed);
+        if before.gates.is_empty() && !changes.touch_gates() && self.running.is_none() {
+            return Ok(());
+        }
+        let after = changes.applied_to(before);
+        if !before.gates.is_empty() {
+            store
+                .publisher
+                .gate(before, &after)
+                .map_err(StoreError::GateRefused)?;
+        }
+        self.running = Some(after);
+        Ok(())
     }
 }
 
@@ -209,8 +271,12 @@ impl Store {
             let policy = self.policy.load_full();
             let mut writes = Vec::new();
             let (mut upserts, mut deletes) = (Vec::new(), Vec::new());
+            let mut gated = GatedInTurn::new(&policy);
             for write in batch {
-                match check(&policy, &write) {
+                match check(&policy, &write).and_then(|changes| {
+                    gated.admit(self, &changes)?;
+                    Ok(changes)
+                }) {
                     Err(refused) => write.answer(Err(refused)),
                     Ok(changes) if changes.upserts.is_empty() && changes.deletes.is_empty() => {
                         write.answer(Ok(writer.revision));

@@ -135,6 +135,13 @@ impl Backend for DirectoryBackend {
         if *store.policy() == policy {
             return Ok(None);
         }
+        store.gate_reload(&policy).map_err(|refusal| {
+            LoadErrors(vec![LoadError {
+                file: "policy store".to_string(),
+                line: 0,
+                message: format!("the policy read again is rejected: {refusal}"),
+            }])
+        })?;
         *head += 1;
         store.relisted(policy, *head).await;
         Ok(Some(*head))

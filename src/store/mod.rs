@@ -350,6 +350,9 @@ pub enum StoreError {
     /// The write is larger than one commit may be (etcd's transaction limits): split it.
     #[error("{0}")]
     TooLarge(String),
+    /// The write's effect on access breaks a ChangeGate rule (named, with a witness request).
+    #[error("{0}")]
+    GateRefused(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -460,6 +463,15 @@ pub trait Publisher: Send + Sync {
     fn settled(&self, revision: u64) -> std::pin::Pin<Box<dyn Future<Output = ()> + Send + '_>> {
         let _ = revision;
         Box::pin(std::future::ready(()))
+    }
+
+    /// Whether the change from `before` to `after` may be made: `Err` names the ChangeGate
+    /// rule of `before` it breaks and a request it would change (issue 33). Asked of every
+    /// write before it is committed, of every dry run and of every reload, under the writer
+    /// lock. Every change may be made by default (a publisher that answers no requests).
+    fn gate(&self, before: &PolicySet, after: &PolicySet) -> std::result::Result<(), String> {
+        let _ = (before, after);
+        Ok(())
     }
 }
 
@@ -726,6 +738,12 @@ impl Store {
         writer.referrers = Some(referrers);
     }
 
+    /// The ChangeGates of the policy in force checked against a whole policy read again (the
+    /// directory's reload): `Err` names the rule it breaks, and the reload is rejected.
+    pub fn gate_reload(&self, policy: &PolicySet) -> std::result::Result<(), String> {
+        self.publisher.gate(&self.policy.load_full(), policy)
+    }
+
     /// Waits until the policy published is at least `revision`.
     async fn applied(&self, revision: u64) -> Result<()> {
         let mut revisions = self.revision_tx.subscribe();
@@ -879,6 +897,9 @@ impl Store {
             .map(|o| (ObjectRef::of(o), Some(SharedObject::from(o.clone()))))
             .collect();
         apply_change(&mut after, &change);
+        self.publisher
+            .gate(&before, &after)
+            .map_err(StoreError::GateRefused)?;
         Ok(Preview {
             revision: writer.revision,
             applied,
