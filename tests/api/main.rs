@@ -20,6 +20,7 @@
 mod support;
 
 mod caller_cache;
+mod change_gate;
 mod content;
 mod decision_records;
 mod durability;

@@ -13,6 +13,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod change_gate;
 mod operations;
 mod replicas;
 mod subscribers;

@@ -17,6 +17,7 @@
 pub mod ca;
 pub mod cases;
 pub mod etcd;
+pub mod gate_writes;
 pub mod generators;
 pub mod raw;
 pub mod server;
