@@ -287,7 +287,7 @@ pub enum ErrorReason {
     /// A request larger than the server reads: send less at once.
     RequestTooLarge,
     /// A policy write whose effect on access breaks a ChangeGate rule: the message names
-    /// the rule and a request it would change (docs/policy.md §7).
+    /// the rule and a request it would change (docs/policy.md §8).
     ChangeGateRefused,
 }
 

@@ -1,4 +1,4 @@
-//! Conditional answers (docs/policy.md §7; KEP-5681's idea): a request without content, asked
+//! Conditional answers (docs/policy.md §8; KEP-5681's idea): a request without content, asked
 //! with `conditions_mode = RETURN`, gets the rules its answer depends on instead of the fold,
 //! so that a caller without the object at hand can finish the answer later, against content,
 //! with no policy lookup.

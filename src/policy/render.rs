@@ -230,7 +230,7 @@ pub fn field_policy_to_value(policy: &FieldPolicy) -> Value {
     })
 }
 
-/// A ChangeGate as its `authzd.io/v1alpha1` manifest (docs/policy.md §7).
+/// A ChangeGate as its `authzd.io/v1alpha1` manifest (docs/policy.md §8).
 pub fn change_gate_to_value(gate: &ChangeGate) -> Value {
     let rules: Vec<Value> = gate
         .rules

@@ -1,4 +1,4 @@
-//! Conditional answers (docs/policy.md §7), as properties over random policies (the shared
+//! Conditional answers (docs/policy.md §8), as properties over random policies (the shared
 //! vocabulary of `tests/support/generators.rs`: RBAC with deny, negation, content clauses, CEL conditions
 //! and FieldPolicy-free diffs; ABAC; chains) and random requests and contents:
 //!
