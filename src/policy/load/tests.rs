@@ -1424,3 +1424,102 @@ fn field_policy_protected_paths_load_and_apply_to_writes_of_their_resources() {
         "{err}"
     );
 }
+
+const CHANGE_GATE: &str = r#"apiVersion: authzd.io/v1alpha1
+kind: ChangeGate
+metadata: {name: guard-rails}
+spec:
+  rules:
+  - name: admins-keep-everything
+    type: NeverRemove
+    subjects: [{kind: Group, name: platform-admins}, {kind: ServiceAccount, namespace: vault, name: vault}]
+    access: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+  - name: secrets
+    type: NeverGrantOutside
+    subjects: [{kind: User, name: breakglass}]
+    namespaces: ["", vault]
+    access:
+    - {apiGroups: [""], resources: [secrets], verbs: [get]}
+    - {nonResourceURLs: ["/debug/*"], verbs: [get]}
+"#;
+
+/// A ChangeGate is read with every field: rule types, subjects as bindings name them, the
+/// namespaces (all by default) and the access rules.
+#[test]
+fn change_gates_are_read_with_every_field() {
+    use crate::policy::model::GateRuleKind;
+    let set = load(&[("gate.yaml", CHANGE_GATE)]);
+    assert_eq!(set.gates.len(), 1);
+    let gate = &set.gates[0];
+    assert_eq!(gate.name, "guard-rails");
+    assert_eq!(gate.source.line, 1);
+    let [keep, secrets] = &gate.rules[..] else {
+        panic!("two rules: {:?}", gate.rules)
+    };
+    assert_eq!(keep.kind, GateRuleKind::NeverRemove);
+    assert_eq!(keep.namespaces, strs(&["*"]));
+    assert_eq!(keep.subjects[0], group("platform-admins"));
+    assert_eq!(
+        keep.subjects[1].user_name(""),
+        Some("system:serviceaccount:vault:vault".into())
+    );
+    assert_eq!(secrets.kind, GateRuleKind::NeverGrantOutside);
+    assert_eq!(secrets.namespaces, strs(&["", "vault"]));
+    assert_eq!(secrets.access.len(), 2);
+    assert_eq!(secrets.access[1].non_resource_urls, strs(&["/debug/*"]));
+}
+
+/// What a gate cannot mean is refused with its line: an unknown type, a deny or a content
+/// clause in `access`, a rule without access, a NeverRemove protecting nobody, two rules of
+/// one name, a ServiceAccount without its namespace.
+#[test]
+fn change_gates_that_mean_nothing_are_refused() {
+    let cases = [
+        ("type: NeverRemove", "type: NeverRemoved", "`spec.rules[0].type` must be"),
+        (
+            "access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]",
+            "access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"], deny: true}]",
+            "`spec.rules[0].access[0].deny`",
+        ),
+        (
+            "access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]",
+            "access: []",
+            "`spec.rules[0].access` must hold at least one rule",
+        ),
+        (
+            "subjects: [{kind: Group, name: platform-admins}, {kind: ServiceAccount, namespace: vault, name: vault}]",
+            "subjects: []",
+            "`spec.rules[0].subjects` must name at least one subject",
+        ),
+        ("name: secrets", "name: admins-keep-everything", "names an earlier rule"),
+        (
+            "{kind: ServiceAccount, namespace: vault, name: vault}",
+            "{kind: ServiceAccount, name: vault}",
+            "needs a `namespace`",
+        ),
+    ];
+    for (from, to, expected) in cases {
+        let text = CHANGE_GATE.replacen(from, to, 1);
+        assert_ne!(text, CHANGE_GATE, "{from}");
+        let found = errors(&[("gate.yaml", &text)]);
+        assert!(
+            found
+                .iter()
+                .any(|e| e.contains(expected) && e.starts_with("gate.yaml:")),
+            "{expected}: {found:?}"
+        );
+    }
+}
+
+/// A ChangeGate renders to a manifest that loads back to itself (the store writes it so).
+#[test]
+fn change_gates_round_trip() {
+    let set = load(&[("gate.yaml", CHANGE_GATE)]);
+    let text = crate::policy::render::policy_to_multi_yaml(&set);
+    let back = load(&[("back.yaml", &text)]);
+    let strip = |g: &crate::policy::model::ChangeGate| crate::policy::model::ChangeGate {
+        source: Default::default(),
+        ..g.clone()
+    };
+    assert_eq!(strip(&back.gates[0]), strip(&set.gates[0]));
+}
