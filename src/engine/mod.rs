@@ -12,6 +12,7 @@ pub mod content;
 pub mod delta;
 pub mod escalation;
 pub mod explain;
+pub mod gate;
 pub mod indexed;
 pub mod reference;
 pub mod rules;
