@@ -251,7 +251,7 @@ impl Delta {
 }
 
 /// The fresh value of a dimension: one the policies never name.
-fn fresh(named: &BTreeSet<String>, base: &str) -> String {
+pub(super) fn fresh(named: &BTreeSet<String>, base: &str) -> String {
     let mut value = base.to_string();
     while named.contains(&value) {
         value.push('~');
@@ -260,7 +260,7 @@ fn fresh(named: &BTreeSet<String>, base: &str) -> String {
 }
 
 /// Every value the two policies name, per dimension, and the fresh values.
-struct Atoms {
+pub(super) struct Atoms {
     verbs: Vec<String>,
     groups: Vec<String>,
     resources: Vec<String>,
@@ -278,7 +278,10 @@ struct Atoms {
 }
 
 impl Atoms {
-    fn of(policies: [&PolicySet; 2]) -> Self {
+    /// The atoms of `policies`, and of `extra` rules that decide nothing but must each see
+    /// every cell wholly inside or wholly outside their patterns (a ChangeGate's access:
+    /// [`crate::engine::gate`]).
+    pub(super) fn of(policies: [&PolicySet; 2], extra: &[&PolicyRule]) -> Self {
         // Borrowed and hashed while scanning (every rule of both policies), owned and sorted
         // once at the end.
         type Seen<'p> = rustc_hash::FxHashSet<&'p str>;
@@ -289,6 +292,7 @@ impl Atoms {
             .iter()
             .flat_map(|p| p.roles.iter())
             .flat_map(|r| &r.rules)
+            .chain(extra.iter().copied())
         {
             for verb in &rule.verbs {
                 let verb = verb.strip_prefix('-').unwrap_or(verb);
@@ -409,13 +413,13 @@ fn with(mut set: BTreeSet<String>, fresh: &str) -> Vec<String> {
 
 /// A cell's action, without its namespace.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Cell {
+pub(super) enum Cell {
     Resource([String; 5]),
     NonResource([String; 2]),
 }
 
 impl Cell {
-    fn action(&self, namespace: &str) -> Action {
+    pub(super) fn action(&self, namespace: &str) -> Action {
         match self {
             Cell::Resource([verb, group, resource, subresource, name]) => {
                 Action::Resource(ResourceAttributes {
@@ -513,7 +517,7 @@ fn cells_of(rule: &PolicyRule, atoms: &Atoms, out: &mut BTreeSet<Cell>) {
 
 /// A request's subject as the delta names it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-enum Who {
+pub(super) enum Who {
     User(String),
     Group(String),
 }
@@ -711,9 +715,9 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
 
 /// How the chain decides a subject alone: the decision, and the authorizer and tier of the
 /// rule that decides it.
-type AloneKind = (u8, String);
+pub(super) type AloneKind = (u8, String);
 
-fn kind_of(response: &Response) -> AloneKind {
+pub(super) fn kind_of(response: &Response) -> AloneKind {
     let by = match response.decision {
         Decision::Allow => response.allowed_by.first(),
         Decision::Deny => response.denied_by.first(),
@@ -731,7 +735,7 @@ fn kind_of(response: &Response) -> AloneKind {
     (decision, tier)
 }
 
-fn request_of(user: Option<&str>, groups: &[&str], action: &Action) -> Request {
+pub(super) fn request_of(user: Option<&str>, groups: &[&str], action: &Action) -> Request {
     Request {
         user: UserInfo {
             name: user
@@ -761,9 +765,9 @@ impl Outcome {
 
 /// An ABAC line naming both a user and a group matches only the two together, which no single
 /// partner stands for: its (user, group) joins each changed subject's candidates as is.
-type Conjunction = (String, String);
+pub(super) type Conjunction = (String, String);
 
-fn conjunctions(policies: [&PolicySet; 2]) -> Vec<Conjunction> {
+pub(super) fn conjunctions(policies: [&PolicySet; 2]) -> Vec<Conjunction> {
     let mut out: Vec<Conjunction> = policies
         .iter()
         .flat_map(|p| &p.abac)
@@ -893,70 +897,13 @@ pub fn access_delta(
     if crate::policy::impact::protected_paths_changed(old, new) {
         return Err(DeltaError::ProtectedPathsChanged);
     }
-    let atoms = Atoms::of([old, new]);
+    let atoms = Atoms::of([old, new], &[]);
     let conjunctions = conjunctions([old, new]);
-    let regions = regions(old, new);
-    // Namespaces where a cluster-wide change may show differently from elsewhere: every
-    // namespace a RoleBinding or an ABAC line names, since a subject bound there (alone, or
-    // as the partner of a changed subject in one request) may be decided there by it.
-    let mut named_namespaces = BTreeSet::new();
-    if regions.iter().any(|r| r.namespace.is_none()) {
-        for policy in [old, new] {
-            for binding in &policy.bindings {
-                if binding.kind == BindingKind::RoleBinding {
-                    named_namespaces.insert(binding.namespace.clone());
-                }
-            }
-            for line in &policy.abac {
-                if line.namespace != "*" {
-                    named_namespaces.insert(line.namespace.clone());
-                }
-            }
-        }
-    }
-    let fresh_namespace = fresh(&named_namespaces, "x-other-namespace");
-    // Per cell and namespace: the changed subjects there.
-    let mut work: BTreeMap<Cell, BTreeMap<String, BTreeSet<Who>>> = BTreeMap::new();
-    // Per cell reached by a ClusterRoleBinding region: its changed subjects, which change
-    // answers in every namespace.
-    let mut everywhere_cells: BTreeMap<Cell, BTreeSet<Who>> = BTreeMap::new();
-    for region in &regions {
-        let mut cells = BTreeSet::new();
-        for rule in &region.rules {
-            cells_of(rule, &atoms, &mut cells);
-        }
-        let namespaces: Vec<String> = match &region.namespace {
-            Some(ns) => vec![ns.clone()],
-            None => {
-                let mut all: Vec<String> = named_namespaces.iter().cloned().collect();
-                all.push(String::new());
-                all.push(fresh_namespace.clone());
-                all
-            }
-        };
-        for cell in cells {
-            if region.namespace.is_none() {
-                everywhere_cells
-                    .entry(cell.clone())
-                    .or_default()
-                    .extend(region.subjects.iter().cloned());
-            }
-            let per_namespace = work.entry(cell).or_default();
-            for ns in &namespaces {
-                per_namespace
-                    .entry(ns.clone())
-                    .or_default()
-                    .extend(region.subjects.iter().cloned());
-            }
-        }
-    }
-    for (cell, subjects) in &everywhere_cells {
-        if let Some(per_namespace) = work.get_mut(cell) {
-            for changed in per_namespace.values_mut() {
-                changed.extend(subjects.iter().cloned());
-            }
-        }
-    }
+    let ChangedCells {
+        cells: work,
+        everywhere: everywhere_cells,
+        fresh_namespace,
+    } = changed_cells(old, new, &atoms, &BTreeSet::new());
     let mut results: Vec<(Scope, Cell, Outcome)> = Vec::new();
     for (cell, per_namespace) in &work {
         if let Cell::NonResource(_) = cell {
@@ -1003,6 +950,100 @@ pub fn access_delta(
     Ok(Delta {
         rows: merge(results, &atoms),
     })
+}
+
+/// The requests a change can change the answer of, as cells: per cell (changed rules' atoms)
+/// and namespace it is asked in, the changed subjects there (steps 1 and 2 of the module
+/// doc).
+pub(super) struct ChangedCells {
+    /// Per cell and namespace: the changed subjects there (a ClusterRoleBinding's in every
+    /// namespace listed for the cell).
+    pub(super) cells: BTreeMap<Cell, BTreeMap<String, BTreeSet<Who>>>,
+    /// The cells a ClusterRoleBinding's change reaches, with its changed subjects: their
+    /// answers may change in every namespace, represented by the fresh one.
+    pub(super) everywhere: BTreeMap<Cell, BTreeSet<Who>>,
+    /// The namespace standing for every namespace no RoleBinding, ABAC line or
+    /// `extra_namespaces` entry names.
+    pub(super) fresh_namespace: String,
+}
+
+/// The [`ChangedCells`] of the change from `old` to `new` over `atoms`. A ClusterRoleBinding's
+/// change is asked also in each of `extra_namespaces` (a gate's namespaces), which then is
+/// not the fresh one's to stand for.
+pub(super) fn changed_cells(
+    old: &PolicySet,
+    new: &PolicySet,
+    atoms: &Atoms,
+    extra_namespaces: &BTreeSet<String>,
+) -> ChangedCells {
+    let regions = regions(old, new);
+    // Namespaces where a cluster-wide change may show differently from elsewhere: every
+    // namespace a RoleBinding or an ABAC line names, since a subject bound there (alone, or
+    // as the partner of a changed subject in one request) may be decided there by it.
+    let mut named_namespaces = BTreeSet::new();
+    if regions.iter().any(|r| r.namespace.is_none()) {
+        named_namespaces.extend(extra_namespaces.iter().cloned());
+        for policy in [old, new] {
+            for binding in &policy.bindings {
+                if binding.kind == BindingKind::RoleBinding {
+                    named_namespaces.insert(binding.namespace.clone());
+                }
+            }
+            for line in &policy.abac {
+                if line.namespace != "*" {
+                    named_namespaces.insert(line.namespace.clone());
+                }
+            }
+        }
+    }
+    let fresh_namespace = fresh(&named_namespaces, "x-other-namespace");
+    // Per cell and namespace: the changed subjects there.
+    let mut work: BTreeMap<Cell, BTreeMap<String, BTreeSet<Who>>> = BTreeMap::new();
+    // Per cell reached by a ClusterRoleBinding region: its changed subjects, which change
+    // answers in every namespace.
+    let mut everywhere_cells: BTreeMap<Cell, BTreeSet<Who>> = BTreeMap::new();
+    for region in &regions {
+        let mut cells = BTreeSet::new();
+        for rule in &region.rules {
+            cells_of(rule, atoms, &mut cells);
+        }
+        let namespaces: Vec<String> = match &region.namespace {
+            Some(ns) => vec![ns.clone()],
+            None => {
+                let mut all: Vec<String> = named_namespaces.iter().cloned().collect();
+                all.push(String::new());
+                all.push(fresh_namespace.clone());
+                all
+            }
+        };
+        for cell in cells {
+            if region.namespace.is_none() {
+                everywhere_cells
+                    .entry(cell.clone())
+                    .or_default()
+                    .extend(region.subjects.iter().cloned());
+            }
+            let per_namespace = work.entry(cell).or_default();
+            for ns in &namespaces {
+                per_namespace
+                    .entry(ns.clone())
+                    .or_default()
+                    .extend(region.subjects.iter().cloned());
+            }
+        }
+    }
+    for (cell, subjects) in &everywhere_cells {
+        if let Some(per_namespace) = work.get_mut(cell) {
+            for changed in per_namespace.values_mut() {
+                changed.extend(subjects.iter().cloned());
+            }
+        }
+    }
+    ChangedCells {
+        cells: work,
+        everywhere: everywhere_cells,
+        fresh_namespace,
+    }
 }
 
 /// Rows from cells: cells alike but for one dimension merge, to `*` when they cover the
