@@ -33,8 +33,8 @@ apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: policy-writer}
 rules:
-- {apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}
-- {apiGroups: [authzd.io], resources: [changegates], verbs: [\"-escalate\"]}
+- {apiGroups: [rbac.authorization.k8s.io], resources: [\"*\"], verbs: [\"*\"]}
+- {apiGroups: [authzd.io], resources: [changegates], verbs: [get, list, create, update, delete]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
@@ -540,6 +540,7 @@ async fn random_writes_are_refused_exactly_when_they_break_the_gate() {
             }
         }
     }
+    eprintln!("{refused} writes refused, {made} made");
     assert!(
         refused > 0 && made > 0,
         "both outcomes are exercised: {refused} refused, {made} made"

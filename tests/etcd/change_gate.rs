@@ -136,6 +136,7 @@ async fn random_writes_are_refused_exactly_when_they_break_the_gate() {
             }
         }
     }
+    eprintln!("{refused} writes refused, {made} made");
     assert!(
         refused > 0 && made > 0,
         "both outcomes are exercised: {refused} refused, {made} made"

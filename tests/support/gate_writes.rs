@@ -58,32 +58,32 @@ const NAMESPACES: [&str; 2] = ["team-a", "vault"];
 /// The gate rules a run draws from (each an item of `spec.rules`).
 const GATE_RULES: [&str; 5] = [
     "- name: admins-keep-everything
-    type: NeverRemove
-    subjects: [{kind: Group, name: platform-admins}]
-    access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]
+  type: NeverRemove
+  subjects: [{kind: Group, name: platform-admins}]
+  access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]
 ",
     "- name: breakglass-keeps-secrets
-    type: NeverRemove
-    subjects: [{kind: User, name: breakglass}]
-    namespaces: [\"\", vault]
-    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get]}]
+  type: NeverRemove
+  subjects: [{kind: User, name: breakglass}]
+  namespaces: [\"\", vault]
+  access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get]}]
 ",
     "- name: secrets-only-for-vault
-    type: NeverGrantOutside
-    subjects: [{kind: ServiceAccount, namespace: vault, name: vault}, {kind: Group, name: platform-admins}, {kind: User, name: breakglass}]
-    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}]
+  type: NeverGrantOutside
+  subjects: [{kind: ServiceAccount, namespace: vault, name: vault}, {kind: Group, name: platform-admins}, {kind: User, name: breakglass}]
+  access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}]
 ",
     "- name: logs-stay-with-admins
-    type: NeverGrantOutside
-    subjects: [{kind: Group, name: platform-admins}, {kind: User, name: breakglass}]
-    namespaces: [team-a]
-    access: [{apiGroups: [\"\"], resources: [pods/log], verbs: [get]}]
+  type: NeverGrantOutside
+  subjects: [{kind: Group, name: platform-admins}, {kind: User, name: breakglass}]
+  namespaces: [team-a]
+  access: [{apiGroups: [\"\"], resources: [pods/log], verbs: [get]}]
 ",
     "- name: vault-keeps-its-secrets
-    type: NeverRemove
-    subjects: [{kind: ServiceAccount, namespace: vault, name: vault}]
-    namespaces: [vault]
-    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [list]}]
+  type: NeverRemove
+  subjects: [{kind: ServiceAccount, namespace: vault, name: vault}]
+  namespaces: [vault]
+  access: [{apiGroups: [\"\"], resources: [secrets], verbs: [list]}]
 ",
 ];
 
@@ -110,7 +110,7 @@ pub fn gate(rng: &mut Rng) -> String {
     if rules.is_empty() {
         rules.push_str(GATE_RULES[rng.below(GATE_RULES.len())]);
     }
-    let indented: String = rules.lines().map(|l| format!("  {l}\n")).collect();
+    let indented: String = rules.lines().map(|l| format!("    {l}\n")).collect();
     format!(
         "apiVersion: authzd.io/v1alpha1\nkind: ChangeGate\nmetadata: {{name: guard-rails}}\nspec:\n  rules:\n{indented}"
     )
