@@ -88,7 +88,7 @@ pub struct Refusal {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum GateError {
     #[error("{0}")]
-    Broken(Refusal),
+    Broken(Box<Refusal>),
     /// The write's effect on access could not be computed: a gate fails closed.
     #[error("{0}")]
     Unchecked(String),
@@ -238,13 +238,13 @@ pub fn check(
                 GateRuleKind::NeverGrantOutside => cx.granted_outside(rule, &region),
             };
             if let Some((subject, witness)) = broken {
-                return Err(GateError::Broken(Refusal {
+                return Err(GateError::Broken(Box::new(Refusal {
                     gate: gate.name.clone(),
                     rule: rule.name.clone(),
                     kind: rule.kind,
                     witness,
                     subject,
-                }));
+                })));
             }
         }
     }
@@ -579,7 +579,7 @@ spec:
 
     fn refusal(result: Result<(), GateError>) -> Refusal {
         match result {
-            Err(GateError::Broken(refusal)) => refusal,
+            Err(GateError::Broken(refusal)) => *refusal,
             other => panic!("expected a refusal, got {other:?}"),
         }
     }
