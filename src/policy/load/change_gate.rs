@@ -42,35 +42,7 @@ pub(super) fn parse(node: &Node, cx: &mut Cx<'_>) {
 
 fn read(node: &Node, p: &mut Problems) -> Option<ChangeGate> {
     let mut f = Fields::new(node, "", false, p)?;
-    let api_version = f.string("apiVersion", p);
-    if api_version != super::FIELD_POLICY_API_VERSION {
-        p.push(
-            node.line,
-            format!(
-                "`apiVersion` must be `{}`, found `{api_version}`",
-                super::FIELD_POLICY_API_VERSION
-            ),
-        );
-    }
-    f.string("kind", p);
-    let mut name = String::new();
-    if let Some(metadata) = f.take("metadata", p) {
-        if let Some(mut m) = Fields::new(metadata, "metadata", false, p) {
-            name = m.string("name", p);
-            m.ignore(&[
-                "labels",
-                "annotations",
-                "uid",
-                "resourceVersion",
-                "creationTimestamp",
-            ]);
-            m.finish(p);
-        }
-    }
-    if name.is_empty() {
-        p.push(node.line, "missing `metadata.name`");
-    }
-    super::rules::check_name(&name, "metadata.name", node.line, p);
+    let name = super::field_policy::header(node, &mut f, p);
     let mut gate = ChangeGate {
         name,
         source: Source::default(),

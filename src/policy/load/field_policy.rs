@@ -39,8 +39,10 @@ pub(super) fn parse(node: &Node, cx: &mut Cx<'_>) {
     cx.report("FieldPolicy", p);
 }
 
-fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
-    let mut f = Fields::new(node, "", false, p)?;
+/// The `apiVersion`, `kind` and `metadata` of one of authzd's own kinds (`authzd.io/v1alpha1`:
+/// FieldPolicy, ChangeGate), read from `f`: the object's name, checked as a role's is (a path
+/// segment: a file name, an etcd key).
+pub(super) fn header(node: &Node, f: &mut Fields<'_>, p: &mut Problems) -> String {
     let api_version = f.string("apiVersion", p);
     if api_version != API_VERSION {
         p.push(
@@ -66,8 +68,13 @@ fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
     if name.is_empty() {
         p.push(node.line, "missing `metadata.name`");
     }
-    // As for roles: the name is a path segment (a file name, an etcd key).
     super::rules::check_name(&name, "metadata.name", node.line, p);
+    name
+}
+
+fn read(node: &Node, p: &mut Problems) -> Option<FieldPolicy> {
+    let mut f = Fields::new(node, "", false, p)?;
+    let name = header(node, &mut f, p);
     let mut policy = FieldPolicy {
         name,
         source: Source::default(),
