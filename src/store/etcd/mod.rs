@@ -636,6 +636,8 @@ mod tests {
         let options = LoadOptions::default();
         let field_policy = "apiVersion: authzd.io/v1alpha1\nkind: FieldPolicy\nmetadata: {name: fp}\nspec:\n  ignore: [\".status\"]\n  keyedLists: [{path: \".spec.containers\", keys: [name]}]\n  protected: [{path: \".data\", resources: [secrets]}]\n";
         let field_policies = parse_manifest("fp.yaml", field_policy, &options).unwrap();
+        let gate = "apiVersion: authzd.io/v1alpha1\nkind: ChangeGate\nmetadata: {name: g}\nspec:\n  rules:\n  - name: keep\n    type: NeverRemove\n    subjects: [{kind: ServiceAccount, namespace: ns, name: sa}]\n    namespaces: [\"\", ns]\n    access: [{apiGroups: [\"\"], resources: [\"*\", \"-secrets\"], verbs: [get]}, {nonResourceURLs: [\"/x/*\"], verbs: [\"*\"]}]\n";
+        let gates = parse_manifest("gate.yaml", gate, &options).unwrap();
         let objects = policy
             .roles
             .iter()
@@ -648,7 +650,8 @@ mod tests {
                     .cloned()
                     .map(|binding| PolicyObject::Binding(Arc::unwrap_or_clone(binding))),
             )
-            .chain(field_policies);
+            .chain(field_policies)
+            .chain(gates);
         let mut kinds = std::collections::BTreeSet::new();
         for object in objects {
             let reference = ObjectRef::of(&object);
