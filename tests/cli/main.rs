@@ -17,6 +17,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod change_gate;
 mod client;
 mod commands;
 mod diff;
