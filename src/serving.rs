@@ -285,15 +285,35 @@ impl ServingState {
 
     /// The engine of the policy a preview was checked at, and the one its write would make.
     fn preview_engines(&self, preview: &crate::store::Preview) -> (Arc<Engine>, Arc<Engine>) {
-        let before = match self.snapshot() {
-            Some(snapshot) if snapshot.revision == preview.revision => Arc::clone(&snapshot.engine),
-            _ => Arc::new(Engine::new(&preview.before, self.engine_config.clone())),
+        self.engines_for(
+            &preview.before,
+            Some(preview.revision),
+            &preview.after,
+            Some(&preview.changed),
+        )
+    }
+
+    /// The engines of `before` and of `after`: the one in force when `before` is the policy
+    /// published at `revision`, and `after`'s as an incremental update of it when the changed
+    /// objects are known; either compiled in full otherwise.
+    fn engines_for(
+        &self,
+        before: &PolicySet,
+        revision: Option<u64>,
+        after: &PolicySet,
+        changed: Option<&[crate::policy::delta::ChangedObject]>,
+    ) -> (Arc<Engine>, Arc<Engine>) {
+        let old = match self.snapshot() {
+            Some(snapshot) if Some(snapshot.revision) == revision => Arc::clone(&snapshot.engine),
+            _ => Arc::new(Engine::new(before, self.engine_config.clone())),
         };
-        let changes = PolicyDelta::for_changes_in_canonical(&preview.after, &preview.changed);
-        let after = before
-            .update(&changes)
-            .unwrap_or_else(|_| Engine::new(&preview.after, self.engine_config.clone()));
-        (before, Arc::new(after))
+        let new = changed
+            .and_then(|changed| {
+                old.update(&PolicyDelta::for_changes_in_canonical(after, changed))
+                    .ok()
+            })
+            .unwrap_or_else(|| Engine::new(after, self.engine_config.clone()));
+        (old, Arc::new(new))
     }
 
     /// The chain delegates to these webhooks from now on.
@@ -558,17 +578,25 @@ impl Publisher for ServingState {
         })
     }
 
-    /// `before`'s ChangeGates against the change, on engines compiled with this server's
-    /// chain (the one that answers requests, so the gate judges the answers it would give).
-    /// Nothing is compiled while no gate is in force.
-    fn gate(&self, before: &PolicySet, after: &PolicySet) -> Result<(), String> {
-        if before.gates.is_empty() {
+    /// The ChangeGates of the policy before the change, on engines of this server's chain
+    /// (the one that answers requests, so the gate judges the answers it would give): the
+    /// engine in force and an incremental update of it when the change is a write to the
+    /// policy in force, as a real apply builds them. Nothing is built while no gate is in
+    /// force.
+    fn gate(&self, change: &crate::store::ProposedChange<'_>) -> Result<(), String> {
+        if change.before.gates.is_empty() {
             return Ok(());
         }
-        let old = Engine::new(before, self.engine_config.clone());
-        let new = Engine::new(after, self.engine_config.clone());
-        crate::engine::gate::check(&before.gates, before, after, &old, &new)
-            .map_err(|refusal| refusal.to_string())
+        let (old, new) =
+            self.engines_for(change.before, change.revision, change.after, change.changed);
+        crate::engine::gate::check(
+            &change.before.gates,
+            change.before,
+            change.after,
+            &old,
+            &new,
+        )
+        .map_err(|refusal| refusal.to_string())
     }
 }
 

@@ -1,4 +1,4 @@
-//! ChangeGates (docs/policy.md §7): whether a policy write breaks a rule of a gate in force,
+//! ChangeGates (docs/policy.md §8): whether a policy write breaks a rule of a gate in force,
 //! decided exactly, by the access delta's own method ([`crate::engine::delta`]) rather than by
 //! enumerating requests.
 //!

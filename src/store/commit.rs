@@ -27,8 +27,8 @@ use tokio::sync::oneshot;
 
 use super::edit::{apply_change, AppliedChange, SharedObject};
 use super::{
-    changed_objects, existing_object, ChangeCause, Commit, CommitError, ObjectKind, ObjectRef,
-    PolicyObject, PolicySet, Result, Store, StoreError, WriteGuard,
+    changed_object, changed_objects, existing_object, ChangeCause, Commit, CommitError, ObjectKind,
+    ObjectRef, PolicyObject, PolicySet, ProposedChange, Result, Store, StoreError, WriteGuard,
 };
 
 /// Conflicts with writers on other replicas a write meets before `ABORTED`.
@@ -128,6 +128,16 @@ impl Changes {
                 .any(|r| r.kind == ObjectKind::ChangeGate)
     }
 
+    /// The objects changed, as the index names them.
+    fn changed(&self) -> Vec<crate::policy::delta::ChangedObject> {
+        self.upserts
+            .iter()
+            .map(ObjectRef::of)
+            .chain(self.deletes.iter().cloned())
+            .map(|r| changed_object(&r))
+            .collect()
+    }
+
     /// The policy these changes make of `policy`.
     fn applied_to(&self, policy: &PolicySet) -> PolicySet {
         let mut after = policy.clone();
@@ -148,14 +158,17 @@ impl Changes {
 /// policies in between are only made while a gate is in force or being written.
 struct GatedInTurn<'a> {
     committed: &'a PolicySet,
+    /// The revision `committed` is in force at.
+    revision: u64,
     /// The policy the writes admitted so far leave, once one of them had to be gated.
     running: Option<PolicySet>,
 }
 
 impl<'a> GatedInTurn<'a> {
-    fn new(committed: &'a PolicySet) -> Self {
+    fn new(committed: &'a PolicySet, revision: u64) -> Self {
         GatedInTurn {
             committed,
+            revision,
             running: None,
         }
     }
@@ -170,7 +183,15 @@ impl<'a> GatedInTurn<'a> {
         if !before.gates.is_empty() {
             store
                 .publisher
-                .gate(before, &after)
+                .gate(&ProposedChange {
+                    before,
+                    // The policy in force is the one the engine serving requests was built
+                    // from: the gate reuses it. Later writes of a commit meet a policy only
+                    // this check sees.
+                    revision: self.running.is_none().then_some(self.revision),
+                    after: &after,
+                    changed: Some(&changes.changed()),
+                })
                 .map_err(StoreError::GateRefused)?;
         }
         self.running = Some(after);
@@ -271,7 +292,7 @@ impl Store {
             let policy = self.policy.load_full();
             let mut writes = Vec::new();
             let (mut upserts, mut deletes) = (Vec::new(), Vec::new());
-            let mut gated = GatedInTurn::new(&policy);
+            let mut gated = GatedInTurn::new(&policy, writer.revision);
             for write in batch {
                 match check(&policy, &write).and_then(|changes| {
                     gated.admit(self, &changes)?;

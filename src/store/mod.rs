@@ -465,14 +465,27 @@ pub trait Publisher: Send + Sync {
         Box::pin(std::future::ready(()))
     }
 
-    /// Whether the change from `before` to `after` may be made: `Err` names the ChangeGate
-    /// rule of `before` it breaks and a request it would change (issue 33). Asked of every
-    /// write before it is committed, of every dry run and of every reload, under the writer
-    /// lock. Every change may be made by default (a publisher that answers no requests).
-    fn gate(&self, before: &PolicySet, after: &PolicySet) -> std::result::Result<(), String> {
-        let _ = (before, after);
+    /// Whether `change` may be made: `Err` names the ChangeGate rule of the policy before it
+    /// that the change breaks, and a request it would change (issue 33). Asked of every write
+    /// before it is committed, of every dry run and of every reload. Every change may be made
+    /// by default (a publisher that answers no requests).
+    fn gate(&self, change: &ProposedChange<'_>) -> std::result::Result<(), String> {
+        let _ = change;
         Ok(())
     }
+}
+
+/// A change the store may make, for [`Publisher::gate`]: the policy before and after, and
+/// what lets the publisher reuse the engine it serves from rather than compile both.
+pub struct ProposedChange<'a> {
+    pub before: &'a PolicySet,
+    /// The revision `before` was published at, when it is the policy in force (checked under
+    /// the writer lock); `None` for a policy only this check sees.
+    pub revision: Option<u64>,
+    pub after: &'a PolicySet,
+    /// The objects the change creates, replaces or deletes, when known (`None`: a reload,
+    /// where the whole policy may have changed).
+    pub changed: Option<&'a [ChangedObject]>,
 }
 
 /// What made the store publish: a write (apply or delete through the API) or a reload of the
@@ -741,7 +754,13 @@ impl Store {
     /// The ChangeGates of the policy in force checked against a whole policy read again (the
     /// directory's reload): `Err` names the rule it breaks, and the reload is rejected.
     pub fn gate_reload(&self, policy: &PolicySet) -> std::result::Result<(), String> {
-        self.publisher.gate(&self.policy.load_full(), policy)
+        self.publisher.gate(&ProposedChange {
+            before: &self.policy.load_full(),
+            // Read outside the writer lock: the revision may not be the policy's.
+            revision: None,
+            after: policy,
+            changed: None,
+        })
     }
 
     /// Waits until the policy published is at least `revision`.
@@ -897,16 +916,22 @@ impl Store {
             .map(|o| (ObjectRef::of(o), Some(SharedObject::from(o.clone()))))
             .collect();
         apply_change(&mut after, &change);
+        let changed: Vec<ChangedObject> = changed
+            .iter()
+            .map(|o| changed_object(&ObjectRef::of(o)))
+            .collect();
         self.publisher
-            .gate(&before, &after)
+            .gate(&ProposedChange {
+                before: &before,
+                revision: Some(writer.revision),
+                after: &after,
+                changed: Some(&changed),
+            })
             .map_err(StoreError::GateRefused)?;
         Ok(Preview {
             revision: writer.revision,
             applied,
-            changed: changed
-                .iter()
-                .map(|o| changed_object(&ObjectRef::of(o)))
-                .collect(),
+            changed,
             before,
             after,
         })
