@@ -8,12 +8,17 @@
 //!   verb on `*` minus negations in two groups): the worst case of one binding.
 //! * `diff/clusterrole-bound-10k`: a ClusterRole bound by 10,000 RoleBindings (one user each,
 //!   over 1,000 namespaces) loses a verb. Target ≤ 1 s.
+//! * `gate/…`: the same changes checked against a ChangeGate in force (docs/policy.md §8: a
+//!   group that keeps everything, secrets only for a service account), the check alone
+//!   (`engine::gate::check`), beside the delta of the same change: what a gated write adds to
+//!   a write.
 #![allow(clippy::expect_used, clippy::unwrap_used, clippy::panic)]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use authzd::engine::delta::access_delta;
+use authzd::engine::gate::check;
 use authzd::engine::{Engine, EngineConfig};
 use authzd::policy::model::{
     Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, RoleRef, Source, Subject,
@@ -142,5 +147,46 @@ fn diff(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, diff);
+/// The bench's gate: every binding of the synthetic policy stays under it, and the changes
+/// above break none of its rules (a check that refuses stops at the first broken rule).
+fn gate() -> authzd::policy::model::ChangeGate {
+    let text = "apiVersion: authzd.io/v1alpha1\nkind: ChangeGate\nmetadata: {name: bench}\nspec:\n  rules:\n  - name: admins-keep-everything\n    type: NeverRemove\n    subjects: [{kind: Group, name: platform-admins}]\n    access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]\n  - name: secrets-only-for-vault\n    type: NeverGrantOutside\n    subjects: [{kind: ServiceAccount, namespace: vault, name: vault}]\n    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list, watch]}]\n";
+    let policy = authzd::policy::load::load_sources(
+        &[("gate.yaml".into(), text.into())],
+        &authzd::policy::load::LoadOptions::default(),
+    )
+    .expect("the bench's gate loads");
+    policy.gates.into_iter().next().expect("one gate")
+}
+
+fn gated(c: &mut Criterion) {
+    let mut group = c.benchmark_group("gate");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(10));
+    let cases = [
+        (
+            "one-binding-100k_ns-reader",
+            one_binding(RoleKind::Role, "ns-reader"),
+        ),
+        ("clusterrole-bound-10k", clusterrole_bound_10k()),
+    ];
+    let gates = vec![gate()];
+    for (name, (mut old, mut new)) in cases {
+        old.gates = gates.clone();
+        new.gates = gates.clone();
+        old.canonicalize();
+        new.canonicalize();
+        let config = EngineConfig::default();
+        let (old_engine, new_engine) =
+            (Engine::new(&old, config.clone()), Engine::new(&new, config));
+        let verdict = check(&gates, &old, &new, &old_engine, &new_engine);
+        assert!(verdict.is_ok(), "{name}: the gate allows it: {verdict:?}");
+        group.bench_function(name, |b| {
+            b.iter(|| check(&gates, &old, &new, &old_engine, &new_engine).expect("allowed"))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, diff, gated);
 criterion_main!(benches);
