@@ -217,11 +217,30 @@ fn parse_list(mut f: Fields<'_>, parent: Parent<'_>, mut p: Problems, cx: &mut C
                 if !other_kinds::sift(item, cx, reads_kind) {
                     continue;
                 }
+                // authzd's own kinds keep their own readers inside a List too.
+                if super::parse_authzd_kind(item, kind_of(item), cx) {
+                    continue;
+                }
                 Parent::List
             }
             Parent::Typed(k, v) => Parent::Typed(k, v),
         };
         parse_with(item, parent, cx);
+    }
+}
+
+/// An item's `kind` as written, empty when it has none (or not a string).
+fn kind_of(node: &Node) -> &str {
+    match &node.value {
+        node::Value::Map(entries) => entries
+            .iter()
+            .find(|(k, _)| k == "kind")
+            .and_then(|(_, v)| match &v.value {
+                node::Value::String(kind) => Some(kind.as_str()),
+                _ => None,
+            })
+            .unwrap_or_default(),
+        _ => "",
     }
 }
 

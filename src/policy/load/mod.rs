@@ -559,13 +559,20 @@ fn parse_object(node: &Node, cx: &mut Cx<'_>) {
     if !other_kinds::sift(node, cx, kube::reads_kind) {
         return;
     }
-    if kind == Some(crate::policy::model::FIELD_POLICY_KIND) {
-        field_policy::parse(node, cx);
-    } else if kind == Some(crate::policy::model::CHANGE_GATE_KIND) {
-        change_gate::parse(node, cx);
-    } else {
+    if !parse_authzd_kind(node, kind.unwrap_or_default(), cx) {
         kube::parse(node, cx);
     }
+}
+
+/// One of authzd's own kinds (FieldPolicy, ChangeGate), at the top of a document or an item
+/// of a `List`; false for any other kind.
+fn parse_authzd_kind(node: &Node, kind: &str, cx: &mut Cx<'_>) -> bool {
+    match kind {
+        crate::policy::model::FIELD_POLICY_KIND => field_policy::parse(node, cx),
+        crate::policy::model::CHANGE_GATE_KIND => change_gate::parse(node, cx),
+        _ => return false,
+    }
+    true
 }
 
 // ---- files -----------------------------------------------------------------------------------

@@ -1523,3 +1523,30 @@ fn change_gates_round_trip() {
     };
     assert_eq!(strip(&back.gates[0]), strip(&set.gates[0]));
 }
+
+/// A `List` (`kubectl get ... -o yaml`) may hold authzd's own kinds: each is read by its own
+/// reader, as at the top of a document.
+#[test]
+fn lists_hold_change_gates_and_field_policies() {
+    let list = format!(
+        "apiVersion: v1\nkind: List\nitems:\n{}\n- apiVersion: authzd.io/v1alpha1\n  kind: FieldPolicy\n  metadata: {{name: f}}\n  spec: {{ignore: [\".status\"]}}\n",
+        CHANGE_GATE
+            .lines()
+            .enumerate()
+            .map(|(i, l)| if i == 0 { format!("- {l}") } else { format!("  {l}") })
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let set = load(&[("list.yaml", &list)]);
+    assert_eq!(set.gates.len(), 1, "{list}");
+    assert_eq!(set.gates[0].rules.len(), 2);
+    assert_eq!(set.field_policies.len(), 1);
+    let broken = list.replacen("type: NeverRemove", "type: Nope", 1);
+    let found = errors(&[("list.yaml", &broken)]);
+    assert!(
+        found
+            .iter()
+            .any(|e| e.starts_with("list.yaml:") && e.contains("`spec.rules[0].type`")),
+        "{found:?}"
+    );
+}
