@@ -86,6 +86,7 @@ pub struct Refusal {
 
 /// Why a write is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[allow(clippy::large_enum_variant)] // one per refused write; a box would only add indirection
 pub enum GateError {
     #[error("{0}")]
     Broken(Refusal),
@@ -164,6 +165,9 @@ fn unchecked(gates: &[ChangeGate], why: &str) -> GateError {
 /// compiled as `old_engine` and `new_engine` with one chain. Rules are checked in order
 /// (gates in slice order, rules in order) and the first broken one is refused. Without gates
 /// it is `Ok` at once.
+// A refusal is carried whole, as callers match on it; it is returned once per policy write,
+// never on a hot path, so its size costs nothing worth a box.
+#[allow(clippy::result_large_err)]
 pub fn check(
     gates: &[ChangeGate],
     old: &PolicySet,
@@ -571,6 +575,7 @@ spec:
         )
     }
 
+    #[allow(clippy::result_large_err)]
     fn check_change(old: &PolicySet, new: &PolicySet) -> Result<(), GateError> {
         let config = EngineConfig::default();
         let (old_engine, new_engine) = (Engine::new(old, config.clone()), Engine::new(new, config));
