@@ -25,50 +25,6 @@ fn allowed(engine: &Engine, request: &Request) -> bool {
     engine.authorize_shared(request.as_borrowed()).decision == Decision::Allow
 }
 
-/// `new`: `old` with some of its roles and bindings dropped and some of `other`'s added (an
-/// object of the same kind and name replaces the old one): bindings added and removed,
-/// subjects changed, rules narrowed or widened, denies and negations added, labels changed.
-/// `other`'s FieldPolicies replace `old`'s when they protect the same paths (a change of
-/// protected paths is refused, tested apart): ignored paths change no fold.
-fn changed(old: &PolicySet, other: PolicySet, keep: &[bool]) -> PolicySet {
-    let mut keep = keep.iter().cycle();
-    let field_policies = if old.protected_paths().eq(other.protected_paths()) {
-        other.field_policies.clone()
-    } else {
-        old.field_policies.clone()
-    };
-    let mut new = PolicySet {
-        roles: Vec::new(),
-        bindings: Vec::new(),
-        abac: old.abac.clone(),
-        field_policies,
-        gates: Vec::new(),
-    };
-    for role in &old.roles {
-        if *keep.next().unwrap_or(&true) {
-            new.roles.push(role.clone());
-        }
-    }
-    for binding in &old.bindings {
-        if *keep.next().unwrap_or(&true) {
-            new.bindings.push(binding.clone());
-        }
-    }
-    for role in other.roles {
-        new.roles.retain(|r| {
-            (r.kind, &r.namespace, &r.name) != (role.kind, &role.namespace, &role.name)
-        });
-        new.roles.push(role);
-    }
-    for binding in other.bindings {
-        new.bindings.retain(|b| {
-            (b.kind, &b.namespace, &b.name) != (binding.kind, &binding.namespace, &binding.name)
-        });
-        new.bindings.push(binding);
-    }
-    new
-}
-
 fn subject_matches(witness_subject: &str, request: &Request) -> bool {
     match witness_subject.split_once(':') {
         Some(("user", name)) => request.user.name == name,

@@ -7,6 +7,7 @@
 //! * `rules_review`: SubjectRulesReview's rules decide as Authorize does;
 //! * `search`: AuthZEN's subject, action and resource searches agree with Authorize both ways;
 //! * `delta`: the access delta of a change is complete and witnessed;
+//! * `gate`: a ChangeGate refuses exactly the writes a brute-force oracle finds breaking it;
 //! * `incremental`: an updated engine answers as one built from scratch;
 //! * `impact`: a change's impact covers every answer it changes;
 //! * `applier`: etcd mode's in-place applier publishes what a copy would;
@@ -24,6 +25,7 @@ mod applier;
 mod conditional;
 mod delta;
 mod differential;
+mod gate;
 mod impact;
 mod incremental;
 mod rules_review;

@@ -11,8 +11,9 @@ use authzd::policy::content::condition::Condition;
 use authzd::policy::content::path::PathPattern;
 use authzd::policy::content::Clauses;
 use authzd::policy::model::{
-    AbacRule, Binding, BindingKind, LabelSelector, LabelSelectorRequirement, PolicyRule, PolicySet,
-    Role, RoleKind, RoleRef, SelectorOperator, Source, Subject,
+    AbacRule, Binding, BindingKind, ChangeGate, GateRule, GateRuleKind, LabelSelector,
+    LabelSelectorRequirement, PolicyRule, PolicySet, Role, RoleKind, RoleRef, SelectorOperator,
+    Source, Subject,
 };
 use authzd::request::{
     Action, Content, NonResourceAttributes, ResourceAttributes, SelectorRequirement, UserInfo,
@@ -30,12 +31,12 @@ pub const USERS: &[&str] = &[
     "system:node:n1",
 ];
 pub const GROUPS: &[&str] = &["dev", "ops", "Dev", "system:authenticated"];
-const NAMESPACES: &[&str] = &["ns1", "ns2", "*"];
-const VERBS: &[&str] = &[
+pub const NAMESPACES: &[&str] = &["ns1", "ns2", "*"];
+pub const VERBS: &[&str] = &[
     "get", "list", "create", "delete", "GET", "*", "watch", "update", "patch",
 ];
-const API_GROUPS: &[&str] = &["", "apps", "*"];
-const RULE_RESOURCES: &[&str] = &[
+pub const API_GROUPS: &[&str] = &["", "apps", "*"];
+pub const RULE_RESOURCES: &[&str] = &[
     "pods",
     "pods/status",
     "pods/log",
@@ -51,8 +52,8 @@ const RULE_RESOURCES: &[&str] = &[
     "",
     "/",
 ];
-const RESOURCE_NAMES: &[&str] = &["a", "b"];
-const URLS: &[&str] = &[
+pub const RESOURCE_NAMES: &[&str] = &["a", "b"];
+pub const URLS: &[&str] = &[
     "/healthz", "/api/*", "/api", "*", "/api/*/*", "/apis/**", "/",
 ];
 const ROLE_NAMES: &[&str] = &["r1", "r2", "r3"];
@@ -257,6 +258,158 @@ pub fn policy() -> impl Strategy<Value = PolicySet> {
             },
             gates: Vec::new(),
         })
+}
+
+/// `new`: `old` with some of its roles and bindings dropped (`keep`, cycled, says which stay)
+/// and some of `other`'s added (an object of the same kind and name replaces the old one):
+/// bindings added and removed, subjects changed, rules narrowed or widened, denies and
+/// negations added, labels changed. `other`'s FieldPolicies replace `old`'s when they protect
+/// the same paths (a change of protected paths is refused by the delta and by gates, tested
+/// apart): ignored paths change no fold. ABAC lines and ChangeGates stay `old`'s.
+pub fn changed(old: &PolicySet, other: PolicySet, keep: &[bool]) -> PolicySet {
+    let mut keep = keep.iter().cycle();
+    let field_policies = if old.protected_paths().eq(other.protected_paths()) {
+        other.field_policies.clone()
+    } else {
+        old.field_policies.clone()
+    };
+    let mut new = PolicySet {
+        roles: Vec::new(),
+        bindings: Vec::new(),
+        abac: old.abac.clone(),
+        field_policies,
+        gates: old.gates.clone(),
+    };
+    for role in &old.roles {
+        if *keep.next().unwrap_or(&true) {
+            new.roles.push(role.clone());
+        }
+    }
+    for binding in &old.bindings {
+        if *keep.next().unwrap_or(&true) {
+            new.bindings.push(binding.clone());
+        }
+    }
+    for role in other.roles {
+        new.roles.retain(|r| {
+            (r.kind, &r.namespace, &r.name) != (role.kind, &role.namespace, &role.name)
+        });
+        new.roles.push(role);
+    }
+    for binding in other.bindings {
+        new.bindings.retain(|b| {
+            (b.kind, &b.namespace, &b.name) != (binding.kind, &binding.namespace, &binding.name)
+        });
+        new.bindings.push(binding);
+    }
+    new
+}
+
+/// A value no policy [`policy`] makes names, in any dimension: a ChangeGate may name what no
+/// policy does (a user, a group, a namespace, a verb, a resource, a name, a URL).
+pub const GATE_ONLY: &str = "x-gate";
+
+/// A ChangeGate over the generators' vocabulary and [`GATE_ONLY`]: 1–3 rules of either type,
+/// each with 0–3 subjects (User, Group, ServiceAccount), `*` or a few namespaces (`""`
+/// included), and 1–2 access rules (resources with wildcards, subresources and sometimes
+/// names; or non-resource URLs).
+pub fn gate(name: &'static str) -> impl Strategy<Value = ChangeGate> {
+    proptest::collection::vec(gate_rule(), 1..=3).prop_map(move |rules| ChangeGate {
+        name: name.to_string(),
+        source: Source::new("gates.yaml", 1),
+        rules: rules
+            .into_iter()
+            .enumerate()
+            .map(|(i, rule)| GateRule {
+                name: format!("rule-{i}"),
+                ..rule
+            })
+            .collect(),
+    })
+}
+
+fn gate_rule() -> impl Strategy<Value = GateRule> {
+    let namespaces = prop_oneof![
+        1 => Just(vec!["*".to_string()]),
+        2 => subsequence(&["ns1", "ns2", "", GATE_ONLY][..], 1..=3)
+            .prop_map(|v| v.into_iter().map(str::to_string).collect()),
+    ];
+    (
+        prop::bool::ANY,
+        proptest::collection::vec(gate_subject(), 0..=3),
+        namespaces,
+        proptest::collection::vec(gate_access(), 1..=2),
+    )
+        .prop_map(|(remove, subjects, namespaces, access)| GateRule {
+            name: String::new(),
+            kind: if remove {
+                GateRuleKind::NeverRemove
+            } else {
+                GateRuleKind::NeverGrantOutside
+            },
+            subjects,
+            namespaces,
+            access,
+        })
+}
+
+fn gate_subject() -> impl Strategy<Value = Subject> {
+    let subject = |kind: &str, name: &str, namespace: &str| Subject {
+        kind: kind.to_string(),
+        api_group: String::new(),
+        name: name.to_string(),
+        namespace: namespace.to_string(),
+    };
+    prop_oneof![
+        prop_oneof![select(USERS), Just(GATE_ONLY)].prop_map(move |n| subject("User", n, "")),
+        prop_oneof![select(GROUPS), Just(GATE_ONLY)].prop_map(move |n| subject("Group", n, "")),
+        (
+            select(&["ns1", "ns2"][..]),
+            select(&["sa", "default", GATE_ONLY][..])
+        )
+            .prop_map(move |(ns, n)| subject("ServiceAccount", n, ns)),
+    ]
+}
+
+fn gate_access() -> impl Strategy<Value = PolicyRule> {
+    let verbs =
+        proptest::collection::vec(prop_oneof![9 => select(VERBS), 1 => Just(GATE_ONLY)], 1..=2);
+    let resource = prop_oneof![
+        5 => select(&["pods", "pods/status", "deployments", "deployments/scale", "secrets"][..]),
+        2 => select(&["*", "*/scale", "*/status"][..]),
+        1 => select(&[GATE_ONLY, "pods/x-gate"][..]),
+    ];
+    let named = prop_oneof![
+        3 => Just(Vec::new()),
+        1 => proptest::collection::vec(select(&["a", "b", GATE_ONLY][..]), 1..=2),
+    ];
+    prop_oneof![
+        4 => (
+            verbs.clone(),
+            prop_oneof![4 => select(API_GROUPS), 1 => Just(GATE_ONLY)],
+            proptest::collection::vec(resource, 1..=2),
+            named,
+        )
+            .prop_map(|(verbs, group, resources, names)| PolicyRule {
+                verbs: verbs.into_iter().map(str::to_string).collect(),
+                api_groups: vec![group.to_string()],
+                resources: resources.into_iter().map(str::to_string).collect(),
+                resource_names: names.into_iter().map(str::to_string).collect(),
+                ..PolicyRule::default()
+            }),
+        1 => (
+            verbs,
+            proptest::collection::vec(
+                prop_oneof![3 => select(URLS), 1 => select(&["/x-gate", "/x-gate/*"][..])],
+                1..=2,
+            ),
+        )
+            .prop_map(|(verbs, urls)| PolicyRule {
+                verbs: verbs.into_iter().map(str::to_string).collect(),
+                non_resource_urls: urls.into_iter().map(str::to_string).collect(),
+                ..PolicyRule::default()
+            }),
+    ]
 }
 
 /// A FieldPolicy protecting paths the generated content changes: the finalizers on every
