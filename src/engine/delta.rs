@@ -278,6 +278,21 @@ pub(super) struct Atoms {
 }
 
 impl Atoms {
+    /// Whether `value` is one of the fresh values, standing for every value no policy names
+    /// (a URL: every path under a prefix no longer one names).
+    pub(super) fn is_fresh(&self, value: &str) -> bool {
+        [
+            &self.fresh_verb,
+            &self.fresh_group,
+            &self.fresh_resource,
+            &self.fresh_subresource,
+            &self.fresh_name,
+        ]
+        .iter()
+        .any(|fresh| fresh.as_str() == value)
+            || matches!(self.path_patterns.get(value), Some(Pattern::Prefix { .. }))
+    }
+
     /// The atoms of `policies`, and of `extra` rules that decide nothing but must each see
     /// every cell wholly inside or wholly outside their patterns (a ChangeGate's access:
     /// [`crate::engine::gate`]).

@@ -82,6 +82,9 @@ pub struct Refusal {
     /// account as the user `system:serviceaccount:NS:NAME`), or the witness's user, whom the
     /// rule does not list, that gains it.
     pub subject: String,
+    /// The witness's values that stand for every value no policy or gate names (the delta's
+    /// fresh values, such as `x-other-verb`): any such value breaks the rule alike.
+    pub unnamed: Vec<String>,
 }
 
 /// Why a write is refused.
@@ -120,7 +123,17 @@ impl fmt::Display for Refusal {
             self.witness.user.name,
             self.witness.user.groups,
             describe_action(&self.witness.action),
-        )
+        )?;
+        if !self.unnamed.is_empty() {
+            let quoted: Vec<String> = self.unnamed.iter().map(|v| format!("{v:?}")).collect();
+            write!(
+                f,
+                " ({} stand{} for any value no policy names)",
+                quoted.join(", "),
+                if quoted.len() == 1 { "s" } else { "" }
+            )?;
+        }
+        Ok(())
     }
 }
 
@@ -200,6 +213,7 @@ pub fn check(
     if changed.cells.is_empty() {
         return Ok(());
     }
+    let changed_fresh_namespace = changed.fresh_namespace.clone();
     // Every request that may change answer: a URL has no namespace, so its cell is asked once
     // with the changed subjects of all.
     let mut asks: Vec<Ask> = Vec::new();
@@ -238,17 +252,49 @@ pub fn check(
                 GateRuleKind::NeverGrantOutside => cx.granted_outside(rule, &region),
             };
             if let Some((subject, witness)) = broken {
+                let unnamed = unnamed_values(&witness, |value| {
+                    atoms.is_fresh(value)
+                        || value == changed_fresh_namespace
+                        || value == cx.fresh.user
+                        || value == cx.fresh.group
+                });
                 return Err(GateError::Broken(Box::new(Refusal {
                     gate: gate.name.clone(),
                     rule: rule.name.clone(),
                     kind: rule.kind,
                     witness,
                     subject,
+                    unnamed,
                 })));
             }
         }
     }
     Ok(())
+}
+
+/// The values of `witness` (user, groups, action) that `fresh` says stand for every unnamed
+/// value, once each, in the order they appear.
+fn unnamed_values(witness: &Request, fresh: impl Fn(&str) -> bool) -> Vec<String> {
+    let mut values: Vec<&str> = vec![witness.user.name.as_str()];
+    values.extend(witness.user.groups.iter().map(String::as_str));
+    match &witness.action {
+        Action::Resource(r) => values.extend([
+            r.verb.as_str(),
+            r.group.as_str(),
+            r.resource.as_str(),
+            r.subresource.as_str(),
+            r.name.as_str(),
+            r.namespace.as_str(),
+        ]),
+        Action::NonResource(n) => values.extend([n.verb.as_str(), n.path.as_str()]),
+    }
+    let mut out: Vec<String> = Vec::new();
+    for value in values {
+        if !value.is_empty() && fresh(value) && !out.iter().any(|v| v == value) {
+            out.push(value.to_string());
+        }
+    }
+    out
 }
 
 /// A request that may change answer: a cell's action in one namespace, and the subjects
@@ -617,6 +663,20 @@ spec:
         ] {
             assert!(message.contains(part), "{message}");
         }
+        // A group is asked by a member no policy names: the message says that name stands
+        // for any, and names no value a policy names as such.
+        assert!(
+            refused.unnamed.contains(&refused.witness.user.name),
+            "{refused:?}"
+        );
+        assert!(
+            !refused.unnamed.iter().any(|v| v == "platform-admins"),
+            "{refused:?}"
+        );
+        assert!(
+            message.contains("for any value no policy names"),
+            "{message}"
+        );
     }
 
     #[test]
