@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::support::gate_writes::{self, binding, Write};
+use crate::support::gate_writes::{self, binding, Write, ADMINS, GATE};
 use crate::support::server::{resource_request, Server};
 use crate::support::wait::eventually;
 use authzd::api::error::ErrorReason;
@@ -42,24 +42,6 @@ metadata: {name: gate-keeper}
 rules:
 - {apiGroups: [authzd.io], resources: [changegates], verbs: [get, list, create, update, delete, escalate]}
 ";
-
-const GATE: &str = "\
-apiVersion: authzd.io/v1alpha1
-kind: ChangeGate
-metadata: {name: guard-rails}
-spec:
-  rules:
-  - name: admins-keep-everything
-    type: NeverRemove
-    subjects: [{kind: Group, name: platform-admins}]
-    access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]
-  - name: secrets-only-for-vault
-    type: NeverGrantOutside
-    subjects: [{kind: ServiceAccount, namespace: vault, name: vault}, {kind: Group, name: platform-admins}]
-    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}]
-";
-
-const ADMINS: &str = "{kind: Group, name: platform-admins, apiGroup: rbac.authorization.k8s.io}";
 
 fn files() -> Vec<(String, String)> {
     let mut files = vec![

@@ -8,23 +8,9 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use crate::support::gate_writes::{binding, ROLES};
+use crate::support::gate_writes::{binding, ADMINS, GATE, ROLES};
 
 const BIN: &str = env!("CARGO_BIN_EXE_authzd");
-
-const GATE: &str = "\
-apiVersion: authzd.io/v1alpha1
-kind: ChangeGate
-metadata: {name: guard-rails}
-spec:
-  rules:
-  - name: admins-keep-everything
-    type: NeverRemove
-    subjects: [{kind: Group, name: platform-admins}]
-    access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]
-";
-
-const ADMINS: &str = "{kind: Group, name: platform-admins, apiGroup: rbac.authorization.k8s.io}";
 
 const TESTS: &str = "\
 cases:

@@ -87,6 +87,28 @@ const GATE_RULES: [&str; 5] = [
 ",
 ];
 
+/// A gate the hand-written tests share: the admins keep everything; secrets only for vault's
+/// service account and the admins.
+pub const GATE: &str = "\
+apiVersion: authzd.io/v1alpha1
+kind: ChangeGate
+metadata: {name: guard-rails}
+spec:
+  rules:
+  - name: admins-keep-everything
+    type: NeverRemove
+    subjects: [{kind: Group, name: platform-admins}]
+    access: [{apiGroups: [\"*\"], resources: [\"*\"], verbs: [\"*\"]}]
+  - name: secrets-only-for-vault
+    type: NeverGrantOutside
+    subjects: [{kind: ServiceAccount, namespace: vault, name: vault}, {kind: Group, name: platform-admins}]
+    access: [{apiGroups: [\"\"], resources: [secrets], verbs: [get, list]}]
+";
+
+/// The admins' group as a binding names it.
+pub const ADMINS: &str =
+    "{kind: Group, name: platform-admins, apiGroup: rbac.authorization.k8s.io}";
+
 /// A binding's manifest.
 pub fn binding(name: &str, namespace: Option<&str>, role: &str, subjects: &[&str]) -> String {
     let (kind, metadata) = match namespace {
