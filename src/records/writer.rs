@@ -171,10 +171,17 @@ impl Output {
                     self.write(entry);
                 }
                 Err(TryRecvError::Empty) => {
-                    self.flush();
                     if stop.load(Ordering::Acquire) {
+                        // An entry sent after the queue was found empty and before `finish`
+                        // set the flag (the decision records' last gap line, sent at
+                        // shutdown) is in the queue by now: the flag was set after it was
+                        // sent. Drain it, or it is lost.
+                        for entry in entries.try_iter() {
+                            self.write(entry);
+                        }
                         break;
                     }
+                    self.flush();
                     std::thread::sleep(if busy { POLL } else { IDLE_POLL });
                     busy = false;
                 }
