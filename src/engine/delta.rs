@@ -906,12 +906,7 @@ pub fn access_delta(
     old_engine: &Engine,
     new_engine: &Engine,
 ) -> Result<Delta, DeltaError> {
-    if old.abac != new.abac {
-        return Err(DeltaError::AbacChanged);
-    }
-    if crate::policy::impact::protected_paths_changed(old, new) {
-        return Err(DeltaError::ProtectedPathsChanged);
-    }
+    analysable(old, new)?;
     let atoms = Atoms::of([old, new], &[]);
     let conjunctions = conjunctions([old, new]);
     let ChangedCells {
@@ -965,6 +960,18 @@ pub fn access_delta(
     Ok(Delta {
         rows: merge(results, &atoms),
     })
+}
+
+/// Whether the change from `old` to `new` is one whose effect on access this module computes
+/// (the delta, and a ChangeGate's check over its cells): RBAC objects only.
+pub(super) fn analysable(old: &PolicySet, new: &PolicySet) -> Result<(), DeltaError> {
+    if old.abac != new.abac {
+        return Err(DeltaError::AbacChanged);
+    }
+    if crate::policy::impact::protected_paths_changed(old, new) {
+        return Err(DeltaError::ProtectedPathsChanged);
+    }
+    Ok(())
 }
 
 /// The requests a change can change the answer of, as cells: per cell (changed rules' atoms)

@@ -57,7 +57,8 @@ use std::collections::BTreeSet;
 use std::fmt;
 
 use crate::engine::delta::{
-    changed_cells, conjunctions, fresh, kind_of, request_of, AloneKind, Atoms, Cell, Who,
+    analysable, changed_cells, conjunctions, fresh, kind_of, request_of, AloneKind, Atoms, Cell,
+    Who,
 };
 use crate::engine::{Decision, Engine};
 use crate::policy::model::{
@@ -187,14 +188,8 @@ pub fn check(
     if gates.is_empty() {
         return Ok(());
     }
-    if old.abac != new.abac {
-        return Err(unchecked(gates, "the ABAC policy lines differ"));
-    }
-    if crate::policy::impact::protected_paths_changed(old, new) {
-        return Err(unchecked(
-            gates,
-            "the FieldPolicies protect different paths",
-        ));
+    if let Err(why) = analysable(old, new) {
+        return Err(unchecked(gates, &why.to_string()));
     }
     let access: Vec<&PolicyRule> = gates
         .iter()

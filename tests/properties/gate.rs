@@ -1,4 +1,4 @@
-//! The ChangeGate check is exact (docs/policy.md §7), as a property over random policies and
+//! The ChangeGate check is exact (docs/policy.md §8), as a property over random policies and
 //! changes (the shared vocabulary of `tests/support/generators.rs`, as `delta` makes them) and
 //! random gates (`gate()`: its rules name the vocabulary and a value no policy names):
 //! [`check`] refuses a write exactly when a brute-force oracle finds a request that breaks a
