@@ -129,7 +129,7 @@ impl Changes {
     }
 
     /// The objects changed, as the index names them.
-    fn changed(&self) -> Vec<crate::policy::delta::ChangedObject> {
+    pub(super) fn changed(&self) -> Vec<crate::policy::delta::ChangedObject> {
         self.upserts
             .iter()
             .map(ObjectRef::of)
@@ -139,7 +139,7 @@ impl Changes {
     }
 
     /// The policy these changes make of `policy`.
-    fn applied_to(&self, policy: &PolicySet) -> PolicySet {
+    pub(super) fn applied_to(&self, policy: &PolicySet) -> PolicySet {
         let mut after = policy.clone();
         let change: AppliedChange = self
             .upserts

@@ -909,17 +909,13 @@ impl Store {
                 .check(&before, &objects)
                 .map_err(StoreError::Forbidden)?;
         }
-        let changed = changed_objects(&before, &objects);
-        let mut after = PolicySet::clone(&before);
-        let change: AppliedChange = changed
-            .iter()
-            .map(|o| (ObjectRef::of(o), Some(SharedObject::from(o.clone()))))
-            .collect();
-        apply_change(&mut after, &change);
-        let changed: Vec<ChangedObject> = changed
-            .iter()
-            .map(|o| changed_object(&ObjectRef::of(o)))
-            .collect();
+        // What the write changes, made of the policy as the committer makes it.
+        let changes = commit::Changes {
+            upserts: changed_objects(&before, &objects),
+            deletes: Vec::new(),
+        };
+        let after = changes.applied_to(&before);
+        let changed = changes.changed();
         self.publisher
             .gate(&ProposedChange {
                 before: &before,
