@@ -14,7 +14,6 @@ use std::time::Duration;
 use crate::support::gate_writes::{self, binding, Write, ADMINS, GATE};
 use crate::support::server::{resource_request, Server};
 use crate::support::wait::eventually;
-use authzd::api::error::ErrorReason;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 use authzd::proto::{ApplyRequest, DeleteRequest, ObjectRef, StatusRequest};
@@ -149,20 +148,9 @@ fn delete_request(kind: &str, namespace: &str, name: &str) -> DeleteRequest {
     }
 }
 
-/// A refusal by the gate: FAILED_PRECONDITION with reason CHANGE_GATE_REFUSED, naming `rule`.
+/// [`gate_writes::assert_gate_refused`] where the test says what the write was.
 fn assert_gate_refused<T: std::fmt::Debug>(result: Result<T, tonic::Status>, rule: &str) {
-    let status = result.expect_err("the gate refuses the write");
-    assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
-    assert_eq!(
-        ErrorReason::of(&status),
-        Some(ErrorReason::ChangeGateRefused),
-        "{status:?}"
-    );
-    assert!(
-        status.message().contains(rule),
-        "the refusal names the rule `{rule}`: {}",
-        status.message()
-    );
+    gate_writes::assert_gate_refused(result, rule, "the write");
 }
 
 #[tokio::test]
@@ -503,13 +491,7 @@ async fn random_writes_are_refused_exactly_when_they_break_the_gate() {
             let context = format!("seed {seed} step {step}: {write:?}");
             match expected {
                 Some(rule) => {
-                    let status = answer.expect_err(&format!("{context}: refused by `{rule}`"));
-                    assert_eq!(
-                        ErrorReason::of(&status),
-                        Some(ErrorReason::ChangeGateRefused),
-                        "{context}: {status:?}"
-                    );
-                    assert!(status.message().contains(&rule), "{context}: {status:?}");
+                    gate_writes::assert_gate_refused(answer, &rule, &context);
                     assert_eq!(revision(&mut admin).await, revision_before, "{context}");
                     assert_eq!(snapshot(dir.path()), files_before, "{context}");
                     refused += 1;

@@ -265,6 +265,31 @@ pub fn policy_of(objects: &BTreeMap<String, String>) -> PolicySet {
     load_sources(&sources, &LoadOptions::default()).expect("the test's policy loads")
 }
 
+/// A refusal by the gate: FAILED_PRECONDITION with reason CHANGE_GATE_REFUSED, naming `rule`
+/// (`context` says which write, in a failure).
+pub fn assert_gate_refused<T: std::fmt::Debug>(
+    result: Result<T, tonic::Status>,
+    rule: &str,
+    context: &str,
+) {
+    let status = result.expect_err(&format!("{context}: refused by `{rule}`"));
+    assert_eq!(
+        status.code(),
+        tonic::Code::FailedPrecondition,
+        "{context}: {status:?}"
+    );
+    assert_eq!(
+        authzd::api::error::ErrorReason::of(&status),
+        Some(authzd::api::error::ErrorReason::ChangeGateRefused),
+        "{context}: {status:?}"
+    );
+    assert!(
+        status.message().contains(rule),
+        "{context}: the refusal names the rule `{rule}`: {}",
+        status.message()
+    );
+}
+
 /// The chain a server runs by default: RBAC,ABAC with `system:masters` privileged.
 fn server_config() -> EngineConfig {
     EngineConfig {
