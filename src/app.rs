@@ -434,18 +434,8 @@ fn gate_against(
     }
     let old = load_paths(&settings.gate_against, &settings.load).map_err(AppError::Policy)?;
     let new = load_paths(&settings.policy, &settings.load).map_err(AppError::Policy)?;
-    // The chain `authzd test` defaults to when neither flag nor file names one.
-    let config = crate::engine::EngineConfig {
-        modes: settings
-            .modes
-            .clone()
-            .unwrap_or_else(|| crate::engine::EngineConfig::default().modes),
-        super_users: settings.super_users.clone().unwrap_or_default(),
-        super_groups: settings
-            .super_groups
-            .clone()
-            .unwrap_or_else(|| vec![crate::config::DEFAULT_SUPER_GROUP.to_string()]),
-    };
+    // The chain a test file naming none runs on: the flags, else `authzd test`'s defaults.
+    let config = crate::policy_test::run::engine_settings(settings, &Default::default()).engine;
     let (old_engine, new_engine) = (Engine::new(&old, config.clone()), Engine::new(&new, config));
     Ok(Some(crate::engine::gate::check(
         &old.gates,

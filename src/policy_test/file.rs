@@ -74,8 +74,9 @@ impl fmt::Display for FileError {
     }
 }
 
-/// A loaded test file.
-#[derive(Debug)]
+/// A loaded test file (`Default`: one that names nothing, so every setting is the command
+/// line's or the default).
+#[derive(Debug, Default)]
 pub struct TestFile {
     /// The path as it was given, for reports.
     pub path: PathBuf,
