@@ -28,6 +28,7 @@
 use std::collections::BTreeSet;
 
 use crate::support::generators::*;
+use crate::support::universe::{actions, in_namespace, namespaces, FRESH};
 use authzd::engine::gate::{check, GateError, Refusal};
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{Decision, Engine, EngineConfig};
@@ -37,85 +38,10 @@ use authzd::policy::model::{
     Subject,
 };
 use authzd::policy::rbac::rule_matches;
-use authzd::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
+use authzd::request::{Action, Request, UserInfo};
 use proptest::prelude::*;
 
-/// A value the vocabulary never names, in every dimension (and as a user or group).
-const FRESH: &str = "o-fresh";
 const AUTHENTICATED: &str = "system:authenticated";
-
-/// Every action of the universe, without its namespace (resource actions in namespace `""`).
-fn actions() -> Vec<Action> {
-    let mut verbs: Vec<&str> = VERBS.to_vec();
-    verbs.extend([GATE_ONLY, FRESH]);
-    let mut groups: Vec<&str> = API_GROUPS.iter().copied().filter(|g| *g != "*").collect();
-    groups.extend(["Apps", GATE_ONLY, FRESH]);
-    // Resources and subresources as rules name them (`res/sub`, `*/sub`), and as requests do.
-    let (mut resources, mut subresources) = (BTreeSet::new(), BTreeSet::new());
-    for entry in RULE_RESOURCES.iter().chain(&["pods/x-gate", GATE_ONLY]) {
-        let (base, sub) = entry.split_once('/').unwrap_or((entry, ""));
-        if base != "*" {
-            resources.insert(base);
-        }
-        if sub != "*" {
-            subresources.insert(sub);
-        }
-    }
-    resources.extend([FRESH]);
-    subresources.extend(["", FRESH]);
-    let mut names: Vec<&str> = RESOURCE_NAMES.to_vec();
-    names.extend(["", GATE_ONLY, FRESH]);
-    let mut out = Vec::new();
-    for verb in &verbs {
-        for group in &groups {
-            for resource in &resources {
-                for subresource in &subresources {
-                    for name in &names {
-                        out.push(Action::Resource(ResourceAttributes {
-                            namespace: String::new(),
-                            verb: verb.to_string(),
-                            group: group.to_string(),
-                            version: "v1".to_string(),
-                            resource: resource.to_string(),
-                            subresource: subresource.to_string(),
-                            name: name.to_string(),
-                        }));
-                    }
-                }
-            }
-        }
-        // Literal URLs, a path under each prefix, and paths no entry names.
-        let mut paths: BTreeSet<String> = ["", "/api/v1", "/apis/x", "/healthz/", "/o-fresh"]
-            .iter()
-            .map(|p| p.to_string())
-            .collect();
-        for url in URLS.iter().chain(&["/x-gate", "/x-gate/*"]) {
-            paths.insert(url.to_string());
-            paths.insert(format!("{}o-fresh", url.trim_end_matches('*')));
-        }
-        for path in paths {
-            out.push(Action::NonResource(NonResourceAttributes {
-                path,
-                verb: verb.to_string(),
-            }));
-        }
-    }
-    out
-}
-
-fn namespaces() -> Vec<&'static str> {
-    let mut out: Vec<&str> = NAMESPACES.to_vec();
-    out.extend(["", GATE_ONLY, FRESH]);
-    out
-}
-
-fn in_namespace(action: &Action, namespace: &str) -> Action {
-    let mut action = action.clone();
-    if let Action::Resource(r) = &mut action {
-        r.namespace = namespace.to_string();
-    }
-    action
-}
 
 fn in_region(rule: &GateRule, action: &Action) -> bool {
     let namespace = match action {

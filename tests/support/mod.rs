@@ -8,7 +8,8 @@
 //! * [`tools`]: the one `tool_or_skip` for the external programs the end-to-end tests drive.
 //! * [`ca`]: the one test certificate authority (rcgen).
 //! * [`generators`] and [`cases`]: proptest's random policies and requests, and how many cases a
-//!   property runs (few locally, full strength under `CI=true`; `PROPTEST_CASES` wins).
+//!   property runs (few locally, full strength under `CI=true`; `PROPTEST_CASES` wins);
+//!   [`universe`]: the finite set of requests the brute-force oracles ask.
 //! * [`wait`]: waiting on a condition with a deadline, instead of sleeping a fixed time.
 //! * [`fixture`]: policy files under `tests/fixtures/`.
 // Test support: failing loudly is the point here; each binary uses only part of it.
@@ -22,6 +23,7 @@ pub mod generators;
 pub mod raw;
 pub mod server;
 pub mod tools;
+pub mod universe;
 pub mod wait;
 
 /// Whether this is a CI run (`CI=true`): slow tests run at full strength and a missing tool is
