@@ -48,7 +48,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind};
-use crate::policy::rbac::{is_negated, non_resource_url_entry_matches};
+use crate::policy::rbac::{has_negation, is_negated, non_resource_url_entry_matches, PRIVILEGE_VERBS};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
 /// Why a delta was not computed.
@@ -314,6 +314,11 @@ impl Atoms {
                 if verb != "*" {
                     verbs.insert(verb);
                 }
+            }
+            // A limited grant's `*` does not cover the privilege verbs: they are not alike
+            // the verbs no policy names.
+            if has_negation(rule) {
+                verbs.extend(PRIVILEGE_VERBS);
             }
             groups.extend(
                 rule.api_groups

@@ -41,10 +41,31 @@ pub fn is_negated(entry: &str) -> bool {
     entry.starts_with(NEGATION)
 }
 
-/// Upstream `VerbMatches`: some verb is `*` or equal to the request verb; minus negations.
+/// The verbs that act beyond what their holder may do itself: `bind` and `escalate` lift
+/// escalation prevention (docs/security.md §4), `impersonate` acts as another subject.
+///
+/// An allow rule with a negated entry, in its verbs or its resources, is a limited grant
+/// ("every verb but `delete`", "every resource but `roles`"), and a limited grant does not
+/// hold these: its `*` covers them only where the rule names them. Without negation a `*`
+/// covers them, as upstream's does; deny rules deny them as they deny any verb. Seed 003's
+/// negation predates these verbs: its `admin` role, `["*", "-create", "-update", "-delete"]`,
+/// would otherwise let a project admin bind `cluster-admin` to himself (docs/semantics.md §6).
+pub const PRIVILEGE_VERBS: [&str; 3] = ["bind", "escalate", "impersonate"];
+
+/// Whether any verb or resource entry of `rule` is negated.
+pub fn has_negation(rule: &PolicyRule) -> bool {
+    rule.verbs.iter().chain(&rule.resources).any(|e| is_negated(e))
+}
+
+/// Upstream `VerbMatches`: some verb is `*` or equal to the request verb; minus negations;
+/// and a [privilege verb](PRIVILEGE_VERBS) only by name in an allow rule with negations.
 pub fn verb_matches(rule: &PolicyRule, verb: &str) -> bool {
     let single = |v: &str| v == "*" || v == verb;
     list_matches(&rule.verbs, single, single)
+        && (rule.deny
+            || !PRIVILEGE_VERBS.contains(&verb)
+            || !has_negation(rule)
+            || rule.verbs.iter().any(|v| v == verb))
 }
 
 /// Upstream `APIGroupMatches`: some group is `*` or equal; `""` is the core group.
