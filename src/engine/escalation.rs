@@ -8,36 +8,33 @@
 //! * a RoleBinding or ClusterRoleBinding only if it holds `bind` on the referenced role, or if
 //!   the referenced role's rules are covered in the binding's scope.
 //!
-//! *Covered* follows upstream's `Covers`: the rule is broken into atoms (one verb, API group,
-//! resource and name each; `*` stays a literal `*`, so only a `*` grant covers a `*`), and the
-//! caller must be allowed each atom — through the same engine that answers Authorize. authzd's
-//! extension: nobody can grant what a deny rule withholds from them. An atom is refused when
-//! any deny rule that applies to the caller in that scope overlaps it, even partially (granting
-//! `*` on `secrets` is refused to someone denied `delete secrets`). Negated entries in the new
-//! rule are ignored when breaking it down — the rule is treated as granting its positive
-//! entries, which can only make the check stricter.
+//! *Covered* means exactly what it says: every request the rule grants in that scope is
+//! allowed to the caller, negation, deny rules and the chain's precedence included
+//! ([`cover`] says how that is decided on finitely many requests). Upstream's `Covers` keeps a
+//! granted `*` as a literal `*`, which a grant of `["*", "-delete"]` would "cover" — and with
+//! it `delete`; here a `*` is covered only where every value it stands for is. Deny rules in
+//! the written role grant nothing and need no cover.
 //!
-//! Content clauses (docs/security.md §4): a rule with clauses is narrower than the same rule without, so
-//! an unrestricted grant covers it; a grant the caller holds only under clauses covers only a
-//! rule restricted exactly the same way (a refusal says so).
+//! Content clauses (docs/security.md §4): a rule with clauses is narrower than the same rule
+//! without, so an unrestricted grant covers it; a grant the caller holds only under clauses
+//! covers only a rule restricted exactly the same way (a refusal says so).
 //!
 //! Super-users bypass the check, as upstream's super-user does (that is how policy bootstraps).
 
-use std::collections::BTreeSet;
-use std::sync::Arc;
+mod cover;
+
+use std::collections::{BTreeSet, HashMap};
 
 use crate::engine::{Decision, Engine};
 use crate::policy::aggregate::aggregated_rules;
 use crate::policy::model::PolicyObject;
 use crate::policy::model::{
-    Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKind, CHANGE_GATE_RESOURCE,
-    FIELD_POLICY_GROUP, FIELD_POLICY_RESOURCE,
+    Binding, PolicyRule, PolicySet, Role, RoleKind, CHANGE_GATE_RESOURCE, FIELD_POLICY_GROUP,
+    FIELD_POLICY_RESOURCE,
 };
-use crate::policy::rbac::{
-    api_group_matches, is_negated, non_resource_url_entry_matches, resource_matches,
-    resource_name_matches, rule_matches, verb_matches,
-};
-use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
+use crate::policy::rbac::{is_negated, rule_matches};
+use crate::request::{Action, Request, ResourceAttributes, UserInfo};
+use cover::{Gap, Holder, Scope, Why};
 
 pub const RBAC_GROUP: &str = "rbac.authorization.k8s.io";
 
@@ -55,194 +52,199 @@ fn positive(entries: &[String]) -> Vec<&str> {
         .collect()
 }
 
-/// One permission a rule grants, `*` literal.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-enum Atom {
-    Resource {
-        verb: String,
-        group: String,
-        resource: String,
-        subresource: String,
-        name: String,
-    },
-    Url {
-        verb: String,
-        path: String,
-    },
+fn negated(entries: &[String]) -> Vec<String> {
+    entries.iter().filter(|e| is_negated(e)).cloned().collect()
+}
+
+/// One line of upstream's `BreakdownRule`: one positive verb, API group, resource and name of
+/// a resource rule, or one verb and URL of a non-resource rule, with the rule's negations.
+/// Refusals name what is not held by these; the check itself is [`cover`]'s.
+#[derive(Clone, Debug)]
+struct Atom {
+    /// The atom as a rule of its own, to tell which requests are its.
+    rule: PolicyRule,
 }
 
 impl Atom {
-    fn action(&self, namespace: &str) -> Action {
-        match self {
-            Atom::Resource {
-                verb,
-                group,
-                resource,
-                subresource,
-                name,
-            } => Action::Resource(ResourceAttributes {
-                namespace: namespace.to_string(),
-                verb: verb.clone(),
-                group: group.clone(),
-                version: "*".to_string(),
-                resource: resource.clone(),
-                subresource: subresource.clone(),
-                name: name.clone(),
-            }),
-            Atom::Url { verb, path } => Action::NonResource(NonResourceAttributes {
-                path: path.clone(),
-                verb: verb.clone(),
-            }),
-        }
+    fn verb(&self) -> &str {
+        positive(&self.rule.verbs).first().copied().unwrap_or_default()
     }
 
     fn describe(&self) -> String {
-        match self {
-            Atom::Resource {
-                verb,
-                group,
-                resource,
-                subresource,
-                name,
-            } => {
-                let mut what = resource.clone();
-                if !subresource.is_empty() {
-                    what = format!("{what}/{subresource}");
-                }
-                let group = if group.is_empty() { "core" } else { group };
-                let name = if name.is_empty() {
-                    String::new()
-                } else {
-                    format!(" named `{name}`")
-                };
-                format!("`{verb}` on `{what}`{name} (API group `{group}`)")
+        let except = |entries: &[String]| {
+            let negated = negated(entries);
+            if negated.is_empty() {
+                String::new()
+            } else {
+                let names: Vec<String> = negated
+                    .iter()
+                    .map(|n| format!("`{}`", n.trim_start_matches('-')))
+                    .collect();
+                format!(" but {}", names.join(", "))
             }
-            Atom::Url { verb, path } => format!("`{verb}` on URL `{path}`"),
+        };
+        let verb = format!("`{}`{}", self.verb(), except(&self.rule.verbs));
+        match self.rule.non_resource_urls.first() {
+            Some(path) => format!("{verb} on URL `{path}`"),
+            None => {
+                let resource = positive(&self.rule.resources)
+                    .first()
+                    .copied()
+                    .unwrap_or_default();
+                let group = match self.rule.api_groups.first().map(String::as_str) {
+                    Some("") | None => "core",
+                    Some(group) => group,
+                };
+                let name = match self.rule.resource_names.first() {
+                    Some(name) => format!(" named `{name}`"),
+                    None => String::new(),
+                };
+                format!(
+                    "{verb} on `{resource}`{}{name} (API group `{group}`)",
+                    except(&self.rule.resources)
+                )
+            }
         }
     }
 
-    /// Whether a deny rule denies any request this atom grants (wildcards overlap everything).
-    fn overlaps(&self, deny: &PolicyRule) -> bool {
-        match self {
-            Atom::Resource {
-                verb,
-                group,
-                resource,
-                subresource,
-                name,
-            } => {
-                let verbs =
-                    verb == "*" && !positive(&deny.verbs).is_empty() || verb_matches(deny, verb);
-                let groups =
-                    group == "*" && !deny.api_groups.is_empty() || api_group_matches(deny, group);
-                let resources = if resource == "*" {
-                    !positive(&deny.resources).is_empty()
-                } else {
-                    resource_matches(deny, resource, subresource)
-                        || (!subresource.is_empty()
-                            && positive(&deny.resources)
-                                .iter()
-                                .any(|r| r.ends_with(&format!("/{subresource}"))))
-                };
-                let names = name.is_empty() || resource_name_matches(deny, name);
-                verbs && groups && resources && names
+    /// Whether `action` is this atom itself, no wildcard, negation or name left open (a
+    /// refusal then needs no example).
+    fn is(&self, action: &Action) -> bool {
+        let rule = &self.rule;
+        let plain = |entries: &[String]| entries.len() == 1 && entries[0] != "*";
+        match action {
+            Action::Resource(r) => {
+                plain(&rule.verbs)
+                    && plain(&rule.api_groups)
+                    && plain(&rule.resources)
+                    && !rule.resources[0].starts_with("*/")
+                    && rule.resource_names.first().map_or("", String::as_str) == r.name
             }
-            Atom::Url { verb, path } => {
-                let verbs =
-                    verb == "*" && !positive(&deny.verbs).is_empty() || verb_matches(deny, verb);
-                let prefix = path.strip_suffix('*').map(|p| p.trim_end_matches('*'));
-                let urls = deny.non_resource_urls.iter().any(|u| {
-                    non_resource_url_entry_matches(u, path)
-                        || prefix.is_some_and(|p| u.starts_with(p) || u == "*")
-                });
-                verbs && urls
+            Action::NonResource(n) => {
+                plain(&rule.verbs)
+                    && plain(&rule.non_resource_urls)
+                    && !rule.non_resource_urls[0].ends_with('*')
+                    && rule.non_resource_urls[0] == n.path
             }
         }
     }
 }
 
 /// Upstream's `BreakdownRule`: every (verb, group, resource, name) of a resource rule and every
-/// (verb, URL) of a non-resource rule.
+/// (verb, URL) of a non-resource rule, each keeping the rule's negations.
 fn atoms(rule: &PolicyRule) -> Vec<Atom> {
-    let verbs = positive(&rule.verbs);
+    let (verbs, resources) = (negated(&rule.verbs), negated(&rule.resources));
     let mut out = Vec::new();
-    for verb in &verbs {
+    for verb in positive(&rule.verbs) {
+        let verbs = || {
+            let mut all = vec![verb.to_string()];
+            all.extend(verbs.iter().cloned());
+            all
+        };
         for group in &rule.api_groups {
             for resource in positive(&rule.resources) {
-                let (resource, subresource) = resource.split_once('/').unwrap_or((resource, ""));
-                let names: Vec<&str> = if rule.resource_names.is_empty() {
-                    vec![""]
+                let mut entries = vec![resource.to_string()];
+                entries.extend(resources.iter().cloned());
+                let names: Vec<Vec<String>> = if rule.resource_names.is_empty() {
+                    vec![Vec::new()]
                 } else {
-                    rule.resource_names.iter().map(String::as_str).collect()
+                    rule.resource_names.iter().map(|n| vec![n.clone()]).collect()
                 };
-                for name in names {
-                    out.push(Atom::Resource {
-                        verb: verb.to_string(),
-                        group: group.clone(),
-                        resource: resource.to_string(),
-                        subresource: subresource.to_string(),
-                        name: name.to_string(),
+                for resource_names in names {
+                    out.push(Atom {
+                        rule: PolicyRule {
+                            verbs: verbs(),
+                            api_groups: vec![group.clone()],
+                            resources: entries.clone(),
+                            resource_names,
+                            ..PolicyRule::default()
+                        },
                     });
                 }
             }
         }
         for url in &rule.non_resource_urls {
-            out.push(Atom::Url {
-                verb: verb.to_string(),
-                path: url.clone(),
+            out.push(Atom {
+                rule: PolicyRule {
+                    verbs: verbs(),
+                    non_resource_urls: vec![url.clone()],
+                    ..PolicyRule::default()
+                },
             });
         }
     }
     out
 }
 
-/// The deny rules that apply to `user` in `namespace` (cluster bindings, and the namespace's
-/// RoleBindings), walking the policy as upstream's `RulesFor` does.
-fn deny_rules_for<'p>(
-    policy: &'p PolicySet,
-    aggregated: &'p std::collections::HashMap<String, Vec<PolicyRule>>,
-    user: &UserInfo,
-    namespace: &str,
-) -> Vec<(&'p Binding, &'p PolicyRule)> {
-    rules_for(policy, aggregated, user, namespace, |rule| rule.deny)
-}
-
-/// The rules of `pick` that apply to `user` in `namespace`.
-fn rules_for<'p>(
-    policy: &'p PolicySet,
-    aggregated: &'p std::collections::HashMap<String, Vec<PolicyRule>>,
-    user: &UserInfo,
-    namespace: &str,
-    pick: impl Fn(&PolicyRule) -> bool,
-) -> Vec<(&'p Binding, &'p PolicyRule)> {
-    let mut out = Vec::new();
-    for binding in policy.bindings.iter().map(Arc::as_ref) {
-        let in_scope = match binding.kind {
-            BindingKind::ClusterRoleBinding => true,
-            BindingKind::RoleBinding => !namespace.is_empty() && binding.namespace == namespace,
-        };
-        let applies = binding.subjects.iter().any(|s| {
-            s.user_name(&binding.namespace).as_deref() == Some(user.name.as_str())
-                || s.group_name()
-                    .is_some_and(|g| user.groups.iter().any(|ug| ug == g))
-        });
-        if !in_scope || !applies {
-            continue;
-        }
-        for rule in role_rules(policy, aggregated, binding).unwrap_or_default() {
-            if pick(rule) {
-                out.push((binding, rule));
+/// A request a refusal shows, readably, with what its made-up values stand for.
+fn describe_gap(gap: &Gap, scope: Scope<'_>) -> String {
+    let what = match &gap.action {
+        Action::Resource(r) => {
+            let mut what = r.resource.clone();
+            if !r.subresource.is_empty() {
+                what = format!("{what}/{}", r.subresource);
             }
+            let group = if r.group.is_empty() { "core" } else { &r.group };
+            let name = if r.name.is_empty() {
+                String::new()
+            } else {
+                format!(" named `{}`", r.name)
+            };
+            let place = match scope {
+                Scope::Namespace(_) => String::new(),
+                Scope::Cluster if r.namespace.is_empty() => " at cluster scope".to_string(),
+                Scope::Cluster => format!(" in namespace `{}`", r.namespace),
+            };
+            format!("`{}` on `{what}`{name} (API group `{group}`){place}", r.verb)
         }
+        Action::NonResource(n) => format!("`{}` on URL `{}`", n.verb, n.path),
+    };
+    if gap.fresh.is_empty() {
+        return what;
     }
-    out
+    let fresh: Vec<String> = gap
+        .fresh
+        .iter()
+        .map(|(value, stands_for)| format!("`{value}` stands for {stands_for}"))
+        .collect();
+    format!("{what}, where {}", fresh.join(" and "))
 }
 
-fn role_rules<'p>(
+/// One line of a refusal: the atom, and where it is wider than a single request, the first
+/// request of it that the caller does not hold.
+fn refusal_line(atom: &Atom, gap: &Gap, written: &PolicyRule, scope: Scope<'_>) -> String {
+    let mut line = atom.describe();
+    if let Some(clauses) = &written.clauses {
+        line.push_str(&format!(" restricted to {}", clauses.describe()));
+    }
+    let exact = atom.is(&gap.action)
+        && match (&gap.action, scope) {
+            (Action::Resource(r), Scope::Cluster) => r.namespace.is_empty(),
+            _ => true,
+        };
+    if !exact {
+        line.push_str(&format!(", for example {}", describe_gap(gap, scope)));
+    }
+    match &gap.why {
+        Why::Denied(binding) => line.push_str(&format!(
+            " (a deny rule reached through {binding} withholds it from you)"
+        )),
+        Why::NotHeld => {}
+        Why::OnlyRestricted => {
+            line.push_str(" (you hold it only under content restrictions, which this rule lacks)")
+        }
+        Why::NotThisRestriction => line
+            .push_str(" (you hold it under no restriction, nor under exactly this one)"),
+    }
+    line
+}
+
+/// The role a binding refers to in `policy`, with its effective rules (aggregation resolved).
+fn role_of<'p>(
     policy: &'p PolicySet,
-    aggregated: &'p std::collections::HashMap<String, Vec<PolicyRule>>,
+    aggregated: &'p HashMap<String, Vec<PolicyRule>>,
     binding: &Binding,
-) -> Option<&'p [PolicyRule]> {
+) -> Option<(&'p Role, &'p [PolicyRule])> {
     let namespace = match binding.role_ref.kind {
         RoleKind::ClusterRole => "",
         RoleKind::Role => binding.namespace.as_str(),
@@ -252,9 +254,19 @@ fn role_rules<'p>(
             && r.namespace == namespace
             && r.name == binding.role_ref.name
     })?;
-    match (role.kind, aggregated.get(&role.name)) {
-        (RoleKind::ClusterRole, Some(rules)) => Some(rules),
-        _ => Some(&role.rules),
+    let rules = match (role.kind, aggregated.get(&role.name)) {
+        (RoleKind::ClusterRole, Some(rules)) => rules.as_slice(),
+        _ => role.rules.as_slice(),
+    };
+    Some((role, rules))
+}
+
+/// A Role's or binding's scope: its namespace, or (`""`) every namespace and cluster scope.
+fn scope_of(namespace: &str) -> Scope<'_> {
+    if namespace.is_empty() {
+        Scope::Cluster
+    } else {
+        Scope::Namespace(namespace)
     }
 }
 
@@ -324,53 +336,31 @@ impl EscalationCheck<'_> {
         }))
     }
 
-    /// What of `rules` the caller cannot grant in `namespace` ("" = cluster-wide), readably.
-    fn uncovered(
-        &self,
-        policy: &PolicySet,
-        aggregated: &std::collections::HashMap<String, Vec<PolicyRule>>,
-        rules: &[PolicyRule],
-        namespace: &str,
-    ) -> Vec<String> {
-        let denies = deny_rules_for(policy, aggregated, self.caller, namespace);
-        // Allow rules the caller holds only under content clauses: each covers exactly the
-        // same rule restricted the same way (docs/security.md §4).
-        let restricted = rules_for(policy, aggregated, self.caller, namespace, |rule| {
-            !rule.deny && rule.clauses.is_some()
-        });
+    /// What of `rules` the caller cannot grant in `scope`, readably: one line per atom of
+    /// upstream's breakdown that holds a request the caller is not allowed.
+    fn uncovered(&self, holder: &Holder<'_>, rules: &[PolicyRule], scope: Scope<'_>) -> Vec<String> {
         let mut missing = BTreeSet::new();
         for rule in rules {
-            for atom in atoms(rule) {
-                let action = atom.action(namespace);
-                if let Some((binding, _)) = denies.iter().find(|(_, deny)| atom.overlaps(deny)) {
-                    missing.insert(format!(
-                        "{} (a deny rule reached through {} withholds it from you)",
-                        atom.describe(),
-                        binding.describe()
-                    ));
-                } else if self.allowed(action.clone()) {
-                    // Held without restriction: covers the rule with or without clauses.
-                } else if let Some(clauses) = &rule.clauses {
-                    let held = restricted.iter().any(|(_, held)| {
-                        held.clauses.as_deref() == Some(&**clauses) && rule_matches(held, &action)
-                    });
-                    if !held {
-                        missing.insert(format!(
-                            "{} restricted to {} (you hold it under no restriction, nor under exactly this one)",
-                            atom.describe(),
-                            clauses.describe()
-                        ));
-                    }
-                } else if restricted
-                    .iter()
-                    .any(|(_, held)| rule_matches(held, &action))
+            let atoms = atoms(rule);
+            // Per atom, the request to show: the one with the fewest made-up values.
+            let mut shown: Vec<Option<Gap>> = vec![None; atoms.len()];
+            for gap in holder.gaps(rule, scope) {
+                // The first atom holding the request (one always does: the atoms together are
+                // the rule).
+                let Some(index) = atoms.iter().position(|a| rule_matches(&a.rule, &gap.action))
+                else {
+                    continue;
+                };
+                if shown[index]
+                    .as_ref()
+                    .is_none_or(|shown| gap.fresh.len() < shown.fresh.len())
                 {
-                    missing.insert(format!(
-                        "{} (you hold it only under content restrictions, which this rule lacks)",
-                        atom.describe()
-                    ));
-                } else {
-                    missing.insert(atom.describe());
+                    shown[index] = Some(gap);
+                }
+            }
+            for (atom, gap) in atoms.iter().zip(&shown) {
+                if let Some(gap) = gap {
+                    missing.insert(refusal_line(atom, gap, rule, scope));
                 }
             }
         }
@@ -385,17 +375,22 @@ impl EscalationCheck<'_> {
             return Ok(());
         }
         let aggregated = aggregated_rules(current);
+        // The caller's access, read once and only when an object is not written through
+        // `escalate` or `bind`.
+        let cell = std::cell::OnceCell::new();
+        let holder =
+            || cell.get_or_init(|| Holder::of(current, &aggregated, self.caller, self.engine.config()));
         let mut refusals = Vec::new();
         for object in objects {
             let (what, missing, remedy) = match object {
                 PolicyObject::Role(role) => (
                     role.describe(),
-                    self.check_role(current, &aggregated, role),
+                    self.check_role(&holder, role),
                     remedy("escalate", role.kind, &role.name, &role.namespace),
                 ),
                 PolicyObject::Binding(binding) => (
                     binding.describe(),
-                    self.check_binding(current, &aggregated, objects, binding),
+                    self.check_binding(&holder, current, &aggregated, objects, binding),
                     remedy(
                         "bind",
                         binding.role_ref.kind,
@@ -413,7 +408,7 @@ impl EscalationCheck<'_> {
                 ),
                 PolicyObject::FieldPolicy(policy) => (
                     format!("FieldPolicy {:?}", policy.name),
-                    self.check_field_policy(current, &aggregated, &policy.name),
+                    self.check_field_policy(&holder, &policy.name),
                     format!(
                         "holding `escalate` on {FIELD_POLICY_RESOURCE} `{}` ({FIELD_POLICY_GROUP}) would allow it",
                         policy.name
@@ -434,20 +429,15 @@ impl EscalationCheck<'_> {
         }
     }
 
-    fn check_role(
-        &self,
-        current: &PolicySet,
-        aggregated: &std::collections::HashMap<String, Vec<PolicyRule>>,
-        role: &Role,
-    ) -> Vec<String> {
+    fn check_role<'h>(&self, holder: &dyn Fn() -> &'h Holder<'h>, role: &Role) -> Vec<String> {
         if self.holds_on_role("escalate", role.kind, &role.namespace, &role.name) {
             return Vec::new();
         }
-        let mut missing = self.uncovered(current, aggregated, &role.rules, &role.namespace);
+        let mut missing = self.uncovered(holder(), &role.rules, scope_of(&role.namespace));
         // As upstream: an aggregation rule can gather anything, so it needs full authority.
         if role.aggregation_rule.is_some()
             && !self
-                .uncovered(current, aggregated, &full_authority(), "")
+                .uncovered(holder(), &full_authority(), Scope::Cluster)
                 .is_empty()
         {
             missing.push(
@@ -483,12 +473,7 @@ impl EscalationCheck<'_> {
     /// cover it, and a path no longer protected is open to plain allows. Creating, changing or
     /// deleting one can widen access, so it needs `escalate` on it, or full authority (`*` on
     /// everything), as an aggregationRule does.
-    fn check_field_policy(
-        &self,
-        current: &PolicySet,
-        aggregated: &std::collections::HashMap<String, Vec<PolicyRule>>,
-        name: &str,
-    ) -> Vec<String> {
+    fn check_field_policy<'h>(&self, holder: &dyn Fn() -> &'h Holder<'h>, name: &str) -> Vec<String> {
         if self.allowed(Action::Resource(ResourceAttributes {
             namespace: String::new(),
             verb: "escalate".to_string(),
@@ -498,7 +483,7 @@ impl EscalationCheck<'_> {
             subresource: String::new(),
             name: name.to_string(),
         })) || self
-            .uncovered(current, aggregated, &full_authority(), "")
+            .uncovered(holder(), &full_authority(), Scope::Cluster)
             .is_empty()
         {
             return Vec::new();
@@ -509,10 +494,11 @@ impl EscalationCheck<'_> {
         ]
     }
 
-    fn check_binding(
+    fn check_binding<'h>(
         &self,
+        holder: &dyn Fn() -> &'h Holder<'h>,
         current: &PolicySet,
-        aggregated: &std::collections::HashMap<String, Vec<PolicyRule>>,
+        aggregated: &HashMap<String, Vec<PolicyRule>>,
         objects: &[PolicyObject],
         binding: &Binding,
     ) -> Vec<String> {
@@ -535,9 +521,9 @@ impl EscalationCheck<'_> {
             }
             _ => None,
         });
-        let rules = written.or_else(|| role_rules(current, aggregated, binding));
+        let rules = written.or_else(|| role_of(current, aggregated, binding).map(|(_, rules)| rules));
         match rules {
-            Some(rules) => self.uncovered(current, aggregated, rules, &binding.namespace),
+            Some(rules) => self.uncovered(holder(), rules, scope_of(&binding.namespace)),
             None => vec![format!(
                 "the referenced {} `{}` does not exist, so what it grants cannot be checked; binding it needs `bind` on it",
                 role_ref.kind.as_str(),

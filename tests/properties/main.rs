@@ -8,6 +8,8 @@
 //! * `search`: AuthZEN's subject, action and resource searches agree with Authorize both ways;
 //! * `delta`: the access delta of a change is complete and witnessed;
 //! * `gate`: a ChangeGate refuses exactly the writes a brute-force oracle finds breaking it;
+//! * `escalation`: escalation prevention passes exactly the writes whose every grant a
+//!   brute-force oracle finds held by their author;
 //! * `incremental`: an updated engine answers as one built from scratch;
 //! * `impact`: a change's impact covers every answer it changes;
 //! * `applier`: etcd mode's in-place applier publishes what a copy would;
@@ -25,6 +27,7 @@ mod applier;
 mod conditional;
 mod delta;
 mod differential;
+mod escalation;
 mod gate;
 mod impact;
 mod incremental;

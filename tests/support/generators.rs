@@ -32,8 +32,9 @@ pub const USERS: &[&str] = &[
 ];
 pub const GROUPS: &[&str] = &["dev", "ops", "Dev", "system:authenticated"];
 pub const NAMESPACES: &[&str] = &["ns1", "ns2", "*"];
+/// `bind` is a privilege verb: a limited grant's `*` does not cover it (`policy::rbac`).
 pub const VERBS: &[&str] = &[
-    "get", "list", "create", "delete", "GET", "*", "watch", "update", "patch",
+    "get", "list", "create", "delete", "GET", "*", "watch", "update", "patch", "bind",
 ];
 pub const API_GROUPS: &[&str] = &["", "apps", "*"];
 pub const RULE_RESOURCES: &[&str] = &[

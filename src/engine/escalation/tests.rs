@@ -244,3 +244,120 @@ rules:
     // Ann holds `*` on apps unrestricted: any restriction of it is hers to grant.
     assert_eq!(check(&engine, &policy, "ann", &other), Ok(()));
 }
+
+/// A grant of `["*", "-delete"]` is not the literal verb `*`: it covers every verb but
+/// `delete`, so a role granting `*` is refused (and one granting what is held passes).
+#[test]
+fn a_negated_wildcard_does_not_cover_the_wildcard() {
+    let (policy, engine) = setup(
+        r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: all-but-delete, namespace: team}
+rules:
+- {apiGroups: ["*"], resources: ["*"], verbs: ["*", "-delete"]}
+- {apiGroups: ["*"], resources: ["*", "-roles"], verbs: ["delete"]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: dora, namespace: team}
+subjects: [{kind: User, name: dora}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: all-but-delete}
+"#,
+    );
+    let role = |verbs: &str, resources: &str| {
+        format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: copy, namespace: team}}\nrules:\n- {{apiGroups: [\"*\"], resources: {resources}, verbs: {verbs}}}\n"
+        )
+    };
+    // `*` stands for `delete` too, and she may not delete roles.
+    let refusal = check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["*"]"#)).unwrap_err();
+    assert!(
+        refusal.contains("`*` on `*` (API group `*`), for example "),
+        "{refusal}"
+    );
+    let refusal =
+        check(&engine, &policy, "dora", &role(r#"["delete"]"#, r#"["*"]"#)).unwrap_err();
+    assert!(
+        refusal.contains("`delete` on `*` (API group `*`), for example `delete` on `roles`"),
+        "{refusal}"
+    );
+    // A limited grant holds no privilege verb (docs/semantics.md §6): `*` on pods is more.
+    let refusal =
+        check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["pods"]"#)).unwrap_err();
+    assert!(
+        refusal.contains("`*` on `pods` (API group `*`), for example `bind` on `pods`"),
+        "{refusal}"
+    );
+    // Exactly what she holds, spelled as she holds it or otherwise, she may grant.
+    assert_eq!(
+        check(&engine, &policy, "dora", &role(r#"["*", "-delete"]"#, r#"["*"]"#)),
+        Ok(())
+    );
+    assert_eq!(
+        check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["*", "-roles"]"#)),
+        Ok(())
+    );
+    assert_eq!(
+        check(&engine, &policy, "dora", &role(r#"["get", "delete"]"#, r#"["pods", "secrets"]"#)),
+        Ok(())
+    );
+    // Binding a role that grants `*` is binding `delete roles`, and more.
+    let bind_admin = BIND_CLUSTER_ADMIN.replace("name: ann", "name: dora");
+    assert!(check(&engine, &policy, "dora", &bind_admin).is_err());
+}
+
+/// The shipped policy (`policy/`): Hubert is project admin in `hammer` through seed 003's
+/// `admin`, which withholds `create`, `update` and `delete` on roles. He may not bind
+/// `cluster-admin` to himself there (which would give him exactly those), nor write a role
+/// granting `*`; what `admin` holds he may grant.
+#[test]
+fn the_shipped_project_admin_cannot_make_himself_cluster_admin() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("policy");
+    let policy =
+        crate::policy::load::load_paths(&[root], &LoadOptions::default()).expect("policy/ loads");
+    let engine = Engine::new(&policy, EngineConfig::default());
+    let bind = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: hubert-is-god, namespace: hammer}
+subjects: [{kind: User, name: Hubert}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+"#;
+    let refusal = check(&engine, &policy, "Hubert", bind).unwrap_err();
+    assert!(
+        refusal.starts_with("RoleBinding \"hubert-is-god/hammer\": you cannot grant what you do not hold:"),
+        "{refusal}"
+    );
+    assert!(
+        refusal.contains("`*` on `*` (API group `*`), for example `create` on "),
+        "{refusal}"
+    );
+    let wildcard = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: everything, namespace: hammer}
+rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
+"#;
+    assert!(check(&engine, &policy, "Hubert", wildcard).is_err());
+    // Seed 003's own example: Hubert grants `edit` to Edgar, which `admin` covers.
+    let edit_for_edgar = bind
+        .replace("hubert-is-god", "Editors")
+        .replace("name: Hubert", "name: Edgar")
+        .replace("name: cluster-admin", "name: edit");
+    assert_eq!(check(&engine, &policy, "Hubert", &edit_for_edgar), Ok(()));
+    // admin's own rules, bound again in his namespace: his to grant.
+    let bind_admin = bind
+        .replace("hubert-is-god", "hubert-again")
+        .replace("name: cluster-admin", "name: admin");
+    assert_eq!(check(&engine, &policy, "Hubert", &bind_admin), Ok(()));
+    // Edgar edits in `hammer` (`*` on every resource but roles and a few): binding
+    // cluster-admin there would give him roles, and his limited grant holds no `bind`.
+    let for_edgar = bind
+        .replace("hubert-is-god", "edgar-is-god")
+        .replace("name: Hubert", "name: Edgar");
+    assert!(check(&engine, &policy, "Edgar", &for_edgar).is_err());
+    // ...but not in a namespace where he holds nothing.
+    assert!(check(&engine, &policy, "Hubert", &bind_admin.replace("hammer", "anvil")).is_err());
+}
