@@ -48,7 +48,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
 use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind};
-use crate::policy::rbac::{has_negation, is_negated, non_resource_url_entry_matches, PRIVILEGE_VERBS};
+use crate::policy::rbac::{
+    has_negation, is_negated, non_resource_url_entry_matches, PRIVILEGE_VERBS,
+};
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
 /// Why a delta was not computed.
@@ -660,6 +662,10 @@ struct Region {
     namespace: Option<String>,
     subjects: BTreeSet<Who>,
     rules: Vec<PolicyRule>,
+    /// The rules with content clauses or a CEL condition whose change may grant with content
+    /// what the fold does not show: an allow the write brings (new, or not as before), a deny
+    /// it takes away (gone, or not as after).
+    conditional: Vec<PolicyRule>,
 }
 
 /// The role a binding refers to.
@@ -707,7 +713,11 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     ) {
         let mut subjects = BTreeSet::new();
         let mut rules = Vec::new();
-        for (binding, roles) in [(before, &old_roles), (after, &new_roles)] {
+        let mut sides: [&[PolicyRule]; 2] = [&[], &[]];
+        for (side, (binding, roles)) in [(before, &old_roles), (after, &new_roles)]
+            .into_iter()
+            .enumerate()
+        {
             let Some(binding) = binding else { continue };
             for subject in &binding.subjects {
                 if let Some(user) = subject.user_name(&binding.namespace) {
@@ -718,8 +728,19 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
             }
             if let Some(role_rules) = roles.rules(role_of(binding)) {
                 rules.extend(role_rules.iter().cloned());
+                sides[side] = role_rules;
             }
         }
+        let [old_rules, new_rules] = sides;
+        let brought = |rule: &&PolicyRule, deny: bool, other: &[PolicyRule]| {
+            rule.clauses.is_some() && rule.deny == deny && !other.contains(rule)
+        };
+        let conditional = new_rules
+            .iter()
+            .filter(|r| brought(r, false, old_rules))
+            .chain(old_rules.iter().filter(|r| brought(r, true, new_rules)))
+            .cloned()
+            .collect();
         let namespace = match (before, after) {
             (Some(binding), _) | (_, Some(binding)) => binding.key(),
             (None, None) => continue,
@@ -728,6 +749,7 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
             namespace: (namespace.0 == BindingKind::RoleBinding).then(|| namespace.1.to_string()),
             subjects,
             rules,
+            conditional,
         });
     }
     out
@@ -918,6 +940,7 @@ pub fn access_delta(
         cells: work,
         everywhere: everywhere_cells,
         fresh_namespace,
+        conditional: _,
     } = changed_cells(old, new, &atoms, &BTreeSet::new());
     let mut results: Vec<(Scope, Cell, Outcome)> = Vec::new();
     for (cell, per_namespace) in &work {
@@ -992,6 +1015,10 @@ pub(super) struct ChangedCells {
     /// The namespace standing for every namespace no RoleBinding, ABAC line or
     /// `extra_namespaces` entry names.
     pub(super) fresh_namespace: String,
+    /// The cells a conditional allow the write brings, or a conditional deny it takes away,
+    /// reaches (`Region::conditional`): their answers are compared without content (the
+    /// fold), so what the change grants with content may not show in them.
+    pub(super) conditional: BTreeSet<Cell>,
 }
 
 /// The [`ChangedCells`] of the change from `old` to `new` over `atoms`. A ClusterRoleBinding's
@@ -1029,10 +1056,14 @@ pub(super) fn changed_cells(
     // Per cell reached by a ClusterRoleBinding region: its changed subjects, which change
     // answers in every namespace.
     let mut everywhere_cells: BTreeMap<Cell, BTreeSet<Who>> = BTreeMap::new();
+    let mut conditional = BTreeSet::new();
     for region in &regions {
         let mut cells = BTreeSet::new();
         for rule in &region.rules {
             cells_of(rule, atoms, &mut cells);
+        }
+        for rule in &region.conditional {
+            cells_of(rule, atoms, &mut conditional);
         }
         let namespaces: Vec<String> = match &region.namespace {
             Some(ns) => vec![ns.clone()],
@@ -1070,6 +1101,7 @@ pub(super) fn changed_cells(
         cells: work,
         everywhere: everywhere_cells,
         fresh_namespace,
+        conditional,
     }
 }
 

@@ -51,7 +51,11 @@
 //!
 //! A gate fails closed: a write whose effect the delta does not compute (ABAC lines changed,
 //! or the paths FieldPolicies protect: [`crate::engine::delta::DeltaError`]) is refused as
-//! [`GateError::Unchecked`] whenever a gate is in force.
+//! [`GateError::Unchecked`] whenever a gate is in force; so is a write that brings an allow
+//! rule with content clauses or a CEL condition (new, edited or newly bound), or takes such a
+//! deny rule away, reaching a request of a `NeverGrantOutside` rule's region for a subject it
+//! does not list: without content such a grant is no `Allow`, with content it may be, and
+//! which content is not judged.
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -213,10 +217,12 @@ pub fn check(
     // with the changed subjects of all.
     let mut asks: Vec<Ask> = Vec::new();
     for (cell, per_namespace) in changed.cells {
+        let conditional = changed.conditional.contains(&cell);
         if let Cell::NonResource(_) = cell {
             asks.push(Ask {
                 action: cell.action(""),
                 changed: per_namespace.into_values().flatten().collect(),
+                conditional,
             });
             continue;
         }
@@ -224,6 +230,7 @@ pub fn check(
             asks.push(Ask {
                 action: cell.action(&namespace),
                 changed: subjects,
+                conditional,
             });
         }
     }
@@ -241,6 +248,17 @@ pub fn check(
                 .collect();
             if region.is_empty() {
                 continue;
+            }
+            if let Some(ask) = conditional_grant_outside(rule, &region) {
+                return Err(unchecked(
+                    std::slice::from_ref(gate),
+                    &format!(
+                        "it changes a rule with content clauses or a CEL condition that reaches \
+                         {}, in the region of rule {:?}",
+                        describe_action(&ask.action),
+                        rule.name
+                    ),
+                ));
             }
             let broken = match rule.kind {
                 GateRuleKind::NeverRemove => cx.removed(rule, &region),
@@ -297,6 +315,53 @@ fn unnamed_values(witness: &Request, fresh: impl Fn(&str) -> bool) -> Vec<String
 struct Ask {
     action: Action,
     changed: BTreeSet<Who>,
+    /// A changed rule with content clauses or a CEL condition reaches this request: how its
+    /// answer changes with content is not computed.
+    conditional: bool,
+}
+
+/// The subjects a `NeverGrantOutside` rule lists, as users and groups.
+struct Listed {
+    users: BTreeSet<String>,
+    groups: BTreeSet<String>,
+}
+
+impl Listed {
+    fn of(rule: &GateRule) -> Self {
+        let (mut users, mut groups) = (BTreeSet::new(), BTreeSet::new());
+        for subject in &rule.subjects {
+            if let Some(user) = subject.user_name("") {
+                users.insert(user);
+            } else if let Some(group) = subject.group_name() {
+                groups.insert(group.to_string());
+            }
+        }
+        Self { users, groups }
+    }
+
+    fn lists(&self, who: &Who) -> bool {
+        match who {
+            Who::User(u) => self.users.contains(u),
+            Who::Group(g) => self.groups.contains(g),
+        }
+    }
+}
+
+/// For a `NeverGrantOutside` rule: a request of its region that a changed rule with clauses
+/// reaches, with a changed subject the rule does not list. Answers are compared without
+/// content, where such a grant is not an `Allow`, yet with content it may allow: what the
+/// write grants outside is not judged, so it is refused. (A `NeverRemove` rule needs no such
+/// refusal: "allowed without content" is "allowed whatever the content", and a change that
+/// takes that away shows without content.)
+fn conditional_grant_outside<'a>(rule: &GateRule, region: &[&'a Ask]) -> Option<&'a Ask> {
+    if rule.kind != GateRuleKind::NeverGrantOutside {
+        return None;
+    }
+    let listed = Listed::of(rule);
+    region
+        .iter()
+        .copied()
+        .find(|ask| ask.conditional && !ask.changed.iter().all(|w| listed.lists(w)))
 }
 
 /// Whether `action` is in `rule`'s region.
@@ -446,18 +511,8 @@ impl Cx<'_> {
     /// `NeverGrantOutside`: a request of the region none of whose subjects is listed, not
     /// allowed before and allowed after.
     fn granted_outside(&self, rule: &GateRule, region: &[&Ask]) -> Option<(String, Request)> {
-        let (mut listed_users, mut listed_groups) = (BTreeSet::new(), BTreeSet::new());
-        for subject in &rule.subjects {
-            if let Some(user) = subject.user_name("") {
-                listed_users.insert(user);
-            } else if let Some(group) = subject.group_name() {
-                listed_groups.insert(group.to_string());
-            }
-        }
-        let listed = |who: &Who| match who {
-            Who::User(u) => listed_users.contains(u),
-            Who::Group(g) => listed_groups.contains(g),
-        };
+        let listed = Listed::of(rule);
+        let listed = |who: &Who| listed.lists(who);
         for ask in region {
             // Only requests with a changed subject change answer.
             if ask.changed.iter().all(listed) {
@@ -550,6 +605,15 @@ mod tests {
     use crate::policy::load::{load_sources, LoadOptions};
 
     const ROLES: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: labelled-secret-reader}
+rules:
+- apiGroups: [""]
+  resources: [secrets]
+  verbs: [get]
+  condition: "object.metadata.name == 'public'"
+---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRole
 metadata: {name: admin}
@@ -781,6 +845,43 @@ spec:
         assert!(
             refused.to_string().contains("ABAC") && refused.to_string().contains("guard-rails"),
             "{refused}"
+        );
+    }
+
+    #[test]
+    fn a_grant_under_a_condition_outside_the_listed_subjects_is_refused_unchecked() {
+        let old = policy(&[admins("admins")]);
+        let conditional = |name: &str, subjects: &str| {
+            binding(
+                "RoleBinding",
+                "vault",
+                name,
+                "labelled-secret-reader",
+                subjects,
+            )
+        };
+        // To a group the rule does not list: allowed with the right content, so not judged.
+        let devs = conditional("dev-reads", "[{kind: Group, name: dev}]");
+        let refused = check_change(&old, &policy(&[admins("admins"), devs.clone()])).unwrap_err();
+        let GateError::Unchecked(message) = &refused else {
+            panic!("{refused:?}")
+        };
+        assert!(
+            message.contains("guard-rails")
+                && message.contains("CEL condition")
+                && message.contains("secrets-only-for-vault"),
+            "{message}"
+        );
+        // Unbinding it again takes access away: nothing outside is granted.
+        assert_eq!(
+            check_change(&policy(&[admins("admins"), devs]), &old),
+            Ok(())
+        );
+        // To the listed service account alone: nothing granted outside.
+        let vault = conditional("vault-reads", "[{kind: ServiceAccount, name: vault}]");
+        assert_eq!(
+            check_change(&old, &policy(&[admins("admins"), vault])),
+            Ok(())
         );
     }
 }
