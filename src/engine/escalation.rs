@@ -67,7 +67,10 @@ struct Atom {
 
 impl Atom {
     fn verb(&self) -> &str {
-        positive(&self.rule.verbs).first().copied().unwrap_or_default()
+        positive(&self.rule.verbs)
+            .first()
+            .copied()
+            .unwrap_or_default()
     }
 
     fn describe(&self) -> String {
@@ -148,7 +151,10 @@ fn atoms(rule: &PolicyRule) -> Vec<Atom> {
                 let names: Vec<Vec<String>> = if rule.resource_names.is_empty() {
                     vec![Vec::new()]
                 } else {
-                    rule.resource_names.iter().map(|n| vec![n.clone()]).collect()
+                    rule.resource_names
+                        .iter()
+                        .map(|n| vec![n.clone()])
+                        .collect()
                 };
                 for resource_names in names {
                     out.push(Atom {
@@ -195,7 +201,10 @@ fn describe_gap(gap: &Gap, scope: Scope<'_>) -> String {
                 Scope::Cluster if r.namespace.is_empty() => " at cluster scope".to_string(),
                 Scope::Cluster => format!(" in namespace `{}`", r.namespace),
             };
-            format!("`{}` on `{what}`{name} (API group `{group}`){place}", r.verb)
+            format!(
+                "`{}` on `{what}`{name} (API group `{group}`){place}",
+                r.verb
+            )
         }
         Action::NonResource(n) => format!("`{}` on URL `{}`", n.verb, n.path),
     };
@@ -233,8 +242,9 @@ fn refusal_line(atom: &Atom, gap: &Gap, written: &PolicyRule, scope: Scope<'_>) 
         Why::OnlyRestricted => {
             line.push_str(" (you hold it only under content restrictions, which this rule lacks)")
         }
-        Why::NotThisRestriction => line
-            .push_str(" (you hold it under no restriction, nor under exactly this one)"),
+        Why::NotThisRestriction => {
+            line.push_str(" (you hold it under no restriction, nor under exactly this one)")
+        }
     }
     line
 }
@@ -338,7 +348,12 @@ impl EscalationCheck<'_> {
 
     /// What of `rules` the caller cannot grant in `scope`, readably: one line per atom of
     /// upstream's breakdown that holds a request the caller is not allowed.
-    fn uncovered(&self, holder: &Holder<'_>, rules: &[PolicyRule], scope: Scope<'_>) -> Vec<String> {
+    fn uncovered(
+        &self,
+        holder: &Holder<'_>,
+        rules: &[PolicyRule],
+        scope: Scope<'_>,
+    ) -> Vec<String> {
         let mut missing = BTreeSet::new();
         for rule in rules {
             let atoms = atoms(rule);
@@ -347,7 +362,9 @@ impl EscalationCheck<'_> {
             for gap in holder.gaps(rule, scope) {
                 // The first atom holding the request (one always does: the atoms together are
                 // the rule).
-                let Some(index) = atoms.iter().position(|a| rule_matches(&a.rule, &gap.action))
+                let Some(index) = atoms
+                    .iter()
+                    .position(|a| rule_matches(&a.rule, &gap.action))
                 else {
                     continue;
                 };
@@ -378,8 +395,9 @@ impl EscalationCheck<'_> {
         // The caller's access, read once and only when an object is not written through
         // `escalate` or `bind`.
         let cell = std::cell::OnceCell::new();
-        let holder =
-            || cell.get_or_init(|| Holder::of(current, &aggregated, self.caller, self.engine.config()));
+        let holder = || {
+            cell.get_or_init(|| Holder::of(current, &aggregated, self.caller, self.engine.config()))
+        };
         let mut refusals = Vec::new();
         for object in objects {
             let (what, missing, remedy) = match object {
@@ -473,7 +491,11 @@ impl EscalationCheck<'_> {
     /// cover it, and a path no longer protected is open to plain allows. Creating, changing or
     /// deleting one can widen access, so it needs `escalate` on it, or full authority (`*` on
     /// everything), as an aggregationRule does.
-    fn check_field_policy<'h>(&self, holder: &dyn Fn() -> &'h Holder<'h>, name: &str) -> Vec<String> {
+    fn check_field_policy<'h>(
+        &self,
+        holder: &dyn Fn() -> &'h Holder<'h>,
+        name: &str,
+    ) -> Vec<String> {
         if self.allowed(Action::Resource(ResourceAttributes {
             namespace: String::new(),
             verb: "escalate".to_string(),
@@ -521,7 +543,8 @@ impl EscalationCheck<'_> {
             }
             _ => None,
         });
-        let rules = written.or_else(|| role_of(current, aggregated, binding).map(|(_, rules)| rules));
+        let rules =
+            written.or_else(|| role_of(current, aggregated, binding).map(|(_, rules)| rules));
         match rules {
             Some(rules) => self.uncovered(holder(), rules, scope_of(&binding.namespace)),
             None => vec![format!(

@@ -54,7 +54,10 @@ pub const PRIVILEGE_VERBS: [&str; 3] = ["bind", "escalate", "impersonate"];
 
 /// Whether any verb or resource entry of `rule` is negated.
 pub fn has_negation(rule: &PolicyRule) -> bool {
-    rule.verbs.iter().chain(&rule.resources).any(|e| is_negated(e))
+    rule.verbs
+        .iter()
+        .chain(&rule.resources)
+        .any(|e| is_negated(e))
 }
 
 /// Upstream `VerbMatches`: some verb is `*` or equal to the request verb; minus negations;

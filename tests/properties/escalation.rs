@@ -27,11 +27,11 @@ use crate::support::universe::{in_namespace, policy_actions, policy_namespaces};
 use authzd::engine::escalation::EscalationCheck;
 use authzd::engine::reference::ReferenceEvaluator;
 use authzd::engine::{Decision, Engine, EngineConfig};
+use authzd::policy::abac;
 use authzd::policy::aggregate::aggregated_rules;
 use authzd::policy::model::{
     AbacRule, BindingKind, PolicyObject, PolicyRule, PolicySet, Role, RoleKind, Subject,
 };
-use authzd::policy::abac;
 use authzd::policy::rbac::rule_matches;
 use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
 use proptest::prelude::*;
@@ -125,7 +125,9 @@ impl Oracle {
                         && r.name == binding.role_ref.name
                 });
                 let rules = match (role, certain_aggregated.get(&binding.role_ref.name)) {
-                    (Some(role), Some(rules)) if role.kind == RoleKind::ClusterRole => rules.clone(),
+                    (Some(role), Some(rules)) if role.kind == RoleKind::ClusterRole => {
+                        rules.clone()
+                    }
                     (Some(role), _) => role.rules.clone(),
                     (None, _) => Vec::new(),
                 };
@@ -133,7 +135,9 @@ impl Oracle {
             })
             .collect();
         let abac = (certain.abac.iter().enumerate())
-            .filter(|(_, line)| abac::subject_matches(line, &author.name, author.as_borrowed().groups))
+            .filter(|(_, line)| {
+                abac::subject_matches(line, &author.name, author.as_borrowed().groups)
+            })
             .map(|(i, line)| {
                 let any = AbacRule {
                     namespace: "*".to_string(),
@@ -199,14 +203,23 @@ impl Oracle {
             {
                 continue;
             }
-            if let Some(rules) = self.role_rules(binding.role_ref.kind, &binding.namespace, &binding.role_ref.name) {
+            if let Some(rules) = self.role_rules(
+                binding.role_ref.kind,
+                &binding.namespace,
+                &binding.role_ref.name,
+            ) {
                 out.extend(rules);
             }
         }
         out
     }
 
-    fn role_rules(&self, kind: RoleKind, binding_namespace: &str, name: &str) -> Option<&[PolicyRule]> {
+    fn role_rules(
+        &self,
+        kind: RoleKind,
+        binding_namespace: &str,
+        name: &str,
+    ) -> Option<&[PolicyRule]> {
         let namespace = match kind {
             RoleKind::ClusterRole => "",
             RoleKind::Role => binding_namespace,
@@ -241,7 +254,16 @@ impl Oracle {
         let resource = matches!(action, Action::Resource(_));
         let abac = (self.abac.iter())
             .filter(|(_, _, line)| abac::rule_allows_action(line, action.as_borrowed()))
-            .map(|(i, namespace, _)| (*i, if resource { namespace.clone() } else { "*".into() }))
+            .map(|(i, namespace, _)| {
+                (
+                    *i,
+                    if resource {
+                        namespace.clone()
+                    } else {
+                        "*".into()
+                    },
+                )
+            })
             .collect();
         Hits {
             rules,
@@ -270,7 +292,13 @@ impl Oracle {
 
     /// Whether the author holds `action` in `namespace` as `written` grants it (`hits`: the
     /// action's).
-    fn holds(&mut self, written: &PolicyRule, hits: &Hits, action: &Action, namespace: &str) -> bool {
+    fn holds(
+        &mut self,
+        written: &PolicyRule,
+        hits: &Hits,
+        action: &Action,
+        namespace: &str,
+    ) -> bool {
         let key = self.key(hits, namespace);
         let decision = match self.asked.get(&key) {
             Some(decision) => *decision,
@@ -284,12 +312,14 @@ impl Oracle {
         match decision {
             Decision::Allow => true,
             Decision::Deny => false,
-            Decision::NoOpinion => written.clauses.is_some() && {
-                let cell = in_namespace(action, namespace);
-                self.bound_rules(namespace).iter().any(|held| {
-                    !held.deny && held.clauses == written.clauses && rule_matches(held, &cell)
-                })
-            },
+            Decision::NoOpinion => {
+                written.clauses.is_some() && {
+                    let cell = in_namespace(action, namespace);
+                    self.bound_rules(namespace).iter().any(|held| {
+                        !held.deny && held.clauses == written.clauses && rule_matches(held, &cell)
+                    })
+                }
+            }
         }
     }
 
@@ -325,7 +355,11 @@ impl Oracle {
     /// Whether the author may write `object` over the policy.
     fn may_write(&mut self, object: &PolicyObject) -> bool {
         let is_super = self.config.super_users.contains(&self.author.name)
-            || self.config.super_groups.iter().any(|g| self.author.groups.contains(g));
+            || self
+                .config
+                .super_groups
+                .iter()
+                .any(|g| self.author.groups.contains(g));
         if is_super {
             return true;
         }

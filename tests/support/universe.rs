@@ -7,7 +7,9 @@
 
 use std::collections::BTreeSet;
 
-use super::generators::{API_GROUPS, GATE_ONLY, NAMESPACES, RESOURCE_NAMES, RULE_RESOURCES, URLS, VERBS};
+use super::generators::{
+    API_GROUPS, GATE_ONLY, NAMESPACES, RESOURCE_NAMES, RULE_RESOURCES, URLS, VERBS,
+};
 use authzd::request::{Action, NonResourceAttributes, ResourceAttributes};
 
 /// A value the vocabulary never names, in every dimension (and as a user or group).
@@ -50,7 +52,12 @@ fn actions_over(
     let mut verbs: Vec<&str> = VERBS.to_vec();
     verbs.extend(extra.iter().copied().chain([FRESH]));
     let mut groups: Vec<&str> = API_GROUPS.iter().copied().filter(|g| *g != "*").collect();
-    groups.extend(["Apps"].into_iter().chain(extra.iter().copied()).chain([FRESH]));
+    groups.extend(
+        ["Apps"]
+            .into_iter()
+            .chain(extra.iter().copied())
+            .chain([FRESH]),
+    );
     resources.remove("*");
     subresources.remove("*");
     resources.extend(extra.iter().map(|e| e.to_string()));

@@ -44,8 +44,8 @@ use crate::policy::abac;
 use crate::policy::content::Clauses;
 use crate::policy::model::{AbacRule, BindingKind, PolicyRule, PolicySet, Role};
 use crate::policy::rbac::{
-    api_group_matches, has_negation, non_resource_url_matches, resource_matches, resource_name_matches,
-    rule_matches, verb_matches, PRIVILEGE_VERBS,
+    api_group_matches, has_negation, non_resource_url_matches, resource_matches,
+    resource_name_matches, rule_matches, verb_matches, PRIVILEGE_VERBS,
 };
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
 
@@ -123,7 +123,8 @@ impl<'p> Holder<'p> {
         for binding in policy.bindings.iter().map(Arc::as_ref) {
             let applies = binding.subjects.iter().any(|s| {
                 s.user_name(&binding.namespace).as_deref() == Some(user.name.as_str())
-                    || s.group_name().is_some_and(|g| user.groups.iter().any(|ug| ug == g))
+                    || s.group_name()
+                        .is_some_and(|g| user.groups.iter().any(|ug| ug == g))
             });
             if !applies {
                 continue;
@@ -222,7 +223,9 @@ impl<'p> Holder<'p> {
         let mut rules: Vec<&PolicyRule> = self
             .held
             .iter()
-            .filter(|h| h.namespace.is_empty() || (!namespace.is_empty() && h.namespace == namespace))
+            .filter(|h| {
+                h.namespace.is_empty() || (!namespace.is_empty() && h.namespace == namespace)
+            })
             .map(|h| h.rule)
             .collect();
         rules.push(written);
@@ -255,7 +258,8 @@ impl<'p> Holder<'p> {
         let held_under = |clauses: Option<&Clauses>| {
             self.held.iter().any(|h| {
                 !h.rule.deny
-                    && (h.namespace.is_empty() || (!namespace.is_empty() && h.namespace == namespace))
+                    && (h.namespace.is_empty()
+                        || (!namespace.is_empty() && h.namespace == namespace))
                     && h.rule.clauses.is_some()
                     && clauses.is_none_or(|c| h.rule.clauses.as_deref() == Some(c))
                     && rule_matches(h.rule, action)

@@ -277,30 +277,43 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: all-but-delete}
         refusal.contains("`*` on `*` (API group `*`), for example "),
         "{refusal}"
     );
-    let refusal =
-        check(&engine, &policy, "dora", &role(r#"["delete"]"#, r#"["*"]"#)).unwrap_err();
+    let refusal = check(&engine, &policy, "dora", &role(r#"["delete"]"#, r#"["*"]"#)).unwrap_err();
     assert!(
         refusal.contains("`delete` on `*` (API group `*`), for example `delete` on `roles`"),
         "{refusal}"
     );
     // A limited grant holds no privilege verb (docs/semantics.md §6): `*` on pods is more.
-    let refusal =
-        check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["pods"]"#)).unwrap_err();
+    let refusal = check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["pods"]"#)).unwrap_err();
     assert!(
         refusal.contains("`*` on `pods` (API group `*`), for example `bind` on `pods`"),
         "{refusal}"
     );
     // Exactly what she holds, spelled as she holds it or otherwise, she may grant.
     assert_eq!(
-        check(&engine, &policy, "dora", &role(r#"["*", "-delete"]"#, r#"["*"]"#)),
+        check(
+            &engine,
+            &policy,
+            "dora",
+            &role(r#"["*", "-delete"]"#, r#"["*"]"#)
+        ),
         Ok(())
     );
     assert_eq!(
-        check(&engine, &policy, "dora", &role(r#"["*"]"#, r#"["*", "-roles"]"#)),
+        check(
+            &engine,
+            &policy,
+            "dora",
+            &role(r#"["*"]"#, r#"["*", "-roles"]"#)
+        ),
         Ok(())
     );
     assert_eq!(
-        check(&engine, &policy, "dora", &role(r#"["get", "delete"]"#, r#"["pods", "secrets"]"#)),
+        check(
+            &engine,
+            &policy,
+            "dora",
+            &role(r#"["get", "delete"]"#, r#"["pods", "secrets"]"#)
+        ),
         Ok(())
     );
     // Binding a role that grants `*` is binding `delete roles`, and more.
@@ -327,7 +340,9 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
 "#;
     let refusal = check(&engine, &policy, "Hubert", bind).unwrap_err();
     assert!(
-        refusal.starts_with("RoleBinding \"hubert-is-god/hammer\": you cannot grant what you do not hold:"),
+        refusal.starts_with(
+            "RoleBinding \"hubert-is-god/hammer\": you cannot grant what you do not hold:"
+        ),
         "{refusal}"
     );
     assert!(
@@ -359,5 +374,11 @@ rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
         .replace("name: Hubert", "name: Edgar");
     assert!(check(&engine, &policy, "Edgar", &for_edgar).is_err());
     // ...but not in a namespace where he holds nothing.
-    assert!(check(&engine, &policy, "Hubert", &bind_admin.replace("hammer", "anvil")).is_err());
+    assert!(check(
+        &engine,
+        &policy,
+        "Hubert",
+        &bind_admin.replace("hammer", "anvil")
+    )
+    .is_err());
 }
