@@ -21,7 +21,7 @@ pub mod search;
 pub mod subscribers;
 pub mod write_guard;
 
-pub use admission::{Caller, Impersonating, Needed};
+pub use admission::{Caller, Impersonating, Needed, Served};
 pub use call::{Call, Question, WithContent};
 pub use privilege::Privilege;
 pub use refusal::Refusal;
@@ -233,11 +233,12 @@ impl ServingState {
         &self,
         rpc: &str,
         caller: &crate::request::UserInfo,
+        impersonated: Option<&crate::request::UserInfo>,
         request: impl FnOnce() -> serde_json::Value,
         outcome: Result<(u64, serde_json::Value), String>,
     ) {
         if let Some(audit) = self.audit.get() {
-            audit.write(rpc, caller, request(), outcome);
+            audit.write(rpc, caller, impersonated, request(), outcome);
         }
     }
 

@@ -9,14 +9,14 @@ use tokio_stream::wrappers::{BroadcastStream, WatchStream as ValueStream};
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
-use crate::api::authn::{Authenticator, Peer};
+use crate::api::authn::{self, Authenticator};
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::policy::load::{parse_manifest, LoadOptions};
 use crate::proto;
 use crate::proto::policy_admin_server::{PolicyAdmin, PolicyAdminServer};
 use crate::serving::subscribers::Acknowledged;
 use crate::serving::{store_figures, ReplicationCell};
-use crate::serving::{Caller, Privilege, ServingState, WriteOp};
+use crate::serving::{Caller, Privilege, Served, ServingState, WriteOp};
 use crate::store::etcd::AckMode;
 use crate::store::{ChangeEvent, ObjectKind, ObjectRef, Store};
 use crate::telemetry::metrics::StoreFigures;
@@ -98,36 +98,42 @@ impl AdminApi {
         self
     }
 
-    /// A policy write (applied or refused) recorded in the audit log, when there is one.
+    /// A policy write (applied or refused) recorded in the audit log, when there is one,
+    /// with the caller as authenticated and, when it impersonates someone, the user the
+    /// write was made as (`None` when the impersonation itself was refused).
     fn audit_write(
         &self,
         rpc: &str,
-        caller: &crate::request::UserInfo,
+        caller: &Caller,
+        served: Option<&Served>,
         request: impl FnOnce() -> serde_json::Value,
         outcome: std::result::Result<(u64, serde_json::Value), &Status>,
     ) {
         let outcome =
             outcome.map_err(|status| format!("{:?}: {}", status.code(), status.message()));
-        self.state.record_write(rpc, caller, request, outcome);
+        let impersonated = match (served, &caller.impersonation) {
+            (Some(served), _) => served.impersonated(),
+            (None, Some(impersonation)) => Some(&impersonation.user),
+            (None, None) => None,
+        };
+        self.state
+            .record_write(rpc, &caller.user, impersonated, request, outcome);
     }
 
     pub fn service(self, max_request_bytes: usize) -> PolicyAdminServer<Self> {
         PolicyAdminServer::new(self).max_decoding_message_size(max_request_bytes)
     }
 
-    /// Every caller is authenticated; reads then need the matching RBAC verb
-    /// ([`Self::admit`]), writes the checks of the serving core's write guard.
-    fn caller<T>(&self, request: &Request<T>) -> Result<Arc<crate::request::UserInfo>> {
-        self.authenticator.authenticate(&Peer::of(request))
+    /// Every caller is identified as every other call's is (authenticated, and served as the
+    /// user it impersonates, if it may); reads then need the matching RBAC verb
+    /// ([`Self::admit`]), writes the checks of the serving core's write guard, made as the
+    /// served user.
+    fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
+        authn::identify(&*self.authenticator, request)
     }
 
     /// Admits a read needing `privileges`, all of them checked against one snapshot.
-    async fn admit(
-        &self,
-        caller: &Arc<crate::request::UserInfo>,
-        privileges: &[Privilege<'_>],
-    ) -> Result<()> {
-        let caller = Caller::new(Arc::clone(caller));
+    async fn admit(&self, caller: Caller, privileges: &[Privilege<'_>]) -> Result<()> {
         self.state.admit_all(caller, privileges, 0).await?;
         Ok(())
     }
@@ -240,7 +246,7 @@ impl AdminApi {
     /// dry run previews it and answers with its access delta.
     async fn apply_manifest(
         &self,
-        caller: &Arc<crate::request::UserInfo>,
+        caller: &Served,
         wire: &proto::ApplyRequest,
     ) -> std::result::Result<Applied, Status> {
         if wire.manifest.trim().is_empty() {
@@ -248,7 +254,10 @@ impl AdminApi {
         }
         let objects = parse_manifest(MANIFEST, &wire.manifest, &self.load_options)
             .map_err(|e| ApiError::Store(crate::store::StoreError::Invalid(e)))?;
-        let guard = Some(self.state.write_guard(Arc::clone(caller), WriteOp::Apply));
+        let guard = Some(
+            self.state
+                .write_guard(Arc::clone(&caller.user), WriteOp::Apply),
+        );
         let store = self.store()?;
         if !wire.dry_run {
             let (revision, objects) = store.apply(objects, guard).await.map_err(ApiError::from)?;
@@ -266,7 +275,10 @@ impl AdminApi {
         // The delta names who gains and loses access: a who-can answer, given to those who
         // may ask for one.
         let delta = match self
-            .admit(caller, &[Privilege::RESOURCE_ACCESS_REVIEW])
+            .admit(
+                Caller::new(Arc::clone(&caller.user)),
+                &[Privilege::RESOURCE_ACCESS_REVIEW],
+            )
             .await
         {
             Err(refused) => Err(format!(
@@ -310,10 +322,18 @@ impl PolicyAdmin for AdminApi {
     ) -> Result<Response<proto::ApplyResponse>, Status> {
         let caller = self.caller(&request)?;
         let wire = request.into_inner();
-        let outcome = self.apply_manifest(&caller, &wire).await;
+        let served = self
+            .state
+            .identify(caller.clone())
+            .map_err(|refused| Status::from(ApiError::from(refused)));
+        let outcome = match &served {
+            Ok(served) => self.apply_manifest(served, &wire).await,
+            Err(refused) => Err(refused.clone()),
+        };
         self.audit_write(
             "Apply",
             &caller,
+            served.as_ref().ok(),
             || {
                 serde_json::json!({
                     "manifest": audited_manifest(&wire.manifest),
@@ -378,23 +398,29 @@ impl PolicyAdmin for AdminApi {
         let caller = self.caller(&request)?;
         let request = request.into_inner();
         let (wire, ack) = (request.object, request.ack);
-        let outcome = match object_ref(wire.clone(), "object") {
-            Ok(object) => match self.store() {
-                Ok(store) => store
-                    .delete(
-                        &object,
-                        Some(self.state.write_guard(Arc::clone(&caller), WriteOp::Delete)),
-                    )
-                    .await
-                    .map(|revision| (revision, object))
-                    .map_err(|e| Status::from(ApiError::from(e))),
-                Err(e) => Err(e.into()),
-            },
-            Err(e) => Err(e.into()),
+        let served = self
+            .state
+            .identify(caller.clone())
+            .map_err(|refused| Status::from(ApiError::from(refused)));
+        let outcome = match (&served, object_ref(wire.clone(), "object"), self.store()) {
+            (Err(refused), _, _) => Err(refused.clone()),
+            (_, Err(e), _) | (_, _, Err(e)) => Err(e.into()),
+            (Ok(served), Ok(object), Ok(store)) => store
+                .delete(
+                    &object,
+                    Some(
+                        self.state
+                            .write_guard(Arc::clone(&served.user), WriteOp::Delete),
+                    ),
+                )
+                .await
+                .map(|revision| (revision, object))
+                .map_err(|e| Status::from(ApiError::from(e))),
         };
         self.audit_write(
             "Delete",
             &caller,
+            served.as_ref().ok(),
             || match &wire {
                 Some(o) => serde_json::json!({
                     "kind": o.kind, "namespace": o.namespace, "name": o.name,
@@ -439,7 +465,7 @@ impl PolicyAdmin for AdminApi {
         let caller = self.caller(&request)?;
         let object = object_ref(request.into_inner().object, "object")?;
         self.admit(
-            &caller,
+            caller,
             &[Privilege::object(
                 "get",
                 object.kind,
@@ -477,7 +503,7 @@ impl PolicyAdmin for AdminApi {
             .iter()
             .map(|kind| Privilege::object("list", *kind, &wire.namespace, ""))
             .collect();
-        self.admit(&caller, &privileges).await?;
+        self.admit(caller, &privileges).await?;
         let revision = self.store()?.revision();
         Ok(Response::new(proto::ListResponse {
             manifests: self.store()?.list(kind, &wire.namespace),
@@ -497,7 +523,7 @@ impl PolicyAdmin for AdminApi {
             .iter()
             .map(|kind| Privilege::object("watch", *kind, "", ""))
             .collect();
-        self.admit(&caller, &privileges).await?;
+        self.admit(caller, &privileges).await?;
         let slot = Arc::clone(&self.watch_slots)
             .try_acquire_owned()
             .map_err(|_| ApiError::TooManyWatches)?;
@@ -529,7 +555,7 @@ impl PolicyAdmin for AdminApi {
         request: Request<proto::StatusRequest>,
     ) -> Result<Response<proto::StatusResponse>, Status> {
         let caller = self.caller(&request)?;
-        self.admit(&caller, &[Privilege::STATUS]).await?;
+        self.admit(caller, &[Privilege::STATUS]).await?;
         let cache = self.state.cache_figures();
         Ok(Response::new(proto::StatusResponse {
             revision: self.store()?.revision(),

@@ -15,8 +15,7 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataKey};
 use tonic::{Request, Response, Status};
 
-use crate::api::authn::impersonation::Impersonation;
-use crate::api::authn::{Authenticator, Peer};
+use crate::api::authn::{self, Authenticator};
 use crate::api::convert;
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::{ContentLimits, MAX_CONDITIONS};
@@ -152,17 +151,14 @@ impl GrpcApi {
     /// extension: the HTTP review endpoints ask for no opinion) how an allow a fenced replica
     /// may not give is answered.
     fn caller<T>(&self, request: &Request<T>) -> Result<Caller> {
-        let user = self.authenticator.authenticate(&Peer::of(request))?;
         Ok(Caller {
-            user,
-            impersonation: Impersonation::requested(request.metadata())?
-                .map(Impersonation::into_admission),
             deadline: request_deadline(request),
             fenced_allow: request
                 .extensions()
                 .get::<FencedAllow>()
                 .copied()
                 .unwrap_or_default(),
+            ..authn::identify(&*self.authenticator, request)?
         })
     }
 

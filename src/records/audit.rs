@@ -143,6 +143,7 @@ impl AuditLog {
         &self,
         rpc: &str,
         caller: &UserInfo,
+        impersonated: Option<&UserInfo>,
         request: Value,
         outcome: Result<(u64, Value), String>,
     ) {
@@ -151,6 +152,13 @@ impl AuditLog {
             Err(message) => (0, ("error", Value::String(message))),
         };
         let mut entry = base(rpc, caller, revision);
+        // As Kubernetes' audit events: `user` authenticated, `impersonatedUser` served.
+        if let Some(impersonated) = impersonated {
+            entry.insert(
+                "impersonated_user".into(),
+                json!({ "user": impersonated.name, "groups": impersonated.groups }),
+            );
+        }
         entry.insert("request".into(), request);
         entry.insert(result.0.into(), result.1);
         self.record(entry);
@@ -270,7 +278,7 @@ mod tests {
         let recorder = Arc::clone(&log);
         std::thread::spawn(move || {
             for _ in 0..1000 {
-                recorder.write("Apply", &caller(), json!({}), Err("refused".into()));
+                recorder.write("Apply", &caller(), None, json!({}), Err("refused".into()));
             }
             let _ = done.send(());
         });

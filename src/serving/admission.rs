@@ -15,6 +15,7 @@ use crate::request::{Action, UserInfo};
 use crate::telemetry::request::record_caller;
 
 /// Who asks, as the adapter knows them once authenticated.
+#[derive(Clone)]
 pub struct Caller {
     /// The authenticated caller.
     pub user: Arc<UserInfo>,
@@ -40,9 +41,45 @@ impl Caller {
 
 /// A request to be served as someone else: the `impersonate` permissions that needs, in the
 /// order upstream checks them, and the identity served once they hold.
+#[derive(Clone)]
 pub struct Impersonating {
     pub needed: Vec<Needed>,
     pub user: UserInfo,
+}
+
+/// Who a call is served as, and who asked for it.
+#[derive(Clone, Debug)]
+pub struct Served {
+    /// The caller as authenticated.
+    pub authenticated: Arc<UserInfo>,
+    /// The identity the call is served as: the authenticated caller, or whom it impersonates.
+    pub user: Arc<UserInfo>,
+}
+
+impl Served {
+    /// The impersonated user, when the caller impersonates one.
+    pub fn impersonated(&self) -> Option<&UserInfo> {
+        (!Arc::ptr_eq(&self.authenticated, &self.user)).then_some(&*self.user)
+    }
+}
+
+impl Gate<'_> {
+    /// An impersonating caller must first be allowed each `impersonate` it needs; from then
+    /// on it is served as the impersonated user, who must hold the call's privilege itself
+    /// (as kube-apiserver serves an impersonated request).
+    fn served_as(
+        &self,
+        user: &Arc<UserInfo>,
+        impersonation: Impersonating,
+    ) -> Result<Arc<UserInfo>, Refusal> {
+        for needed in impersonation.needed {
+            self.admit_action(user, needed.action, || {
+                format!("user {:?} cannot impersonate {}", user.name, needed.what)
+            })?;
+        }
+        record_caller(&impersonation.user.name);
+        Ok(Arc::new(impersonation.user))
+    }
 }
 
 /// One `impersonate` permission the caller needs, and how a refusal names it.
@@ -86,22 +123,37 @@ impl ServingState {
             state: self,
             snapshot: &snapshot,
         };
-        // An impersonating caller must first be allowed each `impersonate` it needs; from then
-        // on it is served as the impersonated user, who must hold the call's privilege itself
-        // (as kube-apiserver serves an impersonated request).
         if let Some(impersonation) = impersonation {
-            for needed in impersonation.needed {
-                gate.admit_action(&user, needed.action, || {
-                    format!("user {:?} cannot impersonate {}", user.name, needed.what)
-                })?;
-            }
-            user = Arc::new(impersonation.user);
-            record_caller(&user.name);
+            user = gate.served_as(&user, impersonation)?;
         }
         for privilege in privileges {
             gate.admit(&user, *privilege)?;
         }
         Ok(Call::new(self, user, snapshot, fenced_allow))
+    }
+
+    /// Whom `caller` is served as, on the policy in force: itself, or the user it impersonates
+    /// once it is allowed every `impersonate` that needs. A call that is not answered from a
+    /// snapshot (a policy write, whose guard checks the served user's privileges under the
+    /// store's writer lock) takes its identity from here, as every other call does through
+    /// [`Self::admit`].
+    pub fn identify(&self, caller: Caller) -> Result<Served, Refusal> {
+        record_caller(&caller.user.name);
+        let Some(impersonation) = caller.impersonation else {
+            return Ok(Served {
+                user: Arc::clone(&caller.user),
+                authenticated: caller.user,
+            });
+        };
+        let snapshot = self.snapshot().ok_or(Refusal::NotReady)?;
+        let gate = Gate {
+            state: self,
+            snapshot: &snapshot,
+        };
+        Ok(Served {
+            user: gate.served_as(&caller.user, impersonation)?,
+            authenticated: caller.user,
+        })
     }
 
     /// [`Self::admit`] for a call answered from the snapshot published at `revision` (a later

@@ -34,7 +34,8 @@ const TOKENS: &str = "root-token,root,uid-0,system:masters\n\
 alice-token,alice,uid-1,\"readers,staff\"\n\
 rita-token,rita,uid-2,reviewers\n\
 nadia-token,nadia,uid-3\n\
-vic-token,vic,uid-4\n";
+vic-token,vic,uid-4\n\
+gateway-token,gateway,uid-5\n";
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -44,17 +45,25 @@ struct Fixture {
 
 impl Fixture {
     async fn start() -> Fixture {
+        Self::start_with(|_| Vec::new()).await
+    }
+
+    /// Started with the server arguments `extra` gives for the fixture's directory.
+    async fn start_with(extra: impl FnOnce(&std::path::Path) -> Vec<String>) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy");
         std::fs::create_dir(&policy).unwrap();
         std::fs::write(policy.join("rbac.yaml"), POLICY).unwrap();
         let tokens = dir.path().join("tokens.csv");
         std::fs::write(&tokens, TOKENS).unwrap();
-        let server = Server::start_serving(
-            &policy,
-            &["--token-auth-file", tokens.to_str().unwrap(), "--no-watch"],
-        )
-        .await;
+        let mut args = vec![
+            "--token-auth-file".to_string(),
+            tokens.to_str().unwrap().to_string(),
+            "--no-watch".to_string(),
+        ];
+        args.extend(extra(dir.path()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = Server::start_serving(&policy, &args).await;
         let channel = server.channel().await;
         Fixture {
             _dir: dir,
@@ -1352,6 +1361,165 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: imperson
         Code::InvalidArgument,
         "impersonate-user",
     );
+}
+
+/// PolicyAdmin serves the user a caller impersonates, as every other call does: a gateway
+/// that may impersonate (and may itself write anything) forwards a write "as" vic, and it is
+/// judged as vic's — refused — and as nadia's in her namespace — applied; the audit log
+/// names both the gateway and whom it wrote as. A caller without `impersonate` is refused,
+/// not served as itself; reads and deletes are served as the impersonated user too.
+#[tokio::test]
+async fn policy_admin_serves_the_impersonated_user_and_audits_both() {
+    let f = Fixture::start_with(|dir| {
+        vec![
+            "--audit-log".into(),
+            dir.join("audit.jsonl").to_str().unwrap().into(),
+        ]
+    })
+    .await;
+    let audit = f._dir.path().join("audit.jsonl");
+    let grant = r#"apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: impersonator}
+rules:
+- {apiGroups: [""], resources: [users], verbs: [impersonate]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gateway-impersonates}
+subjects: [{kind: User, name: gateway}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: impersonator}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: gateway-is-admin}
+subjects: [{kind: User, name: gateway}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+"#;
+    f.apply_as("root-token", grant).await.unwrap();
+    let pod_reader = role(
+        "team-a",
+        "pod-reader",
+        "- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get]\n",
+    );
+    let apply = |token: &str, user: Option<&str>| {
+        let mut request = as_user(
+            token,
+            ApplyRequest {
+                manifest: pod_reader.clone(),
+                ..Default::default()
+            },
+        );
+        if let Some(user) = user {
+            request = impersonating(request, user, &[]);
+        }
+        let mut admin = f.admin();
+        async move { admin.apply(request).await }
+    };
+
+    // As vic, who may only create rolebindings in team-a: refused, though the gateway could.
+    assert_refused(
+        apply("gateway-token", Some("vic")).await,
+        Code::PermissionDenied,
+        "\"vic\"",
+    );
+    // As nadia, who administers team-a's roles: applied.
+    apply("gateway-token", Some("nadia")).await.unwrap();
+    // alice may not impersonate: refused outright, not applied as alice.
+    assert_refused(
+        apply("alice-token", Some("nadia")).await,
+        Code::PermissionDenied,
+        "user \"alice\" cannot impersonate users \"nadia\"",
+    );
+
+    // Reads and deletes, as vic: refused; as nadia: served.
+    let get = |user: &str| {
+        let request = impersonating(
+            as_user(
+                "gateway-token",
+                GetRequest {
+                    object: Some(object("Role", "team-a", "pod-reader")),
+                },
+            ),
+            user,
+            &[],
+        );
+        let mut admin = f.admin();
+        async move { admin.get(request).await }
+    };
+    assert_refused(get("vic").await, Code::PermissionDenied, "\"vic\"");
+    get("nadia").await.unwrap();
+    let delete = |user: &str| {
+        let request = impersonating(
+            as_user(
+                "gateway-token",
+                DeleteRequest {
+                    object: Some(object("Role", "team-a", "pod-reader")),
+                    ..Default::default()
+                },
+            ),
+            user,
+            &[],
+        );
+        let mut admin = f.admin();
+        async move { admin.delete(request).await }
+    };
+    assert_refused(delete("vic").await, Code::PermissionDenied, "\"vic\"");
+    delete("nadia").await.unwrap();
+
+    // The audit log: the gateway authenticated, and whom each write was made as.
+    let lines = wait_for_audit(&audit, 6).await;
+    let writes: Vec<(String, String, Option<String>, bool)> = lines
+        .iter()
+        .filter(|l| l["rpc"] == "Apply" || l["rpc"] == "Delete")
+        .map(|l| {
+            (
+                l["rpc"].as_str().unwrap().to_string(),
+                l["caller"]["user"].as_str().unwrap().to_string(),
+                l["impersonated_user"]["user"].as_str().map(str::to_string),
+                l.get("error").is_none(),
+            )
+        })
+        .collect();
+    let row = |rpc: &str, caller: &str, user: Option<&str>, applied: bool| {
+        (
+            rpc.to_string(),
+            caller.to_string(),
+            user.map(str::to_string),
+            applied,
+        )
+    };
+    assert_eq!(
+        writes,
+        vec![
+            row("Apply", "root", None, true),
+            row("Apply", "gateway", Some("vic"), false),
+            row("Apply", "gateway", Some("nadia"), true),
+            row("Apply", "alice", Some("nadia"), false),
+            row("Delete", "gateway", Some("vic"), false),
+            row("Delete", "gateway", Some("nadia"), true),
+        ]
+    );
+}
+
+/// The audit log's lines once it holds at least `count` (it is written by a task of its own).
+async fn wait_for_audit(path: &std::path::Path, count: usize) -> Vec<serde_json::Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(path)
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let writes = lines
+            .iter()
+            .filter(|l| l["rpc"] == "Apply" || l["rpc"] == "Delete")
+            .count();
+        if writes >= count || std::time::Instant::now() > deadline {
+            return lines;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// A dry run is checked like the write (escalation prevention included), and its access delta

@@ -23,6 +23,7 @@ use tonic::metadata::{Ascii, MetadataKey, MetadataMap};
 
 use crate::api::error::{ApiError, Result};
 use crate::request::UserInfo;
+use crate::serving::Caller;
 use crate::transport::{ClientIdentity, ConnectionInfo};
 
 pub(crate) use bearer::bearer_token;
@@ -78,6 +79,23 @@ pub fn authenticated(user: Arc<UserInfo>) -> Arc<UserInfo> {
     let mut user = Arc::unwrap_or_clone(user);
     user.groups.push(AUTHENTICATED_GROUP.to_string());
     Arc::new(user)
+}
+
+/// Who asks, and whom it asks to be served as (Kubernetes' impersonation headers): the one
+/// place every gRPC service — the reviews, PolicyAdmin, Envoy's `Check` — and the HTTP
+/// endpoints that call them identify their caller. The serving core then checks the
+/// impersonation ([`crate::serving::ServingState::admit`], or `identify` for policy writes);
+/// an adapter never decides it, and never drops it.
+pub fn identify<T>(
+    authenticator: &dyn Authenticator,
+    request: &tonic::Request<T>,
+) -> Result<Caller> {
+    let user = authenticator.authenticate(&Peer::of(request))?;
+    Ok(Caller {
+        impersonation: impersonation::Impersonation::requested(request.metadata())?
+            .map(impersonation::Impersonation::into_admission),
+        ..Caller::new(user)
+    })
 }
 
 /// Turns a transport peer into the caller's identity. Shared, because most callers are a few

@@ -36,14 +36,14 @@ use envoy_types::ext_authz::v3::{
 use envoy_types::pb::envoy::service::auth::v3::attribute_context::HttpRequest;
 use tonic::{Code, Request, Response, Status};
 
-use crate::api::authn::{Authenticator, Peer};
+use crate::api::authn::{self, Authenticator};
 use crate::api::convert::{self, WireSubject};
 use crate::api::error::{ApiError, Invalid, Result};
 use crate::api::limits::ContentLimits;
 use crate::proto;
 use crate::request;
 use crate::request::UserInfo;
-use crate::serving::{Call, Caller, Privilege, Refusal, ServingState, WithContent};
+use crate::serving::{Call, Privilege, Refusal, ServingState, WithContent};
 use crate::telemetry::metrics::DecisionApi;
 
 use path_template::resource_verb;
@@ -197,10 +197,10 @@ impl EnvoyApi {
     /// `Authorize` needs (docs/security.md §2: the cluster-wide review privilege), and the
     /// check is answered from the snapshot that admitted it.
     async fn admit<T>(&self, request: &Request<T>) -> Result<Call<'_>> {
-        let caller = self.authenticator.authenticate(&Peer::of(request))?;
+        let caller = authn::identify(&*self.authenticator, request)?;
         let call = self
             .state
-            .admit(Caller::new(caller), Privilege::SUBJECT_ACCESS_REVIEW, 0)
+            .admit(caller, Privilege::SUBJECT_ACCESS_REVIEW, 0)
             .await?;
         Ok(call)
     }
