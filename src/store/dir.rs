@@ -3,9 +3,7 @@
 //! An admin write rewrites the file that holds the object (re-rendering that file's roles,
 //! bindings and FieldPolicies as manifests; comments in a rewritten file are lost)
 //! or, for a new object, creates `KIND.NAMESPACE.NAME.yaml` in the first directory given with
-//! `--policy`. Every file is written atomically and durably: content goes to a hidden temporary
-//! file in the same directory (the loader skips dotfiles, so a half-written file is never
-//! read), which is fsynced, renamed over the target, and the directory is fsynced. The new
+//! `--policy`. Every file is written atomically and durably ([`super::durable`]). The new
 //! content is parsed in memory before anything touches the disk, so a write that would not load
 //! back changes nothing.
 //!
@@ -15,9 +13,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::policy::load::{
@@ -25,6 +21,7 @@ use crate::policy::load::{
 };
 use crate::policy::model::{PolicyObject, PolicySet};
 use crate::policy::render;
+use crate::store::durable::{remove_durably, remove_stale_temp_files, write_atomically};
 use crate::store::{
     objects, Backend, Commit, CommitError, ObjectRef, ObjectView, Result, Store, StoreError,
 };
@@ -195,78 +192,6 @@ fn render_file(file: &str, objects: &[ObjectView<'_>]) -> String {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Whether a file name is one of [`write_atomically`]'s temporary files.
-fn is_temp_file(name: &str) -> bool {
-    name.starts_with('.') && name.contains(".tmp-")
-}
-
-/// Removes temporary files a crashed writer left behind (the loader never reads them; this
-/// only keeps the directory tidy). Best effort: failures are logged.
-fn remove_stale_temp_files(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if is_temp_file(&name) {
-            match fs::remove_file(entry.path()) {
-                Ok(()) => {
-                    tracing::info!(file = %entry.path().display(), "removed a stale temporary policy file")
-                }
-                Err(error) => {
-                    tracing::warn!(file = %entry.path().display(), %error, "cannot remove a stale temporary policy file")
-                }
-            }
-        }
-    }
-}
-
-fn io_error(path: &Path, source: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir, e))
-}
-
-/// Writes `content` to `path` atomically and durably (temp file, fsync, rename, fsync dir).
-pub fn write_atomically(path: &Path, content: &str) -> Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = fs::File::create(&temp).map_err(|e| io_error(&temp, e))?;
-        file.write_all(content.as_bytes())
-            .map_err(|e| io_error(&temp, e))?;
-        file.sync_all().map_err(|e| io_error(&temp, e))?;
-        fs::rename(&temp, path).map_err(|e| io_error(path, e))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result
-}
-
-fn remove_durably(path: &Path) -> Result<()> {
-    fs::remove_file(path).map_err(|e| io_error(path, e))?;
-    sync_dir(path.parent().unwrap_or_else(|| Path::new(".")))
-}
-
 impl Files {
     fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
         let loaded = load_paths_reporting(&self.paths, &self.options)?;
@@ -385,7 +310,7 @@ impl Files {
         for (file, text) in &rendered {
             let path = Path::new(file);
             match text {
-                Some(text) => write_atomically(path, text)?,
+                Some(text) => write_atomically(path, text.as_bytes())?,
                 None => remove_durably(path)?,
             }
         }

@@ -16,6 +16,7 @@
 
 mod commit;
 pub mod dir;
+mod durable;
 mod edit;
 pub mod etcd;
 pub mod watch;
