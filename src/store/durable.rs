@@ -1,5 +1,5 @@
-//! One file replaced or removed durably: the primitives the directory store's commits
-//! are made of.
+//! One file replaced or removed durably: the primitives the directory store's commit
+//! ([`super::journal`]) and its journal are made of.
 //!
 //! A file is replaced atomically and durably: its content goes to a hidden temporary file in
 //! the same directory (the loader skips dotfiles, so a half-written file is never read, and the
@@ -104,4 +104,13 @@ pub(super) fn remove_durably(path: &Path) -> Result<()> {
         Err(e) => return Err(io_error(path, e)),
     }
     sync_dir(parent(path))
+}
+
+/// The bytes of `path`, `None` when there is no such file.
+pub(super) fn read_if_exists(path: &Path) -> Result<Option<Vec<u8>>> {
+    match fs::read(path) {
+        Ok(bytes) => Ok(Some(bytes)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_error(path, e)),
+    }
 }
