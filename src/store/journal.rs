@@ -113,11 +113,11 @@ pub enum Recovery {
 /// Why recovery stopped. The policy directory is left as it was found.
 #[derive(Debug, Error)]
 pub enum JournalError {
-    #[error("this commit journal cannot be read ({reason}). An admin write was interrupted while it was in place, so the policy files may hold part of that write, and authzd will not guess which. Make the policy files what they should be (from version control or a backup), then remove this journal and start authzd again (or send it SIGHUP)")]
+    #[error("this commit journal cannot be read ({reason}). An admin write was interrupted while it was in place, so the policy files may hold part of that write, and authzd will not guess which. Make the policy files what they should be (from version control or a backup), then remove this journal and start authzd again (or, if it is running, send it SIGHUP)")]
     Unreadable { journal: PathBuf, reason: String },
-    #[error("`{file}` holds neither its content before the interrupted write this journal records nor the content the write was making: it was changed since. authzd will not guess which to keep: make the files the journal names what they should be (its `after` is what the write was making), then remove this journal and start authzd again (or send it SIGHUP)")]
+    #[error("`{file}` holds neither its content before the interrupted write this journal records nor the content the write was making: it was changed since. authzd will not guess which to keep: make the files the journal names what they should be (its `after` is what the write was making), then remove this journal and start authzd again (or, if it is running, send it SIGHUP)")]
     Diverged { journal: PathBuf, file: String },
-    #[error("cannot finish the interrupted write this journal records (`{path}`: {source}); fix the cause and start authzd again (or send it SIGHUP)")]
+    #[error("cannot finish the interrupted write this journal records (`{path}`: {source}); fix the cause and start authzd again (or, if it is running, send it SIGHUP)")]
     Io {
         journal: PathBuf,
         path: String,
