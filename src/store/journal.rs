@@ -188,10 +188,6 @@ impl Journal {
         }
     }
 
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Whether a commit left its journal behind for recovery to finish.
     pub fn unfinished(&self) -> bool {
         self.unfinished.load(Ordering::SeqCst)
@@ -236,7 +232,7 @@ impl Journal {
     }
 
     /// Removes the journal durably: after this, the write is done.
-    pub(super) fn remove_journal(&self) -> Result<()> {
+    fn remove_journal(&self) -> Result<()> {
         remove_durably(&self.path)
     }
 
