@@ -1,13 +1,12 @@
 //! The policy directory as a store backend: the directory is the single source of truth.
 //!
-//! An admin write rewrites the file that holds the object (re-rendering that file's roles,
+//! An admin write rewrites the files that hold its objects (re-rendering each file's roles,
 //! bindings and FieldPolicies as manifests; comments in a rewritten file are lost)
 //! or, for a new object, creates `KIND.NAMESPACE.NAME.yaml` in the first directory given with
-//! `--policy`. Every file is written atomically and durably: content goes to a hidden temporary
-//! file in the same directory (the loader skips dotfiles, so a half-written file is never
-//! read), which is fsynced, renamed over the target, and the directory is fsynced. The new
-//! content is parsed in memory before anything touches the disk, so a write that would not load
-//! back changes nothing.
+//! `--policy`. The new content of every file is parsed in memory before anything touches the
+//! disk, so a write that would not load back changes nothing. The files are then written by
+//! one commit, all or nothing: each atomically and durably ([`super::durable`]), and a write of
+//! several files under an intent journal rolled forward after a crash ([`super::journal`]).
 //!
 //! A file that also holds objects the loader skips (a Helm chart's ServiceAccount or Deployment
 //! beside its RBAC objects) is never rewritten, since the rewrite would drop them: a write that
@@ -15,9 +14,7 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::policy::load::{
@@ -25,6 +22,8 @@ use crate::policy::load::{
 };
 use crate::policy::model::{PolicyObject, PolicySet};
 use crate::policy::render;
+use crate::store::durable::remove_stale_temp_files;
+use crate::store::journal::{FileWrite, Journal, JournalError};
 use crate::store::{
     objects, Backend, Commit, CommitError, ObjectRef, ObjectView, Result, Store, StoreError,
 };
@@ -37,14 +36,23 @@ pub struct DirectoryBackend {
     /// The revision of the policy last fed to the store: a commit is made only if the store
     /// validated it against this one. Held across the commit or reload and its feeding, so
     /// the feed delivers revisions in order.
+    ///
+    /// INVARIANT: held by every commit from its first file written to its journal removed, and
+    /// by every reload (the watcher's, SIGHUP's) from the journal's recovery to the end of its
+    /// read: a reload never reads the directory in the middle of this process's own commit.
+    /// (Commits run on the store's committer task, which nothing cancels while the runtime
+    /// runs, so the lock is not released while a commit's file work goes on.)
     head: tokio::sync::Mutex<u64>,
 }
 
-/// Where the policy's files are, and how they are read.
+/// Where the policy's files are, and how they are read and committed.
 struct Files {
     paths: Vec<PathBuf>,
     /// Where new objects are created: the first directory among `paths`.
     write_dir: Option<PathBuf>,
+    /// The intent journal of commits of several files, in `write_dir` (beside the first
+    /// policy file when no directory is given).
+    journal: Journal,
     options: LoadOptions,
 }
 
@@ -52,15 +60,23 @@ struct Files {
 type Change = (ObjectRef, Option<PolicyObject>);
 
 impl DirectoryBackend {
+    /// Touches nothing on disk: recovery and the first read are [`Self::recover_and_read`].
     pub fn new(paths: Vec<PathBuf>, options: LoadOptions) -> Self {
         let write_dir = paths.iter().find(|p| p.is_dir()).cloned();
-        if let Some(dir) = &write_dir {
-            remove_stale_temp_files(dir);
-        }
+        let journal_dir = match (&write_dir, paths.first()) {
+            (Some(dir), _) => dir.clone(),
+            (None, Some(file)) => file
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty())
+                .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+            (None, None) => PathBuf::from("."),
+        };
+        let journal = Journal::new(&journal_dir, &paths);
         Self {
             files: Arc::new(Files {
                 paths,
                 write_dir,
+                journal,
                 options,
             }),
             head: tokio::sync::Mutex::new(1),
@@ -71,56 +87,29 @@ impl DirectoryBackend {
         self.files.write_dir.as_deref()
     }
 
-    /// Reads the whole policy.
-    pub fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
-        self.files.read_all()
+    /// Startup: finishes a commit a killed server left (rolled forward or back, logged; a
+    /// journal that cannot be read is the error), removes stale temporary files, then reads
+    /// the whole policy. Nothing is served before this returns.
+    pub fn recover_and_read(&self) -> std::result::Result<PolicySet, LoadErrors> {
+        let policy = self.files.read_all()?;
+        if let Some(dir) = &self.files.write_dir {
+            remove_stale_temp_files(dir);
+        }
+        Ok(policy)
     }
 
     /// The revision the store opens at (the directory read at startup).
     pub fn revision(&self) -> u64 {
         1
     }
-}
 
-/// Blocking file work on the blocking pool, so that the async workers serving Authorize never
-/// wait for the disk.
-async fn off_thread<T: Send + 'static>(
-    work: impl FnOnce() -> T + Send + 'static,
-) -> std::result::Result<T, String> {
-    tokio::task::spawn_blocking(work)
-        .await
-        .map_err(|e| format!("policy store: {e}"))
-}
-
-#[tonic::async_trait]
-impl Backend for DirectoryBackend {
-    async fn commit(
+    /// Reads the whole policy again and feeds it to `store` if it changed; the caller holds
+    /// `head`.
+    async fn reload_locked(
         &self,
+        head: &mut u64,
         store: &Store,
-        commit: Commit<'_>,
-    ) -> std::result::Result<u64, CommitError> {
-        let mut head = self.head.lock().await;
-        if *head != commit.expected {
-            return Err(CommitError::Conflict(*head));
-        }
-        let (files, policy) = (Arc::clone(&self.files), Arc::clone(commit.policy));
-        let (upserts, deletes) = (commit.upserts.to_vec(), commit.deletes.to_vec());
-        let changes = off_thread(move || files.commit(&policy, &upserts, &deletes))
-            .await
-            .map_err(|e| {
-                CommitError::Failed(StoreError::Io {
-                    path: "policy store".into(),
-                    source: std::io::Error::other(e),
-                })
-            })?
-            .map_err(CommitError::Failed)?;
-        *head += 1;
-        store.apply_changes_as(*head, changes, commit.cause).await;
-        Ok(*head)
-    }
-
-    async fn reload(&self, store: &Store) -> std::result::Result<Option<u64>, LoadErrors> {
-        let mut head = self.head.lock().await;
+    ) -> std::result::Result<Option<u64>, LoadErrors> {
         let files = Arc::clone(&self.files);
         let read = off_thread(move || files.read_all())
             .await
@@ -145,6 +134,60 @@ impl Backend for DirectoryBackend {
         *head += 1;
         store.relisted(policy, *head).await;
         Ok(Some(*head))
+    }
+}
+
+/// Blocking file work on the blocking pool, so that the async workers serving Authorize never
+/// wait for the disk.
+async fn off_thread<T: Send + 'static>(
+    work: impl FnOnce() -> T + Send + 'static,
+) -> std::result::Result<T, String> {
+    tokio::task::spawn_blocking(work)
+        .await
+        .map_err(|e| format!("policy store: {e}"))
+}
+
+#[tonic::async_trait]
+impl Backend for DirectoryBackend {
+    async fn commit(
+        &self,
+        store: &Store,
+        commit: Commit<'_>,
+    ) -> std::result::Result<u64, CommitError> {
+        let mut head = self.head.lock().await;
+        if *head != commit.expected {
+            return Err(CommitError::Conflict(*head));
+        }
+        if self.files.journal.unfinished() {
+            // A commit before this one failed half-way and left its journal: recovery
+            // finishes it and the policy is read again before any other write, which is then
+            // checked again against what that leaves.
+            return match self.reload_locked(&mut head, store).await {
+                Ok(_) => Err(CommitError::Conflict(*head)),
+                Err(errors) => Err(CommitError::Failed(StoreError::Unavailable(format!(
+                    "an earlier write left its commit journal unfinished, and finishing it failed: {errors}"
+                )))),
+            };
+        }
+        let (files, policy) = (Arc::clone(&self.files), Arc::clone(commit.policy));
+        let (upserts, deletes) = (commit.upserts.to_vec(), commit.deletes.to_vec());
+        let changes = off_thread(move || files.commit(&policy, &upserts, &deletes))
+            .await
+            .map_err(|e| {
+                CommitError::Failed(StoreError::Io {
+                    path: "policy store".into(),
+                    source: std::io::Error::other(e),
+                })
+            })?
+            .map_err(CommitError::Failed)?;
+        *head += 1;
+        store.apply_changes_as(*head, changes, commit.cause).await;
+        Ok(*head)
+    }
+
+    async fn reload(&self, store: &Store) -> std::result::Result<Option<u64>, LoadErrors> {
+        let mut head = self.head.lock().await;
+        self.reload_locked(&mut head, store).await
     }
 }
 
@@ -195,80 +238,13 @@ fn render_file(file: &str, objects: &[ObjectView<'_>]) -> String {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
-/// Whether a file name is one of [`write_atomically`]'s temporary files.
-fn is_temp_file(name: &str) -> bool {
-    name.starts_with('.') && name.contains(".tmp-")
-}
-
-/// Removes temporary files a crashed writer left behind (the loader never reads them; this
-/// only keeps the directory tidy). Best effort: failures are logged.
-fn remove_stale_temp_files(dir: &Path) {
-    let Ok(entries) = fs::read_dir(dir) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        if is_temp_file(&name) {
-            match fs::remove_file(entry.path()) {
-                Ok(()) => {
-                    tracing::info!(file = %entry.path().display(), "removed a stale temporary policy file")
-                }
-                Err(error) => {
-                    tracing::warn!(file = %entry.path().display(), %error, "cannot remove a stale temporary policy file")
-                }
-            }
-        }
-    }
-}
-
-fn io_error(path: &Path, source: std::io::Error) -> StoreError {
-    StoreError::Io {
-        path: path.display().to_string(),
-        source,
-    }
-}
-
-fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(|e| io_error(dir, e))
-}
-
-/// Writes `content` to `path` atomically and durably (temp file, fsync, rename, fsync dir).
-pub fn write_atomically(path: &Path, content: &str) -> Result<()> {
-    let dir = path.parent().unwrap_or_else(|| Path::new("."));
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = dir.join(format!(
-        ".{name}.tmp-{}-{}",
-        std::process::id(),
-        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut file = fs::File::create(&temp).map_err(|e| io_error(&temp, e))?;
-        file.write_all(content.as_bytes())
-            .map_err(|e| io_error(&temp, e))?;
-        file.sync_all().map_err(|e| io_error(&temp, e))?;
-        fs::rename(&temp, path).map_err(|e| io_error(path, e))?;
-        sync_dir(dir)
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&temp);
-    }
-    result
-}
-
-fn remove_durably(path: &Path) -> Result<()> {
-    fs::remove_file(path).map_err(|e| io_error(path, e))?;
-    sync_dir(path.parent().unwrap_or_else(|| Path::new(".")))
-}
-
 impl Files {
+    /// The whole policy: a commit interrupted before is finished first (the journal's
+    /// recovery), so that what is read is never part of one write.
     fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
+        self.journal
+            .recover()
+            .map_err(JournalError::into_load_errors)?;
         let loaded = load_paths_reporting(&self.paths, &self.options)?;
         if !loaded.skipped.is_empty() {
             // The load report: what the directory holds besides policy (docs/policy.md §1).
@@ -305,7 +281,7 @@ impl Files {
     /// given the current policy; the changes the store applies: every object whose stored
     /// form changed, the ones written and any whose position moved in a rewritten file
     /// (explanations carry `file:line`). Nothing is written unless every rewritten file loads
-    /// back.
+    /// back, and the files are written all or nothing ([`Journal::write_files`]).
     fn commit(
         &self,
         current: &PolicySet,
@@ -382,13 +358,13 @@ impl Files {
             rendered.push((file.clone(), Some(text)));
         }
 
-        for (file, text) in &rendered {
-            let path = Path::new(file);
-            match text {
-                Some(text) => write_atomically(path, text)?,
-                None => remove_durably(path)?,
-            }
-        }
+        // What every file holds now beside what the write makes of it; checks of what a
+        // file holds belong here, before the one call that writes them all.
+        let writes = rendered
+            .into_iter()
+            .map(|(file, text)| FileWrite::read(PathBuf::from(file), text))
+            .collect::<Result<Vec<_>>>()?;
+        self.journal.write_files(&writes)?;
 
         // Every object of the rewritten files, before and after, whose stored form changed.
         let after = objects(&reparsed);

@@ -16,8 +16,10 @@
 
 mod commit;
 pub mod dir;
+mod durable;
 mod edit;
 pub mod etcd;
+pub mod journal;
 pub mod watch;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -589,13 +591,15 @@ impl Store {
         })
     }
 
-    /// A store over the policy directory: its files read and published as revision 1. A
-    /// policy that does not load is returned as the error: there is no last good policy yet.
+    /// A store over the policy directory: a write a killed server left half-made finished
+    /// first ([`journal`]), then its files read and published as revision 1. A policy that
+    /// does not load, or a journal that cannot be read, is returned as the error: there is no
+    /// last good policy yet.
     pub fn open_directory(
         backend: dir::DirectoryBackend,
         publisher: Arc<dyn Publisher>,
     ) -> std::result::Result<Arc<Self>, LoadErrors> {
-        let policy = backend.read_all()?;
+        let policy = backend.recover_and_read()?;
         let revision = backend.revision();
         Ok(Self::open(Arc::new(backend), policy, revision, publisher))
     }

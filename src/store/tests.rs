@@ -312,12 +312,129 @@ fn stale_temp_files_of_a_crashed_writer_are_removed_on_open() {
     std::fs::write(&stale, "half a fi").unwrap();
     let editor_swap = dir.path().join(".roles.yaml.swp");
     std::fs::write(&editor_swap, "").unwrap();
-    let _backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
+    let backend = DirectoryBackend::new(vec![dir.path().to_path_buf()], LoadOptions::default());
+    assert!(stale.exists(), "nothing is touched before the store opens");
+    Store::open_directory(backend, Arc::new(Recorder::default())).unwrap();
     assert!(!stale.exists());
     assert!(
         editor_swap.exists(),
         "other dotfiles are not ours to remove"
     );
+}
+
+/// The ClusterRole `reader` of `roles.yaml` narrowed to `verb`, and the RoleBinding
+/// `team-a/bob-reads` of `bob.yaml` binding `user` to it: one write of two files.
+fn narrowing(verb: &str, user: &str) -> String {
+    let role = ROLES
+        .split("---\n")
+        .next()
+        .unwrap()
+        .replace("[get]", &format!("[{verb}]"));
+    format!("{role}---\n{}", binding("bob-reads", user))
+}
+
+/// A policy directory where a write of `reader` and `bob-reads` (two files) was cut short
+/// after its journal and its first file: `roles.yaml` new, `bob.yaml` old. The whole write
+/// in the files, for comparison.
+fn interrupt_a_write_of_two_files(path: &std::path::Path) -> PolicySet {
+    let roles = path.join("roles.yaml");
+    let bob = path.join("bob.yaml");
+    let new_roles = format!(
+        "{}---\n{}",
+        ROLES
+            .split("---\n")
+            .next()
+            .unwrap()
+            .replace("[get]", "[list]"),
+        ROLES.split("---\n").nth(1).unwrap()
+    );
+    let new_bob = binding("bob-reads", "eve");
+    let journal = super::journal::Journal::new(path, &[path.to_path_buf()]);
+    let writes = [(roles.clone(), new_roles.clone()), (bob, new_bob.clone())]
+        .into_iter()
+        .map(|(file, text)| super::journal::FileWrite::read(file, Some(text)).unwrap())
+        .collect::<Vec<_>>();
+    journal.write_journal(&writes).unwrap();
+    std::fs::write(&roles, &new_roles).unwrap();
+    load_sources(
+        &[
+            (roles.display().to_string(), new_roles),
+            (path.join("bob.yaml").display().to_string(), new_bob),
+        ],
+        &LoadOptions::default(),
+    )
+    .unwrap()
+}
+
+/// A write whose objects live in two files is made in both, and leaves no journal.
+#[tokio::test]
+async fn a_write_of_two_files_is_made_in_both() {
+    let (_dir, path, _recorder, store) = setup();
+    std::fs::write(path.join("bob.yaml"), binding("bob-reads", "bob")).unwrap();
+    assert_eq!(store.reload().await.unwrap(), Some(2));
+    let (revision, _) = store
+        .apply(objects_of(&narrowing("list", "eve")), None)
+        .await
+        .unwrap();
+    assert_eq!(revision, 3);
+    assert_eq!(files(&path), vec!["bob.yaml", "roles.yaml"]);
+    let roles = std::fs::read_to_string(path.join("roles.yaml")).unwrap();
+    let bob = std::fs::read_to_string(path.join("bob.yaml")).unwrap();
+    assert!(roles.contains("list") && !roles.contains("get"), "{roles}");
+    assert!(bob.contains("eve") && !bob.contains("name: bob\n"), "{bob}");
+    assert_eq!(
+        load_paths(std::slice::from_ref(&path), &LoadOptions::default()).unwrap(),
+        *store.policy()
+    );
+}
+
+/// A reload (the directory watcher, SIGHUP) that finds a write cut short finishes it before
+/// reading: it publishes the whole write, never the half of it the files held.
+#[tokio::test]
+async fn a_reload_finishes_an_interrupted_write_before_reading() {
+    let (_dir, path, _recorder, store) = setup();
+    std::fs::write(path.join("bob.yaml"), binding("bob-reads", "bob")).unwrap();
+    assert_eq!(store.reload().await.unwrap(), Some(2));
+    let whole = interrupt_a_write_of_two_files(&path);
+    assert_eq!(store.reload().await.unwrap(), Some(3));
+    assert_eq!(*store.policy(), whole);
+    assert_eq!(
+        files(&path),
+        vec!["bob.yaml", "roles.yaml"],
+        "the journal is gone"
+    );
+}
+
+/// At startup, a write cut short is finished before the first policy is read; a journal that
+/// cannot be read stops the store from opening, naming it.
+#[test]
+fn startup_finishes_an_interrupted_write_and_refuses_an_unreadable_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().to_path_buf();
+    std::fs::write(path.join("roles.yaml"), ROLES).unwrap();
+    std::fs::write(path.join("bob.yaml"), binding("bob-reads", "bob")).unwrap();
+    let whole = interrupt_a_write_of_two_files(&path);
+    let open = || {
+        let backend = DirectoryBackend::new(vec![path.clone()], LoadOptions::default());
+        Store::open_directory(backend, Arc::new(Recorder::default()))
+    };
+    assert_eq!(*open().unwrap().policy(), whole);
+
+    let journal = path.join(super::journal::JOURNAL_NAME);
+    std::fs::write(
+        &journal,
+        "authzd-commit-journal 1 999 sha256:00\n{\"files\":[",
+    )
+    .unwrap();
+    let errors = open().err().unwrap().to_string();
+    assert!(
+        errors.starts_with(&format!(
+            "{}:0: this commit journal cannot be read (truncated",
+            journal.display()
+        )),
+        "{errors}"
+    );
+    assert!(journal.exists());
 }
 
 /// etcd mode's applier: revisions of changes applied one by one give the policy a full load

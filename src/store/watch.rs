@@ -3,6 +3,9 @@
 //! Events only say "something changed"; the reload re-reads the backend and publishes a new
 //! revision only if the policy differs, so the store's own atomic writes (which the watcher also
 //! sees) cost one re-read and no new revision. A rejected reload keeps the last good policy.
+//! A reload never reads the middle of the store's own commit of several files: it waits for a
+//! commit in progress, and first finishes one a kill or a failure left unfinished
+//! (`dir::DirectoryBackend`'s `head` lock; `journal`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,8 +32,8 @@ impl Drop for Reloader {
     }
 }
 
-/// Whether an event can concern a policy file (dotfiles are the store's temporary files and
-/// editors' swap files; the loader skips them).
+/// Whether an event can concern a policy file (dotfiles are the store's temporary files, its
+/// commit journal and editors' swap files; the loader skips them).
 fn relevant(event: &notify::Event) -> bool {
     if matches!(event.kind, notify::EventKind::Access(_)) {
         return false;

@@ -8,7 +8,8 @@
 //! * who may ask: `privileges`, `tls`, `unix_socket`; what it costs: `limits`, `hostile`;
 //! * what it tells: `metrics`, `otlp`, `decision_records`;
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
-//!   (acknowledged writes survive `kill -9`), `caller_cache` (callers' own caches, through the
+//!   (acknowledged writes survive `kill -9`), `multi_file_writes` (a write of several files is
+//!   whole after `kill -9` at any instant of it), `caller_cache` (callers' own caches, through the
 //!   library and through `authzd ask` processes: the hammer, SIGSTOP, a restart);
 //! * the Webhook authorizer: `webhook_client` (against a scripted webhook), `webhook_chain`
 //!   (against a second authzd).
@@ -35,6 +36,7 @@ mod kep5681;
 mod kube_protobuf;
 mod limits;
 mod metrics;
+mod multi_file_writes;
 mod otlp;
 mod privileges;
 mod revocation;
