@@ -703,6 +703,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
     let authzen = AuthzenConfig {
+        base_url: settings.authzen.authzen_base_url.clone(),
         page_tokens: match &settings.authzen.authzen_page_token_key_file {
             Some(path) => PageTokenKey::from_file(path)?,
             None => PageTokenKey::random()?,

@@ -387,6 +387,12 @@ pub struct AuditArgs {
 #[derive(Clone, Debug, Args)]
 #[command(next_help_heading = "AuthZEN")]
 pub struct AuthzenArgs {
+    /// The URL clients reach this server by (`https://pdp.example.com`, behind a load balancer
+    /// or gateway): the base of every endpoint URL in /.well-known/authzen-configuration.
+    /// Default: the address of the listener the request came in on. Never the request's Host.
+    #[arg(long, value_name = "URL")]
+    pub authzen_base_url: Option<crate::api::http::BaseUrl>,
+
     /// The key AuthZEN page tokens are sealed with (HMAC-SHA256): the file's bytes, at least
     /// 32, surrounding whitespace removed. Give every replica behind one load balancer the
     /// same file, so a search's pages may land on any of them. Default: a random key per
@@ -603,7 +609,7 @@ pub struct ServeSettings {
     pub limits: ServeLimits,
     pub audit: Option<AuditSettings>,
     pub records: Option<RecordSettings>,
-    /// The AuthZEN page token key's file.
+    /// The AuthZEN metadata's base URL and the page token key's file.
     pub authzen: AuthzenArgs,
     /// etcd mode (`--etcd-servers`), instead of the policy directory.
     pub etcd: Option<EtcdSettings>,

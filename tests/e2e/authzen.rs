@@ -12,7 +12,9 @@
 //!   started at, or refused once that revision is no longer held;
 //! * page tokens are sealed by the server's key: one with its revision or offset changed, or
 //!   from a server with another key, is refused (one server's tokens verify on another that
-//!   was given the same key file).
+//!   was given the same key file);
+//! * the metadata names the listener's address, or `--authzen-base-url`, whatever `Host` the
+//!   request carries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -997,4 +999,70 @@ async fn a_page_token_verifies_only_under_the_key_that_sealed_it() {
     let token = first["page"]["next_token"].as_str().unwrap();
     let page = d.ok(SEARCH_SUBJECT, &viewers(Some(token)));
     assert_eq!(ids(&page, "id"), ["rick", "summer"], "{page}");
+}
+
+/// The metadata names the listener's own address whatever `Host` a request carries (curl's
+/// `-H Host:`, and raw requests with a spoofed Host and an absolute-form target naming
+/// another host), or the configured `--authzen-base-url`; never the request's.
+#[tokio::test]
+async fn the_metadata_never_names_the_requests_host() {
+    let Some(pdp) = Pdp::start().await else {
+        return;
+    };
+    let path = "/.well-known/authzen-configuration";
+    let base = pdp.server.url();
+    let answer = pdp.curl(&["-H", "Host: evil.example:8443", &pdp.url(path)]);
+    assert_eq!(answer.status, 200);
+    assert!(!answer.body.to_string().contains("evil"), "{}", answer.body);
+    assert_eq!(answer.body["policy_decision_point"], base.as_str());
+
+    for request in [
+        format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+        format!("GET http://evil.example{path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+        format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-Host: evil.example\r\nConnection: close\r\n\r\n"),
+    ] {
+        let (status, body) = raw_http(pdp.server.addr, &request).await;
+        assert_eq!(status, 200, "{request}: {body}");
+        assert!(!body.contains("evil"), "{request}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["policy_decision_point"], base.as_str());
+        assert_eq!(
+            body["access_evaluation_endpoint"],
+            format!("{base}/access/v1/evaluation")
+        );
+    }
+
+    let Some(configured) =
+        Pdp::start_with(&["--authzen-base-url", "https://pdp.example.com/authz/"]).await
+    else {
+        return;
+    };
+    let answer = configured.curl(&["-H", "Host: evil.example", &configured.url(path)]);
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.body["policy_decision_point"],
+        "https://pdp.example.com/authz"
+    );
+    assert_eq!(
+        answer.body["search_subject_endpoint"],
+        "https://pdp.example.com/authz/access/v1/search/subject"
+    );
+}
+
+/// One request written as it is on a fresh TCP connection; the status and the body.
+async fn raw_http(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_string());
+    (status, body)
 }

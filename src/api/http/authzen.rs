@@ -5,9 +5,10 @@
 //! [`GrpcApi::serve`] — authentication, deadline, admission on one snapshot and the privilege
 //! table, exactly as every review — by one verb of the admitted call. What the answers say
 //! beyond the specification (reasons, revision, completeness) is written here; page tokens
-//! are sealed and opened by `page_token`.
+//! are sealed and opened by `page_token`, and the metadata's base URL is chosen by `metadata`.
 
 mod mapping;
+mod metadata;
 mod page_token;
 mod wire;
 
@@ -30,7 +31,9 @@ use crate::engine::Response as Decision;
 use crate::request;
 use crate::serving::{Call, Privilege, Refusal, WithContent};
 use crate::telemetry::metrics::DecisionApi;
+use crate::transport::ConnectionInfo;
 use mapping::Id;
+pub use metadata::BaseUrl;
 use page_token::Cursor;
 pub use page_token::{KeyError, PageTokenKey};
 use wire::{ActionEntity, Options, PageRequest, Parts, Semantic};
@@ -49,9 +52,11 @@ static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 static MIN_REVISION: HeaderName = HeaderName::from_static("x-authzd-min-revision");
 
 /// What the AuthZEN endpoints are configured with (`serve`'s AuthZEN flags, docs/authzen.md
-/// §5).
+/// §1 and §5).
 #[derive(Debug)]
 pub struct AuthzenConfig {
+    /// `--authzen-base-url`; without it the metadata names the listener's own address.
+    pub base_url: Option<BaseUrl>,
     /// The key page tokens are sealed with: random per process, or
     /// `--authzen-page-token-key-file`'s.
     pub page_tokens: PageTokenKey,
@@ -103,19 +108,16 @@ async fn search(api: HttpApi, request: Request, searched: Searched) -> Response 
     .await
 }
 
-/// §10: the endpoints served, under the identifier the caller reached this server by (its
-/// `Host`, with `https` when the listener has TLS). Public, as discovery documents are: it
-/// says nothing about the policy.
+/// §10: the endpoints served, under this server's base URL ([`metadata::base_url`]: the
+/// configured one, or the listener's address; never the request's `Host`). Public, as
+/// discovery documents are: it says nothing about the policy.
 async fn metadata(State(api): State<HttpApi>, request: Request) -> Response {
     let headers = request.headers();
-    let host = headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()))
-        .unwrap_or_else(|| "localhost".to_string());
-    let scheme = if api.https { "https" } else { "http" };
-    let base = format!("{scheme}://{host}");
+    let connection = request
+        .extensions()
+        .get::<Arc<ConnectionInfo>>()
+        .map(|info| &**info);
+    let base = metadata::base_url(api.authzen.base_url.as_ref(), connection, api.https);
     let document = json!({
         "policy_decision_point": base,
         "access_evaluation_endpoint": format!("{base}{EVALUATION}"),
@@ -766,6 +768,7 @@ mod tests {
                 }
             }
             let config = Arc::new(AuthzenConfig {
+                base_url: None,
                 page_tokens: PageTokenKey::random().unwrap(),
             });
             for searched in [Searched::Subject, Searched::Action, Searched::Resource] {

@@ -33,7 +33,7 @@ use tokio::sync::watch;
 use crate::api::grpc::GrpcApi;
 use crate::serving::{Readiness, ServingState};
 
-pub use authzen::{AuthzenConfig, KeyError, PageTokenKey};
+pub use authzen::{AuthzenConfig, BaseUrl, KeyError, PageTokenKey};
 pub use document::MAX_DOCUMENT_DEPTH;
 
 /// What the HTTP handlers need. Cheap to clone.
@@ -47,7 +47,7 @@ pub struct HttpApi {
     conditional_authorization: bool,
     /// The listeners have TLS: the AuthZEN metadata names `https` URLs ([`authzen`]).
     https: bool,
-    /// The AuthZEN page tokens' key ([`authzen`]).
+    /// The AuthZEN metadata's base URL and the page tokens' key ([`authzen`]).
     authzen: Arc<AuthzenConfig>,
 }
 
@@ -209,10 +209,11 @@ async fn fallback(api: HttpApi, request: Request) -> Response {
 /// Path parameter of the namespaced review paths.
 type Namespace = Path<String>;
 
-/// The AuthZEN settings of a server in a unit test: a random key.
+/// The AuthZEN settings of a server in a unit test: no base URL, a random key.
 #[cfg(test)]
 pub(crate) fn test_authzen() -> AuthzenConfig {
     AuthzenConfig {
+        base_url: None,
         page_tokens: PageTokenKey::random().unwrap(),
     }
 }
