@@ -15,7 +15,7 @@ use crate::api::authn::token_file::{TokenFile, TokenFileError};
 use crate::api::authn::{AuthChain, Authenticator, LocalIdentity};
 use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
-use crate::api::http::HttpApi;
+use crate::api::http::{AuthzenConfig, HttpApi, PageTokenKey};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
 use crate::api::wire::service::authorizer_server::AuthorizerServer;
@@ -96,6 +96,8 @@ pub enum AppError {
     UnsafeListener(#[from] UnsafeListener),
     #[error("bad TLS files: {0}")]
     Tls(#[from] TlsError),
+    #[error("the AuthZEN page token key: {0}")]
+    PageTokenKey(#[from] crate::api::http::KeyError),
     #[error(transparent)]
     Audit(#[from] crate::records::audit::AuditError),
     #[error("the decision records: {0}")]
@@ -143,6 +145,7 @@ impl AppError {
             | AppError::TokenFile(_)
             | AppError::UnsafeListener(_)
             | AppError::Tls(_)
+            | AppError::PageTokenKey(_)
             | AppError::Content(_)
             | AppError::TestFiles { .. }
             | AppError::Delta(_)
@@ -699,11 +702,19 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .with_draining(draining_rx.clone());
     let (authorizer, access_review) = grpc_api.clone().services(MAX_REQUEST_BYTES);
     let store_cell: StoreCell = Arc::default();
+    let authzen = AuthzenConfig {
+        base_url: settings.authzen.authzen_base_url.clone(),
+        page_tokens: match &settings.authzen.authzen_page_token_key_file {
+            Some(path) => PageTokenKey::from_file(path)?,
+            None => PageTokenKey::random()?,
+        },
+    };
     let http_api = HttpApi::new(
         grpc_api,
         Arc::clone(&state),
         draining_rx.clone(),
         &settings.webhook_path,
+        authzen,
     )
     .with_conditional_authorization(settings.conditional_authorization)
     .with_https(https);

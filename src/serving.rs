@@ -38,14 +38,14 @@ use crate::engine::{Decided, Decision, Engine, EngineConfig, Response};
 use crate::policy::delta::{ChangedObject, PolicyDelta};
 use crate::policy::impact::Impact;
 use crate::policy::model::PolicySet;
-use crate::records::audit::AuditLog;
+use crate::records::audit::{AuditFigures, AuditLog};
 use crate::records::decision::DecisionRecorder;
 use crate::request::Request;
 use crate::store::etcd::replication::Replication;
 use crate::store::etcd::replication::{Freshness, OnStale};
 use crate::store::{ChangeCause, Publisher};
 use crate::telemetry::metrics::{
-    DecisionRecordFigures, EtcdFigures, Metrics, ScrapeFigures, StoreFigures,
+    AuditLogFigures, DecisionRecordFigures, EtcdFigures, Metrics, ScrapeFigures, StoreFigures,
 };
 use delegation::Delegation;
 
@@ -242,9 +242,11 @@ impl ServingState {
         }
     }
 
-    /// Audit entries dropped because the log's queue was full (0 without a log).
-    pub fn audit_dropped(&self) -> u64 {
-        self.audit.get().map_or(0, |audit| audit.dropped())
+    /// Audit entries written and lost, by reason (all 0 without a log).
+    pub fn audit_figures(&self) -> AuditFigures {
+        self.audit
+            .get()
+            .map_or_else(AuditFigures::default, |audit| audit.figures())
     }
 
     /// What a previewed write ([`crate::store::Store::preview`]) would change in who may do
@@ -426,7 +428,18 @@ impl ServingState {
             cache_stale_inserts_refused: stats.stale_inserts_refused.get(),
             subscribers: self.subscriber_table_figures(),
             records: self.decision_record_figures(),
+            audit: self.audit_log_figures(),
             store: Default::default(),
+        }
+    }
+
+    /// Audit entries written and lost, by reason, for metrics (all zero without a log).
+    fn audit_log_figures(&self) -> AuditLogFigures {
+        let figures = self.audit_figures();
+        AuditLogFigures {
+            written: figures.written,
+            dropped_queue_full: figures.queue_full,
+            dropped_write_failed: figures.write_failed,
         }
     }
 

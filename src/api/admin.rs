@@ -557,6 +557,7 @@ impl PolicyAdmin for AdminApi {
         let caller = self.caller(&request)?;
         self.admit(caller, &[Privilege::STATUS]).await?;
         let cache = self.state.cache_figures();
+        let audit = self.state.audit_figures();
         Ok(Response::new(proto::StatusResponse {
             revision: self.store()?.revision(),
             last_error: self.store()?.last_error().unwrap_or_default(),
@@ -567,7 +568,8 @@ impl PolicyAdmin for AdminApi {
             cache_evictions: cache.evictions,
             cache_inserts: cache.inserts,
             cache_stale_inserts_refused: cache.stale_inserts_refused,
-            audit_dropped: self.state.audit_dropped(),
+            audit_dropped: audit.dropped(),
+            audit_write_failed: audit.write_failed,
             subscribers: self
                 .state
                 .subscriber_figures()

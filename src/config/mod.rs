@@ -294,6 +294,7 @@ impl Cli {
                     limits: args.limits.settings()?,
                     records: args.records.settings(args.audit.audit_log.is_some())?,
                     audit: args.audit.settings()?,
+                    authzen: args.authzen,
                 })
             }
             Command::Check(args) => Settings::Check {

@@ -94,6 +94,8 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub records: RecordArgs,
     #[command(flatten)]
+    pub authzen: AuthzenArgs,
+    #[command(flatten)]
     pub auth: AuthArgs,
     #[command(flatten)]
     pub etcd: EtcdArgs,
@@ -381,6 +383,24 @@ pub struct AuditArgs {
     pub audit_queue: usize,
 }
 
+/// The AuthZEN endpoints (docs/authzen.md).
+#[derive(Clone, Debug, Args)]
+#[command(next_help_heading = "AuthZEN")]
+pub struct AuthzenArgs {
+    /// The URL clients reach this server by (`https://pdp.example.com`, behind a load balancer
+    /// or gateway): the base of every endpoint URL in /.well-known/authzen-configuration.
+    /// Default: the address of the listener the request came in on. Never the request's Host.
+    #[arg(long, value_name = "URL")]
+    pub authzen_base_url: Option<crate::api::http::BaseUrl>,
+
+    /// The key AuthZEN page tokens are sealed with (HMAC-SHA256): the file's bytes, at least
+    /// 32, surrounding whitespace removed. Give every replica behind one load balancer the
+    /// same file, so a search's pages may land on any of them. Default: a random key per
+    /// process (tokens verify only on the server that issued them).
+    #[arg(long, value_name = "FILE")]
+    pub authzen_page_token_key_file: Option<PathBuf>,
+}
+
 /// Decision records (docs/records.md): one JSON line per decision taken.
 #[derive(Debug, Args)]
 pub struct RecordArgs {
@@ -589,6 +609,8 @@ pub struct ServeSettings {
     pub limits: ServeLimits,
     pub audit: Option<AuditSettings>,
     pub records: Option<RecordSettings>,
+    /// The AuthZEN metadata's base URL and the page token key's file.
+    pub authzen: AuthzenArgs,
     /// etcd mode (`--etcd-servers`), instead of the policy directory.
     pub etcd: Option<EtcdSettings>,
     /// The webhooks the chain's `Webhook(n)` entries name, in order.

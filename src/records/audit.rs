@@ -2,10 +2,13 @@
 //! policy write, appended to a file.
 //!
 //! Requests never wait for the disk: a handler builds its entry and hands it to a dedicated
-//! writer thread ([`super::writer`], shared with the decision records) through a bounded queue. When the queue is full (the disk is slower than
-//! the request rate) the entry is dropped and counted instead; the count is reported by
-//! `PolicyAdmin.Status` (`audit_dropped`) and in a warning line each time it grows, so a gap
-//! in the log is never silent.
+//! writer thread ([`super::writer`], shared with the decision records) through a bounded
+//! queue. An entry that does not reach the file is counted ([`AuditCounts`]): dropped here
+//! when the queue is full (the disk is slower than the request rate), or by the writer when
+//! the file refuses it (a full disk, an I/O error). Both are reported by `PolicyAdmin.Status`
+//! (`audit_dropped`, with `audit_write_failed` the part the file refused), by
+//! `authzd_audit_dropped_total{reason}`, and in a warning each time the number lost reaches a
+//! power of two, so a gap in the log is never silent.
 //!
 //! Each line has `time` (RFC 3339, UTC), `rpc`, `caller` (user and groups), `request`, and
 //! either `decision` (reviews), `subjects` (who-can), `applied`/`deleted` (writes) or `error`
@@ -13,13 +16,13 @@
 //! ([`super::format`]) are written here too, through the same queue, told apart by their `kind`.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError};
 use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
-use super::record::RecordCounts;
+pub use super::record::{AuditCounts, AuditFigures};
+use super::record::{DropReason, RecordCounts};
 use super::time::rfc3339_now;
 use super::writer::{Destination, Entry, LineWriter, OpenError};
 use crate::engine::{AllowedSubjects, Response};
@@ -35,9 +38,8 @@ pub struct AuditError(#[from] OpenError);
 #[derive(Debug)]
 pub struct AuditLog {
     queue: SyncSender<Entry>,
-    dropped: AtomicU64,
-    /// The drop count last reported in a warning, so that warnings come once per new burst.
-    reported: AtomicU64,
+    /// Written and lost, shared with the writer thread.
+    counts: Arc<AuditCounts>,
 }
 
 /// The writer thread; [`AuditWriter::finish`] waits until everything queued is written.
@@ -52,16 +54,15 @@ impl AuditLog {
         capacity: usize,
         records: Arc<RecordCounts>,
     ) -> Result<(Arc<AuditLog>, AuditWriter), AuditError> {
-        let (queue, writer) =
-            LineWriter::start("audit-writer", Destination::append(path), capacity, records)?;
-        Ok((
-            Arc::new(AuditLog {
-                queue,
-                dropped: AtomicU64::new(0),
-                reported: AtomicU64::new(0),
-            }),
-            writer,
-        ))
+        let counts = Arc::new(AuditCounts::default());
+        let (queue, writer) = LineWriter::start_counting(
+            "audit-writer",
+            Destination::append(path),
+            capacity,
+            records,
+            Arc::clone(&counts),
+        )?;
+        Ok((Arc::new(AuditLog { queue, counts }), writer))
     }
 
     /// The queue, for decision records written into the audit log.
@@ -69,9 +70,9 @@ impl AuditLog {
         self.queue.clone()
     }
 
-    /// Entries dropped so far because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
+    /// Entries written, and lost for either reason, so far.
+    pub fn figures(&self) -> AuditFigures {
+        self.counts.figures()
     }
 
     /// Queues one entry, stamped with the time; never blocks.
@@ -80,14 +81,7 @@ impl AuditLog {
         match self.queue.try_send(Entry::Audit(Value::Object(entry))) {
             Ok(()) => {}
             Err(TrySendError::Full(_) | TrySendError::Disconnected(_)) => {
-                let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                // One warning per power of two keeps a sustained overload from flooding the
-                // log with warnings about the audit log.
-                if dropped.is_power_of_two()
-                    && self.reported.fetch_max(dropped, Ordering::Relaxed) < dropped
-                {
-                    tracing::warn!(dropped, "audit queue full: entries dropped");
-                }
+                self.counts.lost(DropReason::QueueFull, 1);
             }
         }
     }
@@ -248,8 +242,10 @@ mod tests {
             plan: Default::default(),
         };
         log.review("Authorize", &caller(), &subject, &action, &response, 7);
+        let counts = Arc::clone(&log.counts);
         drop(log);
         writer.finish();
+        assert_eq!(counts.figures().written, 1);
         let lines = read_lines(&path);
         assert_eq!(lines.len(), 1);
         let line = &lines[0];
@@ -263,6 +259,28 @@ mod tests {
         assert!(line["time"].as_str().unwrap().ends_with('Z'));
     }
 
+    /// A file that refuses every write (`/dev/full`, a full disk): every entry is counted
+    /// lost as `write_failed`, none written, and the writer still finishes.
+    #[test]
+    fn entries_the_file_refuses_are_counted_lost() {
+        let (log, writer) = AuditLog::open(Path::new("/dev/full"), 4096, Arc::default()).unwrap();
+        for _ in 0..1000 {
+            log.write("Apply", &caller(), json!({}), Err("refused".into()));
+        }
+        let counts = Arc::clone(&log.counts);
+        drop(log);
+        writer.finish();
+        assert_eq!(
+            counts.figures(),
+            AuditFigures {
+                written: 0,
+                queue_full: 0,
+                write_failed: 1000
+            }
+        );
+        assert_eq!(counts.figures().dropped(), 1000);
+    }
+
     #[test]
     fn a_full_queue_drops_and_counts_without_blocking() {
         // A queue of one whose writer takes nothing (a disk that stopped): a sender whose
@@ -270,8 +288,7 @@ mod tests {
         let (queue, entries) = std::sync::mpsc::sync_channel(1);
         let log = Arc::new(AuditLog {
             queue,
-            dropped: AtomicU64::new(0),
-            reported: AtomicU64::new(0),
+            counts: Arc::default(),
         });
         // Recording on another thread: were it to block, `done` would never arrive.
         let (done, finished) = std::sync::mpsc::channel();
@@ -289,8 +306,12 @@ mod tests {
             "recording blocked on a full queue"
         );
         assert_eq!(
-            log.dropped(),
-            999,
+            log.figures(),
+            AuditFigures {
+                written: 0,
+                queue_full: 999,
+                write_failed: 0
+            },
             "one queued, the rest dropped and counted"
         );
         assert_eq!(entries.try_iter().count(), 1);

@@ -191,6 +191,46 @@ mod tests {
         assert_eq!(entries.try_iter().count(), 4);
     }
 
+    /// Through a real writer into a file that refuses every write (`/dev/full`, a full disk):
+    /// no record is counted written, every one is counted `write_failed`, recording never
+    /// waits, and the writer finishes.
+    #[test]
+    fn records_the_file_refuses_are_counted_lost_never_written() {
+        let counts = Arc::new(RecordCounts::default());
+        let (queue, writer) = LineWriter::start(
+            "test-writer",
+            Destination::append(std::path::Path::new("/dev/full")),
+            1 << 16,
+            Arc::clone(&counts),
+        )
+        .unwrap();
+        let recorder = DecisionRecorder::new(queue, Arc::clone(&counts));
+        let caller = Arc::new(UserInfo::default());
+        let (request, response) = (request(), response());
+        for _ in 0..5000 {
+            recorder.record(
+                "Authorize",
+                &caller,
+                request.as_borrowed(),
+                &response,
+                3,
+                false,
+            );
+        }
+        drop(recorder);
+        writer.finish();
+        let figures = figures(&counts);
+        assert_eq!(
+            (
+                figures.taken,
+                figures.written,
+                figures.queue_full,
+                figures.write_failed
+            ),
+            (5000, 0, 0, 5000)
+        );
+    }
+
     /// Through a real writer into a file: records in `seq` order, and after a burst the
     /// writer could not take, one gap line with the count, before the next record.
     #[test]

@@ -1,6 +1,8 @@
 //! What a decision record is, as data: the copy taken on the serving thread, the reasons records
 //! are lost, and the counts both the recorder ([`super::decision`]) and the writer
-//! ([`super::writer`]) keep.
+//! ([`super::writer`]) keep — and the same counts for the audit log's entries
+//! ([`super::audit`]), whose sender counts what the queue refused and whose writer counts what
+//! the file took or refused.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -74,6 +76,68 @@ pub struct RecordCounts {
     pub written: AtomicU64,
     pub queue_full: AtomicU64,
     pub write_failed: AtomicU64,
+}
+
+/// What happened to the audit log's entries: written (the file took every byte), or lost
+/// because the queue was full or the file refused the write. Shared by the log's sender and
+/// its writer thread.
+#[derive(Debug, Default)]
+pub struct AuditCounts {
+    pub written: AtomicU64,
+    pub queue_full: AtomicU64,
+    pub write_failed: AtomicU64,
+    /// Every entry lost, for either reason: the powers of two it reaches are warned of.
+    lost: AtomicU64,
+}
+
+impl AuditCounts {
+    /// `count` entries lost for `reason`. A warning is logged each time the number lost (for
+    /// either reason) reaches a power of two: a full disk or a sustained overload does not
+    /// flood the log with warnings about the audit log, and no loss goes unmentioned.
+    pub fn lost(&self, reason: DropReason, count: u64) {
+        if count == 0 {
+            return;
+        }
+        let by_reason = match reason {
+            DropReason::QueueFull => &self.queue_full,
+            DropReason::WriteFailed => &self.write_failed,
+        };
+        by_reason.fetch_add(count, Ordering::Relaxed);
+        // One fetch_add per loss: exactly one caller sees each power of two crossed.
+        let before = self.lost.fetch_add(count, Ordering::Relaxed);
+        let after = before.saturating_add(count);
+        let power = 1u64 << (u64::BITS - 1 - after.leading_zeros());
+        if power > before {
+            tracing::warn!(
+                lost = after,
+                reason = reason.label(),
+                "audit entries lost: not written to the audit log"
+            );
+        }
+    }
+
+    pub fn figures(&self) -> AuditFigures {
+        AuditFigures {
+            written: self.written.load(Ordering::Relaxed),
+            queue_full: self.queue_full.load(Ordering::Relaxed),
+            write_failed: self.write_failed.load(Ordering::Relaxed),
+        }
+    }
+}
+
+/// The audit log's counts at one moment.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditFigures {
+    pub written: u64,
+    pub queue_full: u64,
+    pub write_failed: u64,
+}
+
+impl AuditFigures {
+    /// Entries not written, for either reason (`PolicyAdmin.Status` `audit_dropped`).
+    pub fn dropped(&self) -> u64 {
+        self.queue_full.saturating_add(self.write_failed)
+    }
 }
 
 /// The counts at one moment, for metrics.

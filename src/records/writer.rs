@@ -11,13 +11,15 @@
 //!   `PATH.1` (the older ones shifting to `PATH.2` ... up to the number kept) and a new one
 //!   started. A destination that is not a regular file (a FIFO, `/dev/stdout`) is never
 //!   rotated.
-//! * **Losses are written down.** A decision record the file refuses (a write error) is
-//!   counted as `write_failed` and, once a write succeeds again, a gap line says how many
-//!   were lost; records dropped before the queue (`queue_full`) are reported by their sender
-//!   ([`super::decision`]). Audit entries lost to a write error are logged, as they always were.
+//! * **Written means in the file.** Lines wait in [`Pending`], not in a `BufWriter`: a line is
+//!   counted written only once the file took all of it, and a line the file refuses (a full
+//!   disk, an I/O error) is counted lost — `write_failed` for a decision record, with a gap
+//!   line in its place ([`super::pending`]), and for an audit entry in the audit log's counts
+//!   ([`AuditCounts`]), warned of at powers of two. A refusing file is tried again at every
+//!   poll, so the writer carries on by itself once the disk has room again. Records dropped
+//!   before the queue (`queue_full`) are reported by their sender ([`super::decision`]).
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TryRecvError};
@@ -26,7 +28,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::format;
-use super::record::{DecisionRecord, DropReason, Gap, RecordCounts};
+use super::pending::{Flushed, Kind, Pending, Tally};
+use super::record::{AuditCounts, DecisionRecord, DropReason, Gap, RecordCounts};
 
 /// How long the writer sleeps once the queue is empty, after a poll that found entries.
 pub const POLL: Duration = Duration::from_millis(2);
@@ -35,7 +38,8 @@ pub const POLL: Duration = Duration::from_millis(2);
 /// not 500 (a wake-up costs tens of microseconds of a virtual machine's time).
 pub const IDLE_POLL: Duration = Duration::from_millis(20);
 
-/// The buffer between the writer and the file: flushed whenever the queue runs empty.
+/// The lines kept between the writer and the file: written whenever the queue runs empty, or
+/// once this many bytes wait.
 const BUFFER_BYTES: usize = 256 << 10;
 
 /// One line to write.
@@ -87,12 +91,24 @@ pub struct LineWriter {
 
 impl LineWriter {
     /// Opens (appending, creating if missing) the destination and starts the writer with room
-    /// for `capacity` waiting entries. A FIFO's open waits here for its reader.
+    /// for `capacity` waiting entries; decision records are counted in `counts`. A FIFO's open
+    /// waits here for its reader.
     pub fn start(
         name: &str,
         destination: Destination,
         capacity: usize,
         counts: Arc<RecordCounts>,
+    ) -> Result<(SyncSender<Entry>, LineWriter), OpenError> {
+        Self::start_counting(name, destination, capacity, counts, Arc::default())
+    }
+
+    /// As [`LineWriter::start`], with audit entries counted in `audit` (the audit log's writer).
+    pub fn start_counting(
+        name: &str,
+        destination: Destination,
+        capacity: usize,
+        counts: Arc<RecordCounts>,
+        audit: Arc<AuditCounts>,
     ) -> Result<(SyncSender<Entry>, LineWriter), OpenError> {
         let open_error = |source| OpenError {
             path: destination.path.clone(),
@@ -101,21 +117,22 @@ impl LineWriter {
         let file = open(&destination.path).map_err(open_error)?;
         let rotates = destination.max_bytes.is_some()
             && file.metadata().map(|m| m.is_file()).unwrap_or(false);
-        let written = if rotates {
+        let in_file = if rotates {
             file.metadata().map(|m| m.len()).unwrap_or(0)
         } else {
             0
         };
         let (queue, entries) = std::sync::mpsc::sync_channel(capacity.max(1));
         let mut output = Output {
-            out: BufWriter::with_capacity(BUFFER_BYTES, file),
-            written,
+            file,
+            pending: Pending::with_capacity(BUFFER_BYTES),
+            in_file,
             rotates,
             destination: destination.clone(),
             failed: false,
             line: Vec::with_capacity(1024),
             counts,
-            unreported_failures: 0,
+            audit,
         };
         let stop = Arc::new(AtomicBool::new(false));
         let stopping = Arc::clone(&stop);
@@ -147,9 +164,11 @@ fn open(path: &Path) -> std::io::Result<File> {
 }
 
 struct Output {
-    out: BufWriter<File>,
+    /// Written unbuffered: [`Pending`] is the buffer, and knows which lines the file took.
+    file: File,
+    pending: Pending,
     /// Bytes in the current file (rotating destinations only).
-    written: u64,
+    in_file: u64,
     rotates: bool,
     destination: Destination,
     /// Whether the last write failed (an error is logged once per run of failures).
@@ -157,8 +176,7 @@ struct Output {
     /// The line being formatted, reused.
     line: Vec<u8>,
     counts: Arc<RecordCounts>,
-    /// Decision records lost to write errors and not yet reported by a gap line.
-    unreported_failures: u64,
+    audit: Arc<AuditCounts>,
 }
 
 impl Output {
@@ -181,6 +199,8 @@ impl Output {
                         }
                         break;
                     }
+                    // Also what retries a refusing file: whatever waits (a torn line, a gap
+                    // line owed) is tried again at every poll, new entries or not.
                     self.flush();
                     std::thread::sleep(if busy { POLL } else { IDLE_POLL });
                     busy = false;
@@ -189,78 +209,84 @@ impl Output {
             }
         }
         self.flush();
+        // Stopping with the file still refusing: what is left is lost.
+        let abandoned = self.pending.abandon();
+        self.count_lost(&abandoned);
     }
 
     fn write(&mut self, entry: Entry) {
         self.line.clear();
-        let is_record = matches!(entry, Entry::Decision(_));
-        match &entry {
+        let kind = match &entry {
             Entry::Audit(value) => {
                 if let Err(error) = serde_json::to_writer(&mut self.line, value) {
                     tracing::error!(%error, "cannot format an audit entry");
+                    self.audit.lost(DropReason::WriteFailed, 1);
                     return;
                 }
+                Kind::Audit
             }
-            Entry::Decision(record) => format::write_decision(&mut self.line, record),
-            Entry::Gap(gap) => format::write_gap(&mut self.line, gap),
-        }
+            Entry::Decision(record) => {
+                format::write_decision(&mut self.line, record);
+                Kind::Record
+            }
+            Entry::Gap(gap) => {
+                format::write_gap(&mut self.line, gap);
+                Kind::Gap(gap.reason, gap.dropped)
+            }
+        };
         self.line.push(b'\n');
-        match self.append() {
-            Ok(()) => {
-                if is_record {
-                    self.counts.written.fetch_add(1, Ordering::Relaxed);
-                }
-                if self.unreported_failures > 0 {
-                    self.report_failures();
-                }
-            }
-            Err(()) => {
-                if is_record {
-                    self.counts.write_failed.fetch_add(1, Ordering::Relaxed);
-                    self.unreported_failures += 1;
-                }
-            }
-        }
-    }
-
-    /// The gap line for the records lost to write errors since the last one.
-    fn report_failures(&mut self) {
-        let gap = Gap::now(DropReason::WriteFailed, self.unreported_failures);
-        self.line.clear();
-        format::write_gap(&mut self.line, &gap);
-        self.line.push(b'\n');
-        if self.append().is_ok() {
-            self.unreported_failures = 0;
-        }
-    }
-
-    /// Appends the formatted line, rotating first when it would not fit.
-    fn append(&mut self) -> Result<(), ()> {
         if let Some(max) = self.destination.max_bytes {
-            if self.rotates && self.written > 0 && self.written + self.line.len() as u64 > max {
-                self.rotate();
+            let size = self.in_file + (self.pending.len() + self.line.len()) as u64;
+            if self.rotates && size > max && size > self.line.len() as u64 {
+                // What waits goes to the file it was written for, then a new file starts;
+                // unless a line is cut short in this one (the disk refused its end): the file
+                // grows until that line is finished, rather than start the next one torn.
+                self.flush();
+                if !self.pending.torn() {
+                    self.rotate();
+                }
             }
         }
-        let result = self.out.write_all(&self.line);
-        let ok = self.outcome(result);
-        if ok {
-            self.written += self.line.len() as u64;
-            Ok(())
-        } else {
-            Err(())
+        self.pending.push(kind, &self.line);
+        if self.pending.len() >= BUFFER_BYTES {
+            self.flush();
         }
     }
 
+    /// Hands what waits to the file, and counts what it took and what it refused.
     fn flush(&mut self) {
-        let result = self.out.flush();
-        self.outcome(result);
+        if self.pending.is_empty() {
+            return;
+        }
+        let Flushed {
+            written,
+            lost,
+            taken,
+            error,
+        } = self.pending.flush_to(&mut self.file);
+        self.in_file += taken;
+        self.counts
+            .written
+            .fetch_add(written.records, Ordering::Relaxed);
+        self.audit
+            .written
+            .fetch_add(written.audit, Ordering::Relaxed);
+        self.count_lost(&lost);
+        self.outcome(error);
+    }
+
+    /// Lines the file refused: decision records as `write_failed` (their gap line is queued by
+    /// [`Pending`]), audit entries in the audit log's counts.
+    fn count_lost(&self, lost: &Tally) {
+        self.counts
+            .write_failed
+            .fetch_add(lost.records, Ordering::Relaxed);
+        self.audit.lost(DropReason::WriteFailed, lost.audit);
     }
 
     /// Renames the file `PATH.1` (shifting older ones up, the oldest removed) and starts a
     /// new one. When that fails the file carries on growing, and the error is logged.
     fn rotate(&mut self) {
-        let flushed = self.out.flush();
-        self.outcome(flushed);
         let path = &self.destination.path;
         let numbered = |n: usize| {
             let mut name = path.clone().into_os_string();
@@ -286,30 +312,26 @@ impl Output {
         let reopened = shifted.and_then(|()| open(path));
         match reopened {
             Ok(file) => {
-                self.out = BufWriter::with_capacity(BUFFER_BYTES, file);
-                self.written = 0;
+                self.file = file;
+                self.in_file = 0;
             }
             Err(error) => {
                 tracing::error!(%error, path = %path.display(), "cannot rotate the decision records");
                 // Carry on in the file we have, rather than fail every write.
-                self.written = 0;
+                self.in_file = 0;
             }
         }
     }
 
-    /// Whether `result` succeeded; the first failure of a run is logged.
-    fn outcome(&mut self, result: std::io::Result<()>) -> bool {
-        match result {
-            Ok(()) => {
-                self.failed = false;
-                true
-            }
-            Err(error) => {
+    /// Logs the first failure of a run of them.
+    fn outcome(&mut self, error: Option<std::io::Error>) {
+        match error {
+            None => self.failed = false,
+            Some(error) => {
                 if !self.failed {
                     self.failed = true;
                     tracing::error!(%error, path = %self.destination.path.display(), "cannot write the log");
                 }
-                false
             }
         }
     }

@@ -352,7 +352,17 @@ pub struct ScrapeFigures {
     pub subscribers: SubscriberTableFigures,
     /// Decision records (`--decision-records`; all zero without).
     pub records: DecisionRecordFigures,
+    /// The audit log (`--audit-log`; all zero without).
+    pub audit: AuditLogFigures,
     pub store: StoreFigures,
+}
+
+/// Audit log entries written and dropped per reason (`authzd_audit_*`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AuditLogFigures {
+    pub written: u64,
+    pub dropped_queue_full: u64,
+    pub dropped_write_failed: u64,
 }
 
 /// Decision records taken, written and dropped per reason (`authzd_decision_records_*`).
@@ -399,6 +409,9 @@ struct ScrapeInstruments {
     records_written: Counter,
     records_dropped_queue_full: Counter,
     records_dropped_write_failed: Counter,
+    audit_written: Counter,
+    audit_dropped_queue_full: Counter,
+    audit_dropped_write_failed: Counter,
 }
 
 /// The server's instruments and the recorder that renders them.
@@ -512,6 +525,15 @@ impl Metrics {
                 "authzd_decision_records_dropped_total",
                 vec![Label::new("reason", "write_failed")],
             ),
+            audit_written: counter("authzd_audit_written_total", vec![]),
+            audit_dropped_queue_full: counter(
+                "authzd_audit_dropped_total",
+                vec![Label::new("reason", "queue_full")],
+            ),
+            audit_dropped_write_failed: counter(
+                "authzd_audit_dropped_total",
+                vec![Label::new("reason", "write_failed")],
+            ),
         };
         let in_flight = gauge("authzd_requests_in_flight");
         Self {
@@ -609,6 +631,12 @@ impl Metrics {
             .absolute(records.dropped_queue_full);
         s.records_dropped_write_failed
             .absolute(records.dropped_write_failed);
+        let audit = &figures.audit;
+        s.audit_written.absolute(audit.written);
+        s.audit_dropped_queue_full
+            .absolute(audit.dropped_queue_full);
+        s.audit_dropped_write_failed
+            .absolute(audit.dropped_write_failed);
         for (exported, tally) in self.decisions.iter().flatten().chain(&self.requests) {
             exported.absolute(tally.get());
         }
@@ -773,6 +801,14 @@ fn describe(recorder: &PrometheusRecorder) {
         "authzd_decision_records_dropped_total",
         "Decision records dropped, by reason: queue_full (the writer could not keep up; no decision waits for it) or write_failed (the destination refused the write). Each gap is also written into the stream.",
     );
+    counter(
+        "authzd_audit_written_total",
+        "Audit log entries written to the file (--audit-log): the file took every byte.",
+    );
+    counter(
+        "authzd_audit_dropped_total",
+        "Audit log entries not written, by reason: queue_full (the writer could not keep up; no request waits for it) or write_failed (the file refused the write: a full disk, an I/O error).",
+    );
     gauge(
         "authzd_store_fenced",
         "etcd mode: 1 while this replica is fenced (its last freshness proof is older than --max-staleness: allows refused per --on-stale), else 0.",
@@ -864,6 +900,11 @@ mod tests {
                 dropped_queue_full: 8,
                 dropped_write_failed: 2,
             },
+            audit: AuditLogFigures {
+                written: 50,
+                dropped_queue_full: 4,
+                dropped_write_failed: 9,
+            },
             store: StoreFigures::Directory,
         };
         let text = metrics.render(&figures);
@@ -894,6 +935,9 @@ mod tests {
                 r#"authzd_decision_records_dropped_total{reason="write_failed"}"#,
                 2.0,
             ),
+            ("authzd_audit_written_total", 50.0),
+            (r#"authzd_audit_dropped_total{reason="queue_full"}"#, 4.0),
+            (r#"authzd_audit_dropped_total{reason="write_failed"}"#, 9.0),
         ] {
             assert_eq!(sample(&text, series), Some(value), "{series} in\n{text}");
         }

@@ -1,7 +1,8 @@
 //! Decision records (`serve --decision-records`, docs/records.md) from a real server: every
-//! decision written with its request, answer and provenance; and under a sink that stops
-//! reading, decisions go on, and what is missing from the stream is exactly what the gap
-//! lines and the drop metric count.
+//! decision written with its request, answer and provenance; under a sink that stops reading,
+//! or that refuses writes for a while, decisions go on, and what is missing from the stream is
+//! exactly what the gap lines and the drop metric count; what is counted written is only what
+//! the sink took.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::support::server::{metric, resource_request, sample_policy, Server};
+use crate::support::wait::eventually;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::{BatchAuthorizeRequest, Content};
 use authzd::records::format::{read_line, Line};
@@ -225,4 +227,121 @@ fn read_fifo(fifo: &Path, paused: &AtomicBool) -> String {
         }
     }
     String::from_utf8(text).unwrap()
+}
+
+/// The sink refuses writes for a while, then takes them again: a FIFO whose reader leaves
+/// (every write fails with EPIPE, as on a full disk) and a new reader that comes. The records
+/// decided meanwhile are counted `write_failed` and never written; once there is a reader
+/// again the writer carries on by itself, and the first line it hands the new reader is the
+/// gap line counting them, before the next record. Across both readers, the records present
+/// plus the gaps' counts are every decision taken, and the sequence numbers missing are
+/// exactly as many as the gaps count.
+#[tokio::test]
+async fn a_sink_that_refuses_writes_loses_counted_records_then_recovers() {
+    const FIRST: usize = 20;
+    const LOST: usize = 30;
+    const AFTER: usize = 10;
+    let policy = sample_policy();
+    let out = tempfile::tempdir().unwrap();
+    let fifo = out.path().join("decisions.fifo");
+    let made = Command::new("mkfifo").arg(&fifo).status().unwrap();
+    assert!(made.success(), "mkfifo");
+
+    // The first reader takes the first records, then leaves (the server's open waits for it).
+    let first_reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || {
+            let file = std::fs::File::open(&fifo).unwrap();
+            let lines: Vec<String> = std::io::BufRead::lines(std::io::BufReader::new(file))
+                .take(FIRST)
+                .map(Result::unwrap)
+                .collect();
+            lines.join("\n")
+        })
+    };
+    let sink = format!("file:{}", fifo.display());
+    let server = Server::start_serving(policy.path(), &["--decision-records", &sink]).await;
+    let client = AuthorizerClient::new(server.channel().await);
+    let ask = |count: usize| {
+        let mut client = client.clone();
+        async move {
+            for n in 0..count {
+                let user = format!("user-{}", n % 7);
+                client
+                    .authorize(resource_request(&user, &[], "dev", "get", "pods"))
+                    .await
+                    .unwrap();
+            }
+        }
+    };
+    ask(FIRST).await;
+    let first = tokio::task::spawn_blocking(move || first_reader.join().unwrap())
+        .await
+        .unwrap();
+
+    // No reader: every record is refused, counted lost, none written; no decision waits.
+    tokio::time::timeout(Duration::from_secs(60), ask(LOST))
+        .await
+        .expect("decisions waited on a refusing sink");
+    let write_failed = r#"authzd_decision_records_dropped_total{reason="write_failed"}"#;
+    let lost = eventually(
+        Duration::from_secs(20),
+        || format!("{LOST} records lost; stderr:\n{}", server.stderr()),
+        || async {
+            let lost = metric(server.addr, write_failed).await?;
+            (lost >= LOST as f64).then_some(lost)
+        },
+    )
+    .await;
+    assert_eq!(lost, LOST as f64);
+    assert_eq!(
+        metric(server.addr, "authzd_decision_records_written_total").await,
+        Some(FIRST as f64),
+        "only the records the first reader took are counted written"
+    );
+
+    // A reader again: the writer's own retries hand it the gap line, then new records.
+    let second_reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(&fifo).unwrap())
+    };
+    ask(AFTER).await;
+    eventually(
+        Duration::from_secs(20),
+        || "the records after recovery written".into(),
+        || async {
+            let written = metric(server.addr, "authzd_decision_records_written_total").await?;
+            (written == (FIRST + AFTER) as f64).then_some(())
+        },
+    )
+    .await;
+    drop(client);
+    server.stop_gracefully().await;
+    let second = tokio::task::spawn_blocking(move || second_reader.join().unwrap())
+        .await
+        .unwrap();
+
+    let second_lines = read_stream(&second);
+    assert!(
+        matches!(&second_lines[0], Line::Gap { reason, dropped } if reason == "write_failed" && *dropped == LOST as u64),
+        "the gap comes first: {second}"
+    );
+    let (mut present, mut gaps) = (Vec::new(), 0u64);
+    for line in read_stream(&first).into_iter().chain(second_lines) {
+        match line {
+            Line::Decision(record) => present.push(record.seq),
+            Line::Gap { dropped, .. } => gaps += dropped,
+            Line::Other => panic!("an unknown line"),
+        }
+    }
+    let taken = (FIRST + LOST + AFTER) as u64;
+    assert_eq!(present.len(), FIRST + AFTER, "{first}\n{second}");
+    assert_eq!(present.len() as u64 + gaps, taken);
+    present.sort_unstable();
+    let missing = (0..taken).filter(|seq| present.binary_search(seq).is_err());
+    assert_eq!(
+        missing.count() as u64,
+        gaps,
+        "the gap counts exactly what is missing"
+    );
 }

@@ -6,7 +6,8 @@
 //!   `http_content`, `kube_protobuf`, `kep5681` (the golden exchanges of `tests/kep5681/`);
 //!   Envoy's `ext_authz`: `envoy_authz`; content rules end to end: `content`;
 //! * who may ask: `privileges`, `tls`, `unix_socket`; what it costs: `limits`, `hostile`;
-//! * what it tells: `metrics`, `otlp`, `decision_records`;
+//! * what it tells: `metrics`, `otlp`, `decision_records`, `full_disk` (the audit log and the
+//!   records on a disk that refuses every write);
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
 //!   (acknowledged writes survive `kill -9`), `multi_file_writes` (a write of several files is
 //!   whole after `kill -9` at any instant of it), `caller_cache` (callers' own caches, through the
@@ -26,6 +27,7 @@ mod content;
 mod decision_records;
 mod durability;
 mod envoy_authz;
+mod full_disk;
 mod grpc_api;
 mod grpc_conditions;
 mod grpc_content;

@@ -9,7 +9,12 @@
 //!   request's `context` read by a CEL condition;
 //! * bad input is 400 naming the field; unknown fields are ignored; `X-Request-ID` is echoed;
 //! * searches agree with evaluation, and a paginated search is answered at the revision it
-//!   started at, or refused once that revision is no longer held.
+//!   started at, or refused once that revision is no longer held;
+//! * page tokens are sealed by the server's key: one with its revision or offset changed, or
+//!   from a server with another key, is refused (one server's tokens verify on another that
+//!   was given the same key file);
+//! * the metadata names the listener's address, or `--authzen-base-url`, whatever `Host` the
+//!   request carries.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -45,10 +50,15 @@ struct Answer {
 
 impl Pdp {
     async fn start() -> Option<Pdp> {
+        Self::start_with(&[]).await
+    }
+
+    /// A server started with more `serve` flags.
+    async fn start_with(args: &[&str]) -> Option<Pdp> {
         let curl = tool_or_skip(&CURL)?;
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("authzen.yaml"), POLICY).unwrap();
-        let server = Server::start_serving(dir.path(), &[]).await;
+        let server = Server::start_serving(dir.path(), args).await;
         Some(Pdp { server, curl, dir })
     }
 
@@ -869,4 +879,190 @@ async fn pages_are_pinned_to_the_revision_they_started_at() {
         "{message}"
     );
     assert!(message.contains("start the search again"), "{message}");
+}
+
+/// `token` with its `index`th dot-separated field (1: the revision, 2: the offset) replaced by
+/// `value`: a token changed the way a caller without the server's key can change it.
+fn forged(token: &str, index: usize, value: &str) -> String {
+    use base64::Engine as _;
+    let engine = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let text = String::from_utf8(engine.decode(token).unwrap()).unwrap();
+    let mut fields: Vec<&str> = text.split('.').collect();
+    fields[index] = value;
+    engine.encode(fields.join("."))
+}
+
+/// The refusal of every token that does not verify: one message, naming nothing of why.
+fn invalid_token() -> Value {
+    json!({"error": {"status": 400, "message": "page.token: invalid page token", "field": "page.token"}})
+}
+
+/// A subject search of the todo viewers, two per page, continuing from `token`.
+fn viewers(token: Option<&str>) -> Value {
+    let mut body = json!({
+        "subject": {"type": "user"}, "action": {"name": "can_read_todos"},
+        "resource": {"type": "todo", "id": "t"},
+        "options": {"reasons": true}, "page": {"limit": 2}
+    });
+    if let Some(token) = token {
+        body["page"]["token"] = json!(token);
+    }
+    body
+}
+
+const SEARCH_SUBJECT: &str = "/access/v1/search/subject";
+
+/// A page token is sealed by the server: one whose revision was changed (to an older
+/// revision the server still holds, which it would answer from) or whose offset was changed
+/// is refused with 400 and one message; the genuine token still pages, at its revision.
+#[tokio::test]
+async fn forged_page_tokens_are_refused_and_genuine_ones_page() {
+    let Some(pdp) = Pdp::start().await else {
+        return;
+    };
+    let first = pdp.ok(SEARCH_SUBJECT, &viewers(None));
+    let old_revision = first["context"]["revision"].as_u64().unwrap();
+    // A new viewer: a newer revision, and a search started on it.
+    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: extra}\nsubjects: [{kind: User, name: aaa}]\nroleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: todo-viewer}\n";
+    std::fs::write(pdp.policy_dir().join("extra.yaml"), binding).unwrap();
+    let fresh = eventually(
+        Duration::from_secs(10),
+        || "a reload".into(),
+        || async {
+            let body = pdp.ok(SEARCH_SUBJECT, &viewers(None));
+            (body["context"]["revision"].as_u64().unwrap() > old_revision).then_some(body)
+        },
+    )
+    .await;
+    let revision = fresh["context"]["revision"].as_u64().unwrap();
+    assert_eq!(ids(&fresh, "id"), ["aaa", "beth"], "{fresh}");
+    let token = fresh["page"]["next_token"].as_str().unwrap();
+
+    for (what, forgery) in [
+        (
+            "an older revision",
+            forged(token, 1, &old_revision.to_string()),
+        ),
+        ("a later offset", forged(token, 2, "4")),
+        ("the first offset", forged(token, 2, "0")),
+        ("another search's tag", {
+            let other = first["page"]["next_token"].as_str().unwrap();
+            forged(other, 1, &revision.to_string())
+        }),
+    ] {
+        let answer = pdp.post(SEARCH_SUBJECT, &viewers(Some(&forgery)), &[]);
+        assert_eq!(
+            (answer.status, &answer.body),
+            (400, &invalid_token()),
+            "{what}: {forgery}"
+        );
+    }
+
+    // The genuine token: the next page, at the revision the search started at.
+    let page = pdp.ok(SEARCH_SUBJECT, &viewers(Some(token)));
+    assert_eq!(page["context"]["revision"], revision, "{page}");
+    assert_eq!(ids(&page, "id"), ["morty", "rick"], "{page}");
+}
+
+/// A token sealed by one server does not verify on a server with another key (each has a
+/// random one by default), though the policy, its revision and the query are the same; two
+/// servers given one `--authzen-page-token-key-file` take each other's tokens.
+#[tokio::test]
+async fn a_page_token_verifies_only_under_the_key_that_sealed_it() {
+    let (Some(a), Some(b)) = (Pdp::start().await, Pdp::start().await) else {
+        return;
+    };
+    let first = a.ok(SEARCH_SUBJECT, &viewers(None));
+    let token = first["page"]["next_token"].as_str().unwrap();
+    assert_eq!(
+        b.ok(SEARCH_SUBJECT, &viewers(None))["context"]["revision"],
+        first["context"]["revision"],
+        "both at the same revision"
+    );
+    let answer = b.post(SEARCH_SUBJECT, &viewers(Some(token)), &[]);
+    assert_eq!((answer.status, &answer.body), (400, &invalid_token()));
+    let own = a.ok(SEARCH_SUBJECT, &viewers(Some(token)));
+    assert_eq!(ids(&own, "id"), ["rick", "summer"], "{own}");
+
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("page-token.key");
+    std::fs::write(&key, "a shared secret of at least 32 bytes, for replicas\n").unwrap();
+    let key = key.to_str().unwrap();
+    let shared = ["--authzen-page-token-key-file", key];
+    let (Some(c), Some(d)) = (
+        Pdp::start_with(&shared).await,
+        Pdp::start_with(&shared).await,
+    ) else {
+        return;
+    };
+    let first = c.ok(SEARCH_SUBJECT, &viewers(None));
+    let token = first["page"]["next_token"].as_str().unwrap();
+    let page = d.ok(SEARCH_SUBJECT, &viewers(Some(token)));
+    assert_eq!(ids(&page, "id"), ["rick", "summer"], "{page}");
+}
+
+/// The metadata names the listener's own address whatever `Host` a request carries (curl's
+/// `-H Host:`, and raw requests with a spoofed Host and an absolute-form target naming
+/// another host), or the configured `--authzen-base-url`; never the request's.
+#[tokio::test]
+async fn the_metadata_never_names_the_requests_host() {
+    let Some(pdp) = Pdp::start().await else {
+        return;
+    };
+    let path = "/.well-known/authzen-configuration";
+    let base = pdp.server.url();
+    let answer = pdp.curl(&["-H", "Host: evil.example:8443", &pdp.url(path)]);
+    assert_eq!(answer.status, 200);
+    assert!(!answer.body.to_string().contains("evil"), "{}", answer.body);
+    assert_eq!(answer.body["policy_decision_point"], base.as_str());
+
+    for request in [
+        format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+        format!("GET http://evil.example{path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
+        format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-Host: evil.example\r\nConnection: close\r\n\r\n"),
+    ] {
+        let (status, body) = raw_http(pdp.server.addr, &request).await;
+        assert_eq!(status, 200, "{request}: {body}");
+        assert!(!body.contains("evil"), "{request}: {body}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["policy_decision_point"], base.as_str());
+        assert_eq!(
+            body["access_evaluation_endpoint"],
+            format!("{base}/access/v1/evaluation")
+        );
+    }
+
+    let Some(configured) =
+        Pdp::start_with(&["--authzen-base-url", "https://pdp.example.com/authz/"]).await
+    else {
+        return;
+    };
+    let answer = configured.curl(&["-H", "Host: evil.example", &configured.url(path)]);
+    assert_eq!(answer.status, 200);
+    assert_eq!(
+        answer.body["policy_decision_point"],
+        "https://pdp.example.com/authz"
+    );
+    assert_eq!(
+        answer.body["search_subject_endpoint"],
+        "https://pdp.example.com/authz/access/v1/search/subject"
+    );
+}
+
+/// One request written as it is on a fresh TCP connection; the status and the body.
+async fn raw_http(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).await.unwrap();
+    let status = response
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("not HTTP: {response}"));
+    let body = response
+        .split_once("\r\n\r\n")
+        .map_or(String::new(), |(_, body)| body.to_string());
+    (status, body)
 }

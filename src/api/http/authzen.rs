@@ -4,9 +4,12 @@
 //! it to the request a SubjectAccessReview asks (`mapping`), and is served through
 //! [`GrpcApi::serve`] — authentication, deadline, admission on one snapshot and the privilege
 //! table, exactly as every review — by one verb of the admitted call. What the answers say
-//! beyond the specification (reasons, revision, completeness) is written here.
+//! beyond the specification (reasons, revision, completeness) is written here; page tokens
+//! are sealed and opened by `page_token`, and the metadata's base URL is chosen by `metadata`.
 
 mod mapping;
+mod metadata;
+mod page_token;
 mod wire;
 
 use std::sync::Arc;
@@ -14,7 +17,6 @@ use std::sync::Arc;
 use axum::extract::{Request, State};
 use axum::response::Response;
 use axum::routing::{get, post};
-use base64::Engine as _;
 use http::{HeaderMap, HeaderName, StatusCode};
 use serde_json::{json, Map, Value};
 use tonic::metadata::MetadataMap;
@@ -29,7 +31,11 @@ use crate::engine::Response as Decision;
 use crate::request;
 use crate::serving::{Call, Privilege, Refusal, WithContent};
 use crate::telemetry::metrics::DecisionApi;
+use crate::transport::ConnectionInfo;
 use mapping::Id;
+pub use metadata::BaseUrl;
+use page_token::Cursor;
+pub use page_token::{KeyError, PageTokenKey};
 use wire::{ActionEntity, Options, PageRequest, Parts, Semantic};
 
 const EVALUATION: &str = "/access/v1/evaluation";
@@ -44,6 +50,17 @@ static REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
 
 /// `min_revision` as a header (docs/authzen.md §6), as gRPC's field means it.
 static MIN_REVISION: HeaderName = HeaderName::from_static("x-authzd-min-revision");
+
+/// What the AuthZEN endpoints are configured with (`serve`'s AuthZEN flags, docs/authzen.md
+/// §1 and §5).
+#[derive(Debug)]
+pub struct AuthzenConfig {
+    /// `--authzen-base-url`; without it the metadata names the listener's own address.
+    pub base_url: Option<BaseUrl>,
+    /// The key page tokens are sealed with: random per process, or
+    /// `--authzen-page-token-key-file`'s.
+    pub page_tokens: PageTokenKey,
+}
 
 pub(super) fn routes() -> axum::Router<HttpApi> {
     axum::Router::new()
@@ -72,39 +89,35 @@ async fn evaluations(State(api): State<HttpApi>, request: Request) -> Response {
 }
 
 async fn search_subject(State(api): State<HttpApi>, request: Request) -> Response {
-    serve(&api, request, |root, min_revision| {
-        SearchCall::read(root, min_revision, Searched::Subject)
-    })
-    .await
+    search(api, request, Searched::Subject).await
 }
 
 async fn search_action(State(api): State<HttpApi>, request: Request) -> Response {
-    serve(&api, request, |root, min_revision| {
-        SearchCall::read(root, min_revision, Searched::Action)
-    })
-    .await
+    search(api, request, Searched::Action).await
 }
 
 async fn search_resource(State(api): State<HttpApi>, request: Request) -> Response {
+    search(api, request, Searched::Resource).await
+}
+
+async fn search(api: HttpApi, request: Request, searched: Searched) -> Response {
+    let config = Arc::clone(&api.authzen);
     serve(&api, request, |root, min_revision| {
-        SearchCall::read(root, min_revision, Searched::Resource)
+        SearchCall::read(root, min_revision, searched, config)
     })
     .await
 }
 
-/// §10: the endpoints served, under the identifier the caller reached this server by (its
-/// `Host`, with `https` when the listener has TLS). Public, as discovery documents are: it
-/// says nothing about the policy.
+/// §10: the endpoints served, under this server's base URL ([`metadata::base_url`]: the
+/// configured one, or the listener's address; never the request's `Host`). Public, as
+/// discovery documents are: it says nothing about the policy.
 async fn metadata(State(api): State<HttpApi>, request: Request) -> Response {
     let headers = request.headers();
-    let host = headers
-        .get(http::header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_string)
-        .or_else(|| request.uri().authority().map(|a| a.to_string()))
-        .unwrap_or_else(|| "localhost".to_string());
-    let scheme = if api.https { "https" } else { "http" };
-    let base = format!("{scheme}://{host}");
+    let connection = request
+        .extensions()
+        .get::<Arc<ConnectionInfo>>()
+        .map(|info| &**info);
+    let base = metadata::base_url(api.authzen.base_url.as_ref(), connection, api.https);
     let document = json!({
         "policy_decision_point": base,
         "access_evaluation_endpoint": format!("{base}{EVALUATION}"),
@@ -479,18 +492,25 @@ impl Searched {
 }
 
 /// A search request, read: its entities (not yet mapped), its page and options, and the
-/// fingerprint of everything a later page must repeat (§9: "MUST be identical").
+/// canonical text of everything a later page must repeat (§9: "MUST be identical"), which its
+/// page tokens are sealed over.
 pub struct SearchCall {
     searched: Searched,
     parts: Parts,
     page: PageRequest,
     options: Options,
     min_revision: u64,
-    fingerprint: u64,
+    query: String,
+    config: Arc<AuthzenConfig>,
 }
 
 impl SearchCall {
-    fn read(root: &Object<'_>, header_min_revision: u64, searched: Searched) -> Result<Self> {
+    fn read(
+        root: &Object<'_>,
+        header_min_revision: u64,
+        searched: Searched,
+        config: Arc<AuthzenConfig>,
+    ) -> Result<Self> {
         let parts = Parts::read(root)?;
         let page = PageRequest::read(root)?;
         let options = Options::read(root)?;
@@ -506,58 +526,8 @@ impl SearchCall {
             page,
             options,
             min_revision,
-            fingerprint: fnv1a(text.as_bytes()),
-        })
-    }
-}
-
-/// FNV-1a, 64 bits: a fingerprint that every replica computes alike (no per-process key).
-fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for byte in bytes {
-        hash ^= u64::from(*byte);
-        hash = hash.wrapping_mul(0x0100_0000_01b3);
-    }
-    hash
-}
-
-/// Where a page starts: the revision every page of the search is answered at, and how
-/// many results earlier pages gave.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Cursor {
-    revision: u64,
-    offset: usize,
-    fingerprint: u64,
-}
-
-const TOKEN_PREFIX: &str = "authzd1";
-
-impl Cursor {
-    /// The opaque `next_token` (§9.2).
-    fn token(self) -> String {
-        let text = format!(
-            "{TOKEN_PREFIX}.{}.{}.{:016x}",
-            self.revision, self.offset, self.fingerprint
-        );
-        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(text)
-    }
-
-    fn parse(token: &str) -> Option<Cursor> {
-        let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-            .decode(token)
-            .ok()?;
-        let text = String::from_utf8(bytes).ok()?;
-        let mut fields = text.split('.');
-        if fields.next()? != TOKEN_PREFIX {
-            return None;
-        }
-        let revision = fields.next()?.parse().ok()?;
-        let offset = fields.next()?.parse().ok()?;
-        let fingerprint = u64::from_str_radix(fields.next()?, 16).ok()?;
-        fields.next().is_none().then_some(Cursor {
-            revision,
-            offset,
-            fingerprint,
+            query: text,
+            config,
         })
     }
 }
@@ -577,7 +547,9 @@ pub struct SearchAsked {
     limit: usize,
     /// Where this page starts, when it continues a search.
     cursor: Option<Cursor>,
-    fingerprint: u64,
+    /// The search's canonical text, and the key, the next page's token is sealed with.
+    query: String,
+    config: Arc<AuthzenConfig>,
     reasons: bool,
 }
 
@@ -598,27 +570,17 @@ impl Review for SearchCall {
             page,
             options,
             min_revision,
-            fingerprint,
+            query,
+            config,
         } = self;
+        // A token sealed by another key, for another query (§9: every field but page.token
+        // as in the first request) or with a field changed: one answer for all, so that a
+        // forger learns nothing of what failed.
         let cursor = match &page.token {
             None => None,
-            Some(token) => {
-                let cursor = Cursor::parse(token).ok_or_else(|| {
-                    ApiError::invalid(
-                        "page.token",
-                        Invalid::Other("is not a token this server issued".into()),
-                    )
-                })?;
-                if cursor.fingerprint != fingerprint {
-                    return Err(ApiError::invalid(
-                        "page.token",
-                        Invalid::Other(
-                            "was issued for another query: every field but page.token must be as in the first request (AuthZEN 1.0 §9)".into(),
-                        ),
-                    ));
-                }
-                Some(cursor)
-            }
+            Some(token) => Some(Cursor::open(token, &config.page_tokens, &query).ok_or_else(
+                || ApiError::invalid("page.token", Invalid::Other("invalid page token".into())),
+            )?),
         };
         let resource = parts.resource("")?;
         // The action search has no action (§8.6.1): its verb is what is searched for.
@@ -653,7 +615,8 @@ impl Review for SearchCall {
             content,
             limit: page.limit,
             cursor,
-            fingerprint,
+            query,
+            config,
             reasons: options.reasons,
         };
         Ok((asked, min_revision))
@@ -703,9 +666,8 @@ impl Answer for SearchReply {
             Cursor {
                 revision: self.revision,
                 offset: end,
-                fingerprint: asked.fingerprint,
             }
-            .token()
+            .seal(&asked.config.page_tokens, &asked.query)
         } else {
             String::new()
         };
@@ -762,19 +724,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn tokens_round_trip_and_refuse_anything_else() {
-        let cursor = Cursor {
-            revision: 7,
-            offset: 200,
-            fingerprint: 0xdead_beef,
-        };
-        assert_eq!(Cursor::parse(&cursor.token()), Some(cursor));
-        for bad in ["", "abc", "YXV0aHpkMS4xLjI", &cursor.token()[1..]] {
-            assert_eq!(Cursor::parse(bad), None, "{bad}");
-        }
-    }
-
-    #[test]
     fn only_json_is_read() {
         let mut headers = HeaderMap::new();
         assert!(json_only(&headers).is_err());
@@ -818,9 +767,13 @@ mod tests {
                     Err(error) => refusals.push(error),
                 }
             }
+            let config = Arc::new(AuthzenConfig {
+                base_url: None,
+                page_tokens: PageTokenKey::random().unwrap(),
+            });
             for searched in [Searched::Subject, Searched::Action, Searched::Resource] {
-                if let Err(error) =
-                    SearchCall::read(&root, 0, searched).and_then(|c| c.convert(&limits))
+                if let Err(error) = SearchCall::read(&root, 0, searched, Arc::clone(&config))
+                    .and_then(|c| c.convert(&limits))
                 {
                     refusals.push(error);
                 }

@@ -33,6 +33,7 @@ use tokio::sync::watch;
 use crate::api::grpc::GrpcApi;
 use crate::serving::{Readiness, ServingState};
 
+pub use authzen::{AuthzenConfig, BaseUrl, KeyError, PageTokenKey};
 pub use document::MAX_DOCUMENT_DEPTH;
 
 /// What the HTTP handlers need. Cheap to clone.
@@ -46,6 +47,8 @@ pub struct HttpApi {
     conditional_authorization: bool,
     /// The listeners have TLS: the AuthZEN metadata names `https` URLs ([`authzen`]).
     https: bool,
+    /// The AuthZEN metadata's base URL and the page tokens' key ([`authzen`]).
+    authzen: Arc<AuthzenConfig>,
 }
 
 impl HttpApi {
@@ -54,6 +57,7 @@ impl HttpApi {
         state: Arc<ServingState>,
         draining: watch::Receiver<bool>,
         webhook_path: &str,
+        authzen: AuthzenConfig,
     ) -> Self {
         Self {
             grpc,
@@ -62,6 +66,7 @@ impl HttpApi {
             webhook_path: Arc::from(webhook_path),
             conditional_authorization: false,
             https: false,
+            authzen: Arc::new(authzen),
         }
     }
 
@@ -204,6 +209,15 @@ async fn fallback(api: HttpApi, request: Request) -> Response {
 /// Path parameter of the namespaced review paths.
 type Namespace = Path<String>;
 
+/// The AuthZEN settings of a server in a unit test: no base URL, a random key.
+#[cfg(test)]
+pub(crate) fn test_authzen() -> AuthzenConfig {
+    AuthzenConfig {
+        base_url: None,
+        page_tokens: PageTokenKey::random().unwrap(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -238,7 +252,13 @@ mod tests {
         let identity = Arc::new(LocalIdentity::new("me".into(), vec![]));
         let grpc = GrpcApi::new(Arc::clone(&state), identity);
         let (draining, draining_rx) = watch::channel(false);
-        let api = HttpApi::new(grpc, Arc::clone(&state), draining_rx, "/authorize");
+        let api = HttpApi::new(
+            grpc,
+            Arc::clone(&state),
+            draining_rx,
+            "/authorize",
+            test_authzen(),
+        );
 
         assert_eq!(readyz_status(&api).await, StatusCode::SERVICE_UNAVAILABLE);
         state.publish(
@@ -283,7 +303,7 @@ mod tests {
         let identity = Arc::new(LocalIdentity::new("me".into(), vec![]));
         let grpc = GrpcApi::new(Arc::clone(&state), identity);
         let (_draining, draining_rx) = watch::channel(false);
-        HttpApi::new(grpc, state, draining_rx, "/authorize")
+        HttpApi::new(grpc, state, draining_rx, "/authorize", test_authzen())
     }
 
     async fn post(api: &HttpApi, path: &str, body: serde_json::Value) -> (u16, serde_json::Value) {
@@ -466,7 +486,7 @@ mod tests {
             Arc::clone(&recording) as Arc<dyn crate::api::authn::Authenticator>,
         );
         let (_draining, draining_rx) = watch::channel(false);
-        let api = HttpApi::new(grpc, state, draining_rx, "/authorize");
+        let api = HttpApi::new(grpc, state, draining_rx, "/authorize", test_authzen());
         let listener = crate::transport::Listener::bind(&crate::transport::ListenAddr::Tcp(
             "127.0.0.1:0".parse().unwrap(),
         ))

@@ -83,7 +83,13 @@ impl Authenticator for NoOne {
 fn api_with(state: &Arc<ServingState>, authenticator: Arc<dyn Authenticator>) -> HttpApi {
     let grpc = GrpcApi::new(Arc::clone(state), authenticator);
     let (_draining, draining) = watch::channel(false);
-    HttpApi::new(grpc, Arc::clone(state), draining, "/authorize")
+    HttpApi::new(
+        grpc,
+        Arc::clone(state),
+        draining,
+        "/authorize",
+        crate::api::http::test_authzen(),
+    )
 }
 
 /// A server holding `policy`, every caller authenticated as `me`.
