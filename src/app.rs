@@ -518,14 +518,20 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
     if let (Some(tokens), Some(path)) = (&tokens, &settings.auth.token_auth_file) {
         tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens loaded");
     }
+    // Listeners anyone beyond this machine's operator can reach: a TCP address other than
+    // loopback, or a Unix socket whose mode lets every local user connect.
     let remote = settings
         .listen
         .iter()
-        .filter(|addr| match addr {
-            ListenAddr::Tcp(socket) => !socket.ip().is_loopback(),
-            ListenAddr::Unix(_) => false,
+        .filter_map(|addr| match addr {
+            ListenAddr::Tcp(socket) => (!socket.ip().is_loopback()).then(|| addr.to_string()),
+            ListenAddr::Unix(_) => settings.unix_socket_mode.lets_any_user_connect().then(|| {
+                format!(
+                    "{addr} (--unix-socket-mode {} lets every local user connect)",
+                    settings.unix_socket_mode
+                )
+            }),
         })
-        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ");
     let access = listener_access(
@@ -612,7 +618,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let tls = tls_server(&settings)?;
     let mut listeners = Vec::with_capacity(settings.listen.len());
     for addr in &settings.listen {
-        let listener = Listener::bind(addr)
+        let listener = Listener::bind(addr, settings.unix_socket_mode)
             .await
             .map_err(|source| AppError::Listen {
                 addr: addr.clone(),

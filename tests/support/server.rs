@@ -109,9 +109,25 @@ impl Server {
         Self::start_with(&[], args, &[])
     }
 
+    /// [`Server::start`] with the server's umask set to `umask` (octal, as the shell's `umask`
+    /// takes it) by a shell that then execs the server, so the process (and its pid) is the
+    /// server's. The test's own umask is shared by every test of the binary and not changed.
+    pub fn start_with_umask(policy: &Path, args: &[&str], umask: &str) -> Server {
+        let mut command = Command::new("sh");
+        command.args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\""), BIN]);
+        let policy = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
+        Self::start_command(command, &policy, args)
+    }
+
     fn start_with(policy: &[&std::ffi::OsStr], args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(BIN)
-            .envs(env.iter().copied())
+        let mut command = Command::new(BIN);
+        command.envs(env.iter().copied());
+        Self::start_command(command, policy, args)
+    }
+
+    /// `command` (the binary, or what execs it) with `serve --listen 127.0.0.1:0 POLICY ARGS`.
+    fn start_command(mut command: Command, policy: &[&std::ffi::OsStr], args: &[&str]) -> Server {
+        let mut child = command
             .arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")

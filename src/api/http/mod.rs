@@ -467,9 +467,10 @@ mod tests {
         );
         let (_draining, draining_rx) = watch::channel(false);
         let api = HttpApi::new(grpc, state, draining_rx, "/authorize");
-        let listener = crate::transport::Listener::bind(&crate::transport::ListenAddr::Tcp(
-            "127.0.0.1:0".parse().unwrap(),
-        ))
+        let listener = crate::transport::Listener::bind(
+            &crate::transport::ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            crate::transport::SocketMode::DEFAULT,
+        )
         .await
         .unwrap();
         let addr = listener.local_addr().clone();
