@@ -15,6 +15,7 @@ use crate::api::authn::token_file::{TokenFile, TokenFileError};
 use crate::api::authn::{AuthChain, Authenticator, LocalIdentity};
 use crate::api::envoy::EnvoyApi;
 use crate::api::grpc::GrpcApi;
+use crate::api::http::metrics::{MetricsAccess, MetricsEndpoint};
 use crate::api::http::{AuthzenConfig, HttpApi, PageTokenKey};
 use crate::api::limits::MAX_REQUEST_BYTES;
 use crate::api::shed::ShedLayer;
@@ -510,8 +511,10 @@ async fn set_health(reporter: &HealthReporter, status: ServingStatus) {
 
 /// The caller authentication for `settings` (docs/security.md §1): tokens if configured, the local identity
 /// only where [`listener_access`] allows it (loopback and Unix-socket listeners are local).
-/// Refuses an unauthenticated remote listener.
-fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
+/// Refuses an unauthenticated remote listener. With it, who may read `/metrics`: with
+/// authentication configured, callers the policy allows it; without, every caller, each of
+/// whom is the local identity anyway.
+fn authenticator(settings: &ServeSettings) -> Result<(AuthChain, MetricsAccess)> {
     let tokens = settings
         .auth
         .token_auth_file
@@ -521,14 +524,20 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
     if let (Some(tokens), Some(path)) = (&tokens, &settings.auth.token_auth_file) {
         tracing::info!(tokens = tokens.len(), file = %path.display(), "bearer tokens loaded");
     }
+    // Listeners anyone beyond this machine's operator can reach: a TCP address other than
+    // loopback, or a Unix socket whose mode lets every local user connect.
     let remote = settings
         .listen
         .iter()
-        .filter(|addr| match addr {
-            ListenAddr::Tcp(socket) => !socket.ip().is_loopback(),
-            ListenAddr::Unix(_) => false,
+        .filter_map(|addr| match addr {
+            ListenAddr::Tcp(socket) => (!socket.ip().is_loopback()).then(|| addr.to_string()),
+            ListenAddr::Unix(_) => settings.unix_socket_mode.lets_any_user_connect().then(|| {
+                format!(
+                    "{addr} (--unix-socket-mode {} lets every local user connect)",
+                    settings.unix_socket_mode
+                )
+            }),
         })
-        .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join(", ");
     let access = listener_access(
@@ -555,7 +564,11 @@ fn authenticator(settings: &ServeSettings) -> Result<AuthChain> {
         }
         LocalAccess::Refused => None,
     };
-    Ok(AuthChain::new(tokens, local))
+    let metrics = match access {
+        LocalAccess::Refused => MetricsAccess::Authorized,
+        LocalAccess::Allowed | LocalAccess::AllowedInsecurely => MetricsAccess::Open,
+    };
+    Ok((AuthChain::new(tokens, local), metrics))
 }
 
 /// The TLS configuration of `--tls-cert-file` / `--tls-private-key-file` / `--client-ca-file`
@@ -611,11 +624,12 @@ impl RemoteAuthorizer for WebhookAuthorizer {
 
 async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Before binding: a listener that may not serve as configured never opens.
-    let identity: Arc<dyn Authenticator> = Arc::new(authenticator(&settings)?);
+    let (identity, metrics_access) = authenticator(&settings)?;
+    let identity: Arc<dyn Authenticator> = Arc::new(identity);
     let tls = tls_server(&settings)?;
     let mut listeners = Vec::with_capacity(settings.listen.len());
     for addr in &settings.listen {
-        let listener = Listener::bind(addr)
+        let listener = Listener::bind(addr, settings.unix_socket_mode)
             .await
             .map_err(|source| AppError::Listen {
                 addr: addr.clone(),
@@ -719,6 +733,10 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     .with_conditional_authorization(settings.conditional_authorization)
     .with_https(https);
     let replication_cell: crate::serving::ReplicationCell = Arc::default();
+    let http_api = http_api.with_metrics(MetricsEndpoint::new(
+        metrics_exposition(&state, &store_cell, &replication_cell),
+        metrics_access,
+    ));
     let admin = AdminApi::new(
         Arc::clone(&store_cell),
         Arc::clone(&state),
@@ -759,11 +777,7 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         .add_service(access_review)
         .add_service(admin)
         .add_service(envoy)
-        .into_axum_router()
-        .route(
-            "/metrics",
-            axum::routing::get(metrics_exposition(&state, &store_cell, &replication_cell)),
-        );
+        .into_axum_router();
     // The layers wrap the router once, as one service: `Router::layer` would wrap every route
     // in its own boxed service, a clone and an allocation per layer on every request.
     let service = tower::ServiceBuilder::new()
@@ -952,17 +966,13 @@ impl Writers {
     }
 }
 
-/// The `/metrics` handler: Prometheus text, with the figures the state, store and (etcd mode)
+/// The `/metrics` page: Prometheus text, with the figures the state, store and (etcd mode)
 /// replication keep read now.
 fn metrics_exposition(
     state: &Arc<ServingState>,
     store: &StoreCell,
     replication: &crate::serving::ReplicationCell,
-) -> impl Fn() -> std::future::Ready<([(http::header::HeaderName, &'static str); 1], String)>
-       + Clone
-       + Send
-       + Sync
-       + 'static {
+) -> impl Fn() -> String + Send + Sync + 'static {
     let state = Arc::clone(state);
     let store = Arc::clone(store);
     let replication = Arc::clone(replication);
@@ -970,13 +980,7 @@ fn metrics_exposition(
         let mut figures = state.scrape_figures();
         figures.reload_errors = store.get().map_or(0, |store| store.reload_errors());
         figures.store = crate::serving::store_figures(&replication);
-        std::future::ready((
-            [(
-                http::header::CONTENT_TYPE,
-                "text/plain; version=0.0.4; charset=utf-8",
-            )],
-            state.metrics().render(&figures),
-        ))
+        state.metrics().render(&figures)
     }
 }
 

@@ -264,6 +264,7 @@ impl Cli {
                     engine: engine_settings_with(args.policy, args.chain, chain.modes),
                     webhooks: chain.webhooks,
                     listen: tcp_first(args.listen),
+                    unix_socket_mode: args.unix_socket_mode,
                     webhook_path: args.webhook_path,
                     conditional_authorization: args.alpha_conditional_authorization,
                     local_identity: UserInfo {

@@ -9,7 +9,7 @@ use clap::Args;
 use crate::api::limits::{ContentLimits, DEFAULT_MAX_CONTENT_BYTES, MAX_REQUEST_BYTES};
 use crate::cache::CacheConfig;
 use crate::request::UserInfo;
-use crate::transport::ListenAddr;
+use crate::transport::{ListenAddr, SocketMode};
 
 use super::{parse_duration, usage_error, ChainArgs, EngineSettings, PolicyArgs};
 
@@ -31,6 +31,14 @@ pub struct ServeArgs {
         env = "AUTHZD_LISTEN"
     )]
     pub listen: Vec<ListenAddr>,
+
+    /// Mode of every `unix://` listener's socket file, in octal, whatever the umask.
+    /// Connecting needs write permission, so the default lets only authzd's own user in;
+    /// `0660` admits the socket's group too. A mode with write for others lets every local
+    /// user connect, so without authentication it is refused as a remote listener is (unless
+    /// --insecure-allow-unauthenticated-remote).
+    #[arg(long, value_name = "MODE", default_value = "0600")]
+    pub unix_socket_mode: SocketMode,
 
     /// Path of the Kubernetes authorization webhook endpoint (SubjectAccessReview in, the
     /// same object with `status` out).
@@ -228,8 +236,9 @@ pub struct AuthArgs {
     #[arg(long, value_name = "FILE")]
     pub token_auth_file: Option<PathBuf>,
 
-    /// Serve a non-loopback listener without authentication, every caller acting as the local
-    /// identity. Only for networks where every client is trusted.
+    /// Serve a non-loopback listener (or a Unix socket whose --unix-socket-mode lets every user
+    /// connect) without authentication, every caller acting as the local identity. Only for
+    /// networks and machines where every client is trusted.
     #[arg(long)]
     pub insecure_allow_unauthenticated_remote: bool,
 
@@ -589,6 +598,8 @@ pub struct ServeSettings {
     pub engine: EngineSettings,
     /// Every listener, TCP first (the order the startup lines are printed in).
     pub listen: Vec<ListenAddr>,
+    /// `--unix-socket-mode`: the mode of every Unix socket's file.
+    pub unix_socket_mode: SocketMode,
     pub webhook_path: String,
     /// `--alpha-conditional-authorization`.
     pub conditional_authorization: bool,
@@ -746,6 +757,23 @@ mod tests {
         assert_eq!(s.local_identity.name, "system:admin");
         assert_eq!(s.local_identity.groups, vec!["system:masters"]);
         assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+        assert_eq!(s.unix_socket_mode, SocketMode::DEFAULT);
+    }
+
+    #[test]
+    fn unix_socket_modes_are_octal_permission_bits() {
+        let mode = |value: &str| {
+            Cli::try_parse_from(["authzd", "serve", "--unix-socket-mode", value])
+                .map_err(|e| e.to_string())
+                .and_then(|cli| cli.settings().map_err(|e| e.to_string()))
+                .map(|settings| match settings {
+                    Settings::Serve(s) => s.unix_socket_mode.bits(),
+                    _ => panic!("not serve"),
+                })
+        };
+        assert_eq!(mode("0660"), Ok(0o660));
+        assert!(mode("rw").unwrap_err().contains("octal mode"));
+        assert!(mode("1777").unwrap_err().contains("at most 0777"));
     }
 
     #[test]

@@ -42,10 +42,14 @@ impl Identify {
         headers: &HeaderMap,
     ) -> Result<Caller, String> {
         if let Some(identity) = connection.and_then(|c| c.client_identity.as_ref()) {
-            return Ok(Caller {
-                user: authenticated(certificate_user(identity)),
-                by_token: false,
-            });
+            // A certificate that names no user falls through to the token, as upstream; one
+            // whose subject is ambiguous is refused, never passed over (`certificate_user`).
+            if let Some(user) = certificate_user(identity).map_err(|e| e.to_string())? {
+                return Ok(Caller {
+                    user: authenticated(user),
+                    by_token: false,
+                });
+            }
         }
         let Some(header) = headers.get(http::header::AUTHORIZATION) else {
             return Err("no client certificate and no bearer token".to_string());

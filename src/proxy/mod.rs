@@ -29,7 +29,7 @@ use crate::api::authn::token_file::TokenFile;
 use crate::caller::{Client, LocalCacheConfig};
 use crate::config::proxy::{AuthHeaders, ProxySettings};
 use crate::request::Request as Question;
-use crate::transport::{self, tls, ConnectionInfo, ListenAddr, Listener};
+use crate::transport::{self, tls, ConnectionInfo, ListenAddr, Listener, SocketMode};
 use attributes::RequestAttributes;
 use identity::Identify;
 use paths::PathPattern;
@@ -336,7 +336,7 @@ pub async fn run(
 }
 
 async fn bind(addr: std::net::SocketAddr) -> Result<Listener, StartError> {
-    let listener = Listener::bind(&ListenAddr::Tcp(addr))
+    let listener = Listener::bind(&ListenAddr::Tcp(addr), SocketMode::DEFAULT)
         .await
         .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
     let bound = listener.local_addr().clone();

@@ -73,6 +73,13 @@ impl<'a> Privilege<'a> {
         path: "/status",
     };
 
+    /// `GET /metrics` once authentication is configured: what kube-apiserver asks of a scraper
+    /// of its own `/metrics`, `get` on the non-resource URL `/metrics`.
+    pub const METRICS: Privilege<'static> = Privilege::NonResource {
+        verb: "get",
+        path: "/metrics",
+    };
+
     /// `==`, quicker for the usual case: the `'static` parts come from the constants above, so
     /// two equal privileges nearly always share their strings' addresses, and a comparison
     /// by address skips a `memcmp` per string (the memo below does this on every Authorize).

@@ -29,12 +29,18 @@ pub struct ConnectionInfo {
     pub client_identity: Option<ClientIdentity>,
 }
 
-/// A verified client certificate's identity, as kube-apiserver's x509 authenticator reads it:
-/// the subject CommonName is the user, each Organization a group.
-#[derive(Clone, Debug, PartialEq, Eq)]
+/// A verified client certificate's subject as the certificate states it: every CommonName and
+/// every Organization attribute, in the order of its RDN sequence. The transport only reads;
+/// which of them name the caller, and whether a subject is too ambiguous to name anyone, is
+/// authentication's to decide (`api::authn::certificate_user`), so every one is kept.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClientIdentity {
-    pub common_name: String,
+    pub common_names: Vec<String>,
     pub organizations: Vec<String>,
+    /// CommonName or Organization attributes whose value is not text this reader reads (a
+    /// string type other than UTF8String, PrintableString, IA5String or NumericString, or bytes
+    /// invalid for their type), each as `CN`/`O` and what was found, e.g. `O (BmpString)`.
+    pub unreadable: Vec<String>,
 }
 
 /// Any byte stream a connection can run over (TCP, Unix socket, later TLS on top of either).

@@ -10,6 +10,7 @@
 mod addr;
 mod connection;
 pub mod tls;
+mod unix_socket;
 
 use std::future::Future;
 use std::io;
@@ -25,6 +26,7 @@ use tower::ServiceExt as _;
 pub use addr::ListenAddr;
 use connection::CoalescedWrites;
 pub use connection::{handshake, BoxedIo, ClientIdentity, ConnectionInfo, ConnectionIo};
+pub use unix_socket::SocketMode;
 
 /// A bound listener, ready to serve.
 pub struct Listener {
@@ -60,8 +62,9 @@ impl Drop for SocketFile {
 impl Listener {
     /// Binds `addr`. For a Unix socket, a stale socket file at the path (left by a process
     /// that was killed) is removed first; any other kind of file there is an error, never
-    /// deleted.
-    pub async fn bind(addr: &ListenAddr) -> io::Result<Listener> {
+    /// deleted. The socket file gets `unix_mode`, whatever the umask, from the moment it
+    /// exists (`unix_socket.rs`).
+    pub async fn bind(addr: &ListenAddr, unix_mode: SocketMode) -> io::Result<Listener> {
         match addr {
             ListenAddr::Tcp(socket_addr) => {
                 let listener = TcpListener::bind(socket_addr).await?;
@@ -74,7 +77,7 @@ impl Listener {
             }
             ListenAddr::Unix(path) => {
                 remove_stale_socket(path)?;
-                let listener = UnixListener::bind(path)?;
+                let listener = unix_socket::bind(path, unix_mode)?;
                 Ok(Listener {
                     kind: ListenerKind::Unix {
                         listener,
@@ -426,9 +429,12 @@ mod tests {
     /// preface, and says whether the server pinged it within `within`.
     async fn pinged(limits: ConnectionLimits, within: Duration) -> bool {
         const PING: u8 = 0x6;
-        let listener = Listener::bind(&ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()))
-            .await
-            .unwrap();
+        let listener = Listener::bind(
+            &ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            SocketMode::DEFAULT,
+        )
+        .await
+        .unwrap();
         let ListenAddr::Tcp(addr) = listener.local_addr().clone() else {
             panic!("not tcp")
         };

@@ -2,8 +2,10 @@
 //! `--client-ca-file`), with the files reloaded when they change.
 //!
 //! With `--client-ca-file`, a client certificate is verified against it when one is presented
-//! (a certificate that does not verify fails the handshake) and gives the caller: CN = user,
-//! each O = a group. A client that presents none still completes the handshake, as with
+//! (a certificate that does not verify fails the handshake), and its subject's CommonNames and
+//! Organizations go with the connection ([`certificate_identity`]) for authentication to name
+//! the caller from (CN = user, each O = a group; `api::authn::certificate_user`). A client
+//! that presents none still completes the handshake, as with
 //! kube-apiserver, so that bearer tokens work on the same port; with authentication configured
 //! it then has no identity and every call is `UNAUTHENTICATED`.
 
@@ -225,25 +227,95 @@ fn read_certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsErr
     Ok(certs)
 }
 
-/// CN = user, each O = a group (kube-apiserver's x509 authenticator). A certificate without a
-/// CommonName names no user, as upstream: the caller is then not authenticated by it.
+/// The subject of a verified client certificate, read whole: every CommonName and every
+/// Organization, in the certificate's order (a multi-valued RDN's attributes in its set's
+/// order), and those whose value is not text read here. Nothing is chosen or dropped: which
+/// CommonName is the user is authentication's question, and readers disagree on it (Go's
+/// `pkix.Name.FillFromRDNSequence` keeps the last: golang/go `src/crypto/x509/pkix/pkix.go`), so a
+/// reader that kept only one would hide the ambiguity from it. `None` only for bytes that are
+/// not a certificate (rustls verified them, so not in practice).
 pub fn certificate_identity(der: &[u8]) -> Option<ClientIdentity> {
+    use x509_parser::oid_registry::{OID_X509_COMMON_NAME, OID_X509_ORGANIZATION_NAME};
     let (_, certificate) = x509_parser::parse_x509_certificate(der).ok()?;
-    let subject = certificate.subject();
-    let common_name = subject
-        .iter_common_name()
-        .next()
-        .and_then(|cn| cn.as_str().ok())
-        .filter(|cn| !cn.is_empty())?
-        .to_string();
-    let organizations = subject
-        .iter_organization()
-        .filter_map(|o| o.as_str().ok())
-        .filter(|o| !o.is_empty())
-        .map(str::to_string)
-        .collect();
-    Some(ClientIdentity {
-        common_name,
-        organizations,
-    })
+    let mut identity = ClientIdentity::default();
+    for attribute in certificate.subject().iter_attributes() {
+        let (name, values) = if *attribute.attr_type() == OID_X509_COMMON_NAME {
+            ("CN", &mut identity.common_names)
+        } else if *attribute.attr_type() == OID_X509_ORGANIZATION_NAME {
+            ("O", &mut identity.organizations)
+        } else {
+            continue;
+        };
+        match attribute.as_str() {
+            Ok(text) => values.push(text.to_string()),
+            Err(_) => identity
+                .unreadable
+                .push(format!("{name} ({})", attribute.attr_value().tag())),
+        }
+    }
+    Some(identity)
+}
+
+#[cfg(test)]
+mod tests {
+    use rcgen::string::BmpString;
+    use rcgen::{CertificateParams, DnType, DnValue, KeyPair};
+
+    use super::*;
+
+    /// A self-signed certificate whose subject holds `attributes`, in this order.
+    fn subject(attributes: Vec<(DnType, DnValue)>) -> Vec<u8> {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.distinguished_name = rcgen::DistinguishedName::new();
+        for (kind, value) in attributes {
+            params.distinguished_name.push(kind, value);
+        }
+        let key = KeyPair::generate().unwrap();
+        params.self_signed(&key).unwrap().der().to_vec()
+    }
+
+    /// rcgen keeps one value per attribute type, so a second CN or O goes in under its OID
+    /// spelled as a custom type: on the wire, a second attribute of the same type.
+    fn second_cn() -> DnType {
+        DnType::CustomDnType(vec![2, 5, 4, 3])
+    }
+
+    fn second_o() -> DnType {
+        DnType::CustomDnType(vec![2, 5, 4, 10])
+    }
+
+    #[test]
+    fn every_common_name_and_organization_is_read_in_order() {
+        let der = subject(vec![
+            (DnType::CommonName, "root".into()),
+            (DnType::OrganizationName, "ops".into()),
+            (second_cn(), "eve".into()),
+            (second_o(), "".into()),
+        ]);
+        assert_eq!(
+            certificate_identity(&der),
+            Some(ClientIdentity {
+                common_names: vec!["root".into(), "eve".into()],
+                organizations: vec!["ops".into(), "".into()],
+                unreadable: vec![],
+            })
+        );
+    }
+
+    /// Go reads a BMPString (UCS-2) as text; this reader does not, and says so rather than
+    /// leave the value out (a group left out could be one a deny rule names).
+    #[test]
+    fn values_that_are_not_read_as_text_are_named() {
+        let der = subject(vec![
+            (DnType::CommonName, "carla".into()),
+            (
+                DnType::OrganizationName,
+                DnValue::BmpString(BmpString::try_from("interns").unwrap()),
+            ),
+        ]);
+        let identity = certificate_identity(&der).unwrap();
+        assert_eq!(identity.common_names, ["carla"]);
+        assert!(identity.organizations.is_empty());
+        assert_eq!(identity.unreadable, ["O (BmpString)"]);
+    }
 }

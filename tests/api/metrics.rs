@@ -1,12 +1,14 @@
 //! `/metrics` end to end: the real server is scraped over HTTP on its gRPC port, the
-//! exposition parses, and the counters move exactly as this test's requests predict.
+//! exposition parses, and the counters move exactly as this test's requests predict. With
+//! authentication configured a scrape needs `get` on `/metrics` (401 without credentials, 403
+//! without the privilege); without it the page is open, as the tests above scrape it.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 
-use crate::support::server::{resource_request, sample_policy, Server};
+use crate::support::server::{http_get_with, resource_request, sample_policy, Server};
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
 
@@ -293,4 +295,78 @@ async fn the_subscriber_table_is_exported() {
     assert_eq!(get(&left, "authzd_subscribers_behind"), 0.0);
     assert_eq!(get(&left, "authzd_subscribers_max_lag_revisions"), 0.0);
     assert_eq!(get(&left, "authzd_subscribers_without_proof"), 0.0);
+}
+
+/// Who may scrape: `prometheus` (a ClusterRole with `get` on the non-resource URL `/metrics`,
+/// as Kubernetes' monitoring roles grant it) and nobody else.
+const METRICS_READER: &str = "apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: metrics-reader}
+rules:
+- nonResourceURLs: [/metrics]
+  verbs: [get]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: prometheus-reads-metrics}
+subjects: [{kind: User, name: prometheus, apiGroup: rbac.authorization.k8s.io}]
+roleRef: {kind: ClusterRole, name: metrics-reader, apiGroup: rbac.authorization.k8s.io}
+";
+
+/// With `--token-auth-file`, `/metrics` is a call like the reviews: no credentials is a 401
+/// `Status`, a bad token too, a token whose user lacks `get /metrics` a 403 naming it, and
+/// `prometheus`'s token the page. The probes answer without credentials all along.
+#[tokio::test]
+async fn with_authentication_a_scrape_needs_get_on_metrics() {
+    let policy = sample_policy();
+    std::fs::write(policy.path().join("metrics.yaml"), METRICS_READER).unwrap();
+    let secrets = tempfile::tempdir().unwrap();
+    let tokens = secrets.path().join("tokens.csv");
+    std::fs::write(
+        &tokens,
+        "scrape-token,prometheus,u1\nalice-token,alice,u2\n",
+    )
+    .unwrap();
+    let server = Server::start_serving(
+        policy.path(),
+        &["--token-auth-file", tokens.to_str().unwrap()],
+    )
+    .await;
+    let scrape_as = |headers: &'static [(&'static str, &'static str)]| {
+        http_get_with(server.addr, "/metrics", headers)
+    };
+    let status = |body: &str| -> serde_json::Value {
+        serde_json::from_str(body).unwrap_or_else(|e| panic!("not a Status ({e}): {body}"))
+    };
+
+    let (code, body) = scrape_as(&[]).await;
+    assert_eq!(code, 401, "{body}");
+    let refusal = status(&body);
+    assert_eq!(
+        (&refusal["kind"], &refusal["reason"]),
+        (&"Status".into(), &"Unauthorized".into()),
+        "{body}"
+    );
+    assert!(!body.contains("authzd_"), "no figure leaks: {body}");
+
+    let (code, body) = scrape_as(&[("Authorization", "Bearer not-a-token")]).await;
+    assert_eq!(code, 401, "{body}");
+
+    let (code, body) = scrape_as(&[("Authorization", "Bearer alice-token")]).await;
+    assert_eq!(code, 403, "{body}");
+    assert_eq!(
+        status(&body)["message"],
+        "user \"alice\" cannot get path \"/metrics\"",
+        "{body}"
+    );
+
+    let (code, body) = scrape_as(&[("Authorization", "Bearer scrape-token")]).await;
+    assert_eq!(code, 200, "{body}");
+    let samples = parse_exposition(&body);
+    assert_eq!(get(&samples, "authzd_policy_revision"), 1.0);
+
+    for probe in ["/healthz", "/readyz"] {
+        let (code, body) = http_get_with(server.addr, probe, &[]).await;
+        assert_eq!((code, body.as_str()), (200, "ok"), "{probe}");
+    }
 }

@@ -161,6 +161,58 @@ async fn a_verified_client_certificate_is_the_caller() {
     );
 }
 
+/// `/CN=root/CN=eve`, signed by the trusted CA: kube-apiserver (Go's crypto/x509) would take
+/// `eve`, a first-match reader `root`. The server takes neither: every call on the connection is
+/// UNAUTHENTICATED naming both, a valid bearer token beside it does not stand in for it, and
+/// the same CA's single-CN certificate is still the caller.
+#[tokio::test]
+async fn a_client_certificate_with_two_common_names_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "ops-token,olga,u1,ops\n").unwrap();
+    let f = Fixture::start_with(&["--token-auth-file", tokens.to_str().unwrap()]);
+    let two =
+        f.ca.leaf_with_common_names(&[], &["root", "eve"], &["ops"])
+            .pem_pair();
+    let channel = f.connect(&f.ca.pem, Some(&two)).await.unwrap();
+    crate::support::server::wait_until_serving(&channel, || f.server.stderr()).await;
+    let mut reviews = AccessReviewClient::new(channel);
+
+    // O = ops would read pods, whichever CN were the user.
+    let refused = reviews
+        .personal_subject_access_review(personal("list", "pods"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+    assert!(
+        refused.message().contains("names 2 users (`root`, `eve`)")
+            && refused.message().contains("exactly one CN"),
+        "{refused:?}"
+    );
+
+    let mut with_token = tonic::Request::new(personal("list", "pods"));
+    with_token
+        .metadata_mut()
+        .insert("authorization", "Bearer ops-token".parse().unwrap());
+    let refused = reviews
+        .personal_subject_access_review(with_token)
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unauthenticated, "{refused:?}");
+
+    let one = f.ca.leaf(&[], "eve", &["ops"]).pem_pair();
+    let mut reviews = AccessReviewClient::new(f.connect(&f.ca.pem, Some(&one)).await.unwrap());
+    let pods = reviews
+        .personal_subject_access_review(personal("list", "pods"))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        pods.allowed && pods.reason.contains("ops-read-pods"),
+        "{pods:?}"
+    );
+}
+
 #[tokio::test]
 async fn no_certificate_or_a_foreign_one_gets_nothing() {
     let f = Fixture::start();

@@ -1,9 +1,12 @@
 //! A `unix://` listener next to the TCP one: gRPC (Authorize, health) over the socket with a
 //! tonic client using a Unix-socket connector; stale socket files are replaced, other files
-//! are never deleted, and the socket file is removed on shutdown.
+//! are never deleted, and the socket file is removed on shutdown. The socket file's mode is
+//! `--unix-socket-mode` (0600) whatever the server's umask, and a mode that lets every local
+//! user connect is refused without authentication.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -146,4 +149,110 @@ fn relative_socket_paths_are_a_usage_error() {
     assert_eq!(output.status.code(), Some(2), "{output:?}");
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(stderr.contains("absolute path"), "{stderr}");
+}
+
+/// The permission bits of the file at `path`.
+fn mode(path: &Path) -> u32 {
+    std::fs::symlink_metadata(path)
+        .unwrap()
+        .permissions()
+        .mode()
+        & 0o777
+}
+
+/// The umask the kernel reports for process `pid`.
+fn umask_of(pid: u32) -> String {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("Umask:"))
+        .expect("a Umask line")
+        .trim()
+        .to_string()
+}
+
+/// Under `umask 000` a socket bound with the umask's mode is 0777: every local user could
+/// connect and be the local identity, `system:admin`. The server's socket is 0600 instead, and
+/// it serves over it; `--unix-socket-mode 0660` is exactly 0660 even under a umask (077) that
+/// would strip the group's bits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_socket_file_has_its_mode_whatever_the_umask() {
+    let policy = sample_policy();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("authzd.sock");
+    let listen = socket_arg(&socket);
+    let server = Server::start_with_umask(policy.path(), &["--listen", &listen], "000");
+    server.wait_serving().await;
+    assert_eq!(
+        umask_of(server.pid()),
+        "0000",
+        "the server runs under umask 000"
+    );
+    assert_eq!(mode(&socket), 0o600, "{}", server.stderr());
+    let health = HealthClient::new(unix_channel(&socket).await)
+        .check(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(health.status, ServingStatus::Serving as i32);
+    drop(server);
+
+    let group = dir.path().join("group.sock");
+    let listen = socket_arg(&group);
+    let server = Server::start_with_umask(
+        policy.path(),
+        &["--listen", &listen, "--unix-socket-mode", "0660"],
+        "077",
+    );
+    server.wait_serving().await;
+    assert_eq!(umask_of(server.pid()), "0077");
+    assert_eq!(mode(&group), 0o660, "{}", server.stderr());
+}
+
+/// A mode with write for others lets every user of the machine connect: without
+/// authentication each would be the local identity, so the server refuses to start, as for a
+/// non-loopback address, naming the flag; with a token file (callers must authenticate) or the
+/// insecure flag it starts, and the socket is 0666 as asked.
+#[tokio::test]
+async fn a_socket_every_user_may_connect_to_needs_authentication() {
+    let policy = sample_policy();
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("open.sock");
+    let listen = socket_arg(&socket);
+    let open = ["--listen", listen.as_str(), "--unix-socket-mode", "0666"];
+    let refused = run_bin(
+        &["serve", "--policy", policy.path().to_str().unwrap()]
+            .iter()
+            .chain(&open)
+            .map(std::ffi::OsStr::new)
+            .collect::<Vec<_>>(),
+        Duration::from_secs(20),
+    );
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--unix-socket-mode 0666 lets every local user connect"),
+        "{stderr}"
+    );
+    assert!(!socket.exists(), "nothing was bound");
+
+    let tokens = dir.path().join("tokens.csv");
+    std::fs::write(&tokens, "t,olga,u1\n").unwrap();
+    for extra in [
+        &["--token-auth-file", tokens.to_str().unwrap()][..],
+        &["--insecure-allow-unauthenticated-remote"][..],
+    ] {
+        let args: Vec<&str> = open.iter().chain(extra).copied().collect();
+        let server = Server::start_serving(policy.path(), &args).await;
+        assert!(
+            server
+                .stderr()
+                .contains(&format!("authzd listening on {listen}")),
+            "{extra:?}: {}",
+            server.stderr()
+        );
+        assert_eq!(mode(&socket), 0o666);
+    }
 }

@@ -163,7 +163,8 @@ fn deployment_runs_real_flags_on_consistent_ports_and_locked_down() {
 }
 
 /// The policy ConfigMap is a policy authzd accepts, and it lets the callers the manifests
-/// configure (the kube-apiserver's token user, the Envoy group) ask their questions.
+/// configure (the kube-apiserver's token user, the Envoy group, the metrics scraper) ask their
+/// questions.
 #[test]
 fn shipped_policy_loads_and_admits_the_configured_callers() {
     let configmap = load("kubernetes/policy-configmap.yaml");
@@ -219,6 +220,22 @@ fn shipped_policy_loads_and_admits_the_configured_callers() {
             String::from_utf8_lossy(&output.stdout)
         );
     }
+    // The scraper's token belongs to a user who may read /metrics (a token file makes it
+    // authorized, docs/observability.md §1).
+    let scraper = csv
+        .lines()
+        .map(|l| l.trim().split(',').collect::<Vec<_>>())
+        .find(|fields| fields.get(1) == Some(&"prometheus"))
+        .expect("a token for the prometheus user");
+    let mut check = Command::new(BIN);
+    check.args(["check", "--policy", policy, "--user", scraper[1]]);
+    check.args(["--verb", "get", "--path", "/metrics"]);
+    let output = run_with_timeout(check, Duration::from_secs(30));
+    assert!(
+        output.status.success(),
+        "prometheus may not get /metrics:\n{}",
+        String::from_utf8_lossy(&output.stdout)
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::support::server::{http_get, Server, BIN};
+use crate::support::server::{http_get_with, Server, BIN};
 use crate::support::tools::{tool_or_skip, Tool, CURL};
 
 const PYTHON: Tool = Tool {
@@ -308,9 +308,16 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// Every decision authzd has made (`authzd_decisions_total`, summed over its labels).
+/// Every decision authzd has made (`authzd_decisions_total`, summed over its labels), scraped
+/// with the proxy's token: with a token file, `/metrics` needs `get` on it (a super-user has it).
 async fn decisions(fixture: &Fixture) -> f64 {
-    let (code, text) = http_get(fixture.authzd.addr, "/metrics").await;
+    let bearer = format!("Bearer {}", AUTHZD_TOKENS.split(',').next().unwrap());
+    let (code, text) = http_get_with(
+        fixture.authzd.addr,
+        "/metrics",
+        &[("Authorization", bearer.as_str())],
+    )
+    .await;
     assert_eq!(code, 200, "{text}");
     text.lines()
         .filter(|line| line.starts_with("authzd_decisions_total"))

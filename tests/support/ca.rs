@@ -41,20 +41,32 @@ impl Ca {
     /// A leaf signed by this CA: `names` (DNS names or IP addresses) for a server, CN and O
     /// (at most two organizations) for a client.
     pub fn leaf(&self, names: &[&str], common_name: &str, organizations: &[&str]) -> Leaf {
+        self.leaf_with_common_names(names, &[common_name], organizations)
+    }
+
+    /// [`Ca::leaf`] whose subject holds every one of `common_names` (at most two), in order,
+    /// then the organizations: `/CN=root/CN=eve/O=ops`, as a hostile CSR would ask.
+    pub fn leaf_with_common_names(
+        &self,
+        names: &[&str],
+        common_names: &[&str],
+        organizations: &[&str],
+    ) -> Leaf {
         let mut params =
             CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
                 .unwrap();
-        params
-            .distinguished_name
-            .push(DnType::CommonName, common_name);
-        // rcgen keeps one value per attribute type, so a second O goes in under O's OID
-        // spelled as a custom type (2.5.4.10): on the wire, two O attributes.
+        // rcgen keeps one value per attribute type, so a second CN or O goes in under its OID
+        // spelled as a custom type (2.5.4.3, 2.5.4.10): on the wire, two attributes of a type.
+        let seconds = |first: DnType, oid: u64| [first, DnType::CustomDnType(vec![2, 5, 4, oid])];
+        assert!(common_names.len() <= 2, "at most two common names");
+        for (cn, dn_type) in common_names.iter().zip(seconds(DnType::CommonName, 3)) {
+            params.distinguished_name.push(dn_type, *cn);
+        }
         assert!(organizations.len() <= 2, "at most two organizations");
-        let types = [
-            DnType::OrganizationName,
-            DnType::CustomDnType(vec![2, 5, 4, 10]),
-        ];
-        for (o, dn_type) in organizations.iter().zip(types) {
+        for (o, dn_type) in organizations
+            .iter()
+            .zip(seconds(DnType::OrganizationName, 10))
+        {
             params.distinguished_name.push(dn_type, *o);
         }
         let key = KeyPair::generate().unwrap();

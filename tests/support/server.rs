@@ -109,9 +109,25 @@ impl Server {
         Self::start_with(&[], args, &[])
     }
 
+    /// [`Server::start`] with the server's umask set to `umask` (octal, as the shell's `umask`
+    /// takes it) by a shell that then execs the server, so the process (and its pid) is the
+    /// server's. The test's own umask is shared by every test of the binary and not changed.
+    pub fn start_with_umask(policy: &Path, args: &[&str], umask: &str) -> Server {
+        let mut command = Command::new("sh");
+        command.args(["-c", &format!("umask {umask} && exec \"$0\" \"$@\""), BIN]);
+        let policy = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
+        Self::start_command(command, &policy, args)
+    }
+
     fn start_with(policy: &[&std::ffi::OsStr], args: &[&str], env: &[(&str, &str)]) -> Server {
-        let mut child = Command::new(BIN)
-            .envs(env.iter().copied())
+        let mut command = Command::new(BIN);
+        command.envs(env.iter().copied());
+        Self::start_command(command, policy, args)
+    }
+
+    /// `command` (the binary, or what execs it) with `serve --listen 127.0.0.1:0 POLICY ARGS`.
+    fn start_command(mut command: Command, policy: &[&std::ffi::OsStr], args: &[&str]) -> Server {
+        let mut child = command
             .arg("serve")
             .arg("--listen")
             .arg("127.0.0.1:0")
@@ -382,9 +398,23 @@ pub async fn post_json(
 
 /// One GET on a fresh HTTP/1.1 connection: status code and body.
 pub async fn http_get(addr: SocketAddr, path: &str) -> (u16, String) {
+    http_get_with(addr, path, &[]).await
+}
+
+/// [`http_get`] with `headers` (`("Authorization", "Bearer t")`) sent too.
+pub async fn http_get_with(
+    addr: SocketAddr,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> (u16, String) {
     use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    let headers: String = headers
+        .iter()
+        .map(|(name, value)| format!("{name}: {value}\r\n"))
+        .collect();
+    let request =
+        format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\n{headers}Connection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).await.unwrap();

@@ -20,7 +20,7 @@ pub const INSECURE_REMOTE_FLAG: &str = "--insecure-allow-unauthenticated-remote"
 /// Why a listener may not start as configured.
 #[derive(Debug, Error)]
 #[error(
-    "refusing to listen on {listener} without authentication: anyone who can reach it would act as the local identity `{local_user}`. Configure --token-auth-file and/or --client-ca-file (with --tls-cert-file and --tls-private-key-file), listen on a loopback address (e.g. 127.0.0.1) or a Unix socket, or, if this really is intended, pass {INSECURE_REMOTE_FLAG}"
+    "refusing to listen on {listener} without authentication: anyone who can reach it would act as the local identity `{local_user}`. Configure --token-auth-file and/or --client-ca-file (with --tls-cert-file and --tls-private-key-file), listen on a loopback address (e.g. 127.0.0.1) or a Unix socket other users cannot write to (--unix-socket-mode 0600 or 0660), or, if this really is intended, pass {INSECURE_REMOTE_FLAG}"
 )]
 pub struct UnsafeListener {
     pub listener: String,
@@ -28,8 +28,10 @@ pub struct UnsafeListener {
 }
 
 /// The startup rule for a listener (docs/security.md §1): with authentication configured nobody gets the
-/// local identity; without it, only local listeners (loopback, Unix socket) hand it out, and a
-/// remote one refuses to start unless the operator passed [`INSECURE_REMOTE_FLAG`].
+/// local identity; without it, only local listeners (loopback, a Unix socket other users
+/// cannot write to) hand it out, and a remote one — a Unix socket with write for others is
+/// one: every user of the machine can connect — refuses to start unless the operator passed
+/// [`INSECURE_REMOTE_FLAG`].
 pub fn listener_access(
     listener: &str,
     is_local: bool,

@@ -9,7 +9,9 @@
 //! * seed 000's paths (`/apis/authorization.kubernetes.io/v1/...`);
 //! * the OpenID AuthZEN Authorization API 1.0 (`/access/v1/...`, its metadata at
 //!   `/.well-known/authzen-configuration`; [`authzen`], docs/authzen.md);
-//! * `/healthz` and `/readyz`.
+//! * `/healthz` and `/readyz`, open to every caller (probes carry no credentials);
+//! * `/metrics`, when the composition root gives it a page to render ([`metrics`]: guarded by
+//!   the policy once authentication is configured).
 
 mod authzen;
 pub mod conditional;
@@ -17,6 +19,7 @@ mod discovery;
 mod document;
 mod kube_protobuf;
 mod kube_review;
+pub mod metrics;
 mod reviews;
 mod self_reviews;
 mod status;
@@ -49,6 +52,8 @@ pub struct HttpApi {
     https: bool,
     /// The AuthZEN metadata's base URL and the page tokens' key ([`authzen`]).
     authzen: Arc<AuthzenConfig>,
+    /// `/metrics`, served when set ([`metrics`]).
+    metrics: Option<metrics::MetricsEndpoint>,
 }
 
 impl HttpApi {
@@ -67,7 +72,14 @@ impl HttpApi {
             conditional_authorization: false,
             https: false,
             authzen: Arc::new(authzen),
+            metrics: None,
         }
+    }
+
+    /// Serves `/metrics` ([`metrics`]).
+    pub fn with_metrics(mut self, endpoint: metrics::MetricsEndpoint) -> Self {
+        self.metrics = Some(endpoint);
+        self
     }
 
     /// The listeners serve TLS (`--tls-cert-file`): URLs the server names are `https`.
@@ -136,6 +148,15 @@ pub fn router(grpc: axum::Router, api: HttpApi) -> axum::Router {
         .route("/readyz", get(readyz))
         .merge(discovery::routes())
         .merge(authzen::routes());
+    let http = match api.metrics.clone() {
+        Some(endpoint) => http.route(
+            "/metrics",
+            get(move |State(api): State<HttpApi>, request: Request| {
+                metrics::scrape(api, endpoint.clone(), request)
+            }),
+        ),
+        None => http,
+    };
     let http = if api.conditional_authorization {
         http.route(
             "/apis/authorization.k8s.io/v1alpha1/authorizationconditionsreviews",
@@ -487,9 +508,10 @@ mod tests {
         );
         let (_draining, draining_rx) = watch::channel(false);
         let api = HttpApi::new(grpc, state, draining_rx, "/authorize", test_authzen());
-        let listener = crate::transport::Listener::bind(&crate::transport::ListenAddr::Tcp(
-            "127.0.0.1:0".parse().unwrap(),
-        ))
+        let listener = crate::transport::Listener::bind(
+            &crate::transport::ListenAddr::Tcp("127.0.0.1:0".parse().unwrap()),
+            crate::transport::SocketMode::DEFAULT,
+        )
         .await
         .unwrap();
         let addr = listener.local_addr().clone();
