@@ -255,6 +255,34 @@ pub async fn wait_until_serving(channel: &Channel, stderr: impl Fn() -> String) 
     }
 }
 
+/// A process stopped with SIGSTOP, as a frozen server looks to its clients (its kernel still
+/// accepts connections and takes their bytes; nothing answers), until this is dropped
+/// (SIGCONT) — a failed assertion thaws it too.
+pub struct Frozen {
+    pid: u32,
+}
+
+impl Frozen {
+    pub fn new(pid: u32) -> Frozen {
+        assert!(signal("-STOP", pid), "kill -STOP {pid} failed");
+        Frozen { pid }
+    }
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // A process already gone (killed by the test) has nothing to resume.
+        let _ = signal("-CONT", self.pid);
+    }
+}
+
+fn signal(signal: &str, pid: u32) -> bool {
+    Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
