@@ -263,10 +263,34 @@ pub struct Frozen {
 }
 
 impl Frozen {
+    /// Returns once every thread of `pid` is stopped: `kill` returns when the signal is sent,
+    /// and a thread running on another core goes on until the kernel next interrupts it (it
+    /// could still answer a request that arrives in between).
     pub fn new(pid: u32) -> Frozen {
         assert!(signal("-STOP", pid), "kill -STOP {pid} failed");
-        Frozen { pid }
+        let frozen = Frozen { pid };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < deadline, "{pid} did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        frozen
     }
+}
+
+/// Whether every thread of `pid` is in state `T` (stopped) in `/proc/PID/task/*/stat`.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.map_while(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses.
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .is_some_and(|state| state == 'T' || state == 't')
+        })
+    })
 }
 
 impl Drop for Frozen {
