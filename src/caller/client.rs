@@ -1,5 +1,7 @@
 //! A typed async client for every `authz.v1.Authorizer` and `authz.v1.AccessReview` call,
-//! optionally answering [`Client::authorize`] from a [`LocalCache`] in this process.
+//! optionally answering [`Client::authorize`] from a [`LocalCache`] in this process. Every
+//! call the server answers carries the client's [`Deadline`]; an answer from the local cache
+//! waits for nothing and needs none.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,6 +13,7 @@ use tonic::transport::Channel;
 use tonic::Status;
 
 use super::connect::{connect, ConnectError, Credentials, Endpoint};
+use super::deadline::Deadline;
 use super::local::{Local, LocalCache, LocalCacheConfig};
 use crate::api::convert;
 use crate::cache::CacheKey;
@@ -60,6 +63,7 @@ pub struct Client {
     authorizer: AuthorizerClient<Service>,
     reviews: AccessReviewClient<Service>,
     local: Option<Arc<LocalCache>>,
+    deadline: Deadline,
 }
 
 /// An Authorize answer, and whether it came from the local cache.
@@ -75,20 +79,26 @@ impl Answer {
     }
 }
 
-/// One unary call per method, as the generated client has it with this client's credentials.
+/// One unary call per method, as the generated client has it with this client's credentials,
+/// within this client's deadline.
 macro_rules! calls {
     ($($(#[$doc:meta])* $method:ident($field:ident): $request:ty => $response:ty;)*) => {
         $(
             $(#[$doc])*
             pub async fn $method(&self, request: $request) -> Result<$response, Status> {
-                Ok(self.$field.clone().$method(request).await?.into_inner())
+                let mut service = self.$field.clone();
+                let request = self.deadline.request(request);
+                self.deadline
+                    .bound(async move { Ok(service.$method(request).await?.into_inner()) })
+                    .await
             }
         )*
     };
 }
 
 impl Client {
-    /// Connects to `endpoint`.
+    /// Connects to `endpoint`, within its timeout, which then bounds each call
+    /// ([`Self::with_timeout`] changes it).
     pub async fn connect(endpoint: &Endpoint) -> Result<Self, ConnectError> {
         let (channel, credentials) = connect(endpoint).await?;
         Ok(Self {
@@ -96,7 +106,23 @@ impl Client {
                 .max_decoding_message_size(crate::api::limits::MAX_REQUEST_BYTES),
             reviews: AccessReviewClient::with_interceptor(channel, credentials),
             local: None,
+            deadline: Deadline::new(&endpoint.url, endpoint.timeout),
         })
+    }
+
+    /// The same client (its connection and local cache shared) whose calls each take at most
+    /// `timeout`: the server is told it, and the call fails with `DEADLINE_EXCEEDED` when it
+    /// has not answered by then. The invalidation stream of a local cache keeps the timeout
+    /// the client had when the cache was made.
+    #[must_use]
+    pub fn with_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.deadline = Deadline::new(self.deadline.server(), timeout);
+        self
+    }
+
+    /// How long each call may take.
+    pub fn timeout(&self) -> std::time::Duration {
+        self.deadline.timeout()
     }
 
     /// [`Self::authorize`] answers from a cache in this process from now on, kept exact by the
@@ -108,6 +134,7 @@ impl Client {
         tokio::spawn(super::follow::run(
             Arc::downgrade(&local),
             self.authorizer.clone(),
+            self.deadline.clone(),
         ));
         self.local = Some(local);
         self
@@ -178,17 +205,17 @@ impl Client {
     }
 
     /// Authorize with the whole message (content, `min_revision`, conditions mode): always
-    /// asked of the server.
+    /// asked of the server, within the deadline (a `min_revision` the server has not reached
+    /// is refused by the server a little before it, naming the revision it is at).
     pub async fn authorize_request(
         &self,
         request: proto::AuthorizeRequest,
     ) -> Result<proto::AuthorizeResponse, Status> {
-        Ok(self
-            .authorizer
-            .clone()
-            .authorize(request)
-            .await?
-            .into_inner())
+        let mut authorizer = self.authorizer.clone();
+        let request = self.deadline.request(request);
+        self.deadline
+            .bound(async move { Ok(authorizer.authorize(request).await?.into_inner()) })
+            .await
     }
 
     calls! {

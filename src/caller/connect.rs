@@ -1,6 +1,6 @@
 //! Where the server is and how to reach it: `http://` or `https://` (a CA, optionally a client
 //! certificate and key) or `unix:///path/to/socket`, with an optional bearer token sent on
-//! every call.
+//! every call, and the deadline of the connection and of each call ([`super::deadline`]).
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -8,6 +8,8 @@ use std::time::Duration;
 use tonic::metadata::{Ascii, MetadataValue};
 use tonic::service::Interceptor;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity, Uri};
+
+use super::deadline::{format_duration, DEFAULT_TIMEOUT};
 
 /// How to reach one server.
 #[derive(Clone, Debug)]
@@ -20,8 +22,9 @@ pub struct Endpoint {
     pub client_identity: Option<(PathBuf, PathBuf)>,
     /// Sent as `authorization: Bearer TOKEN` (a server with `--token-auth-file`).
     pub token: Option<String>,
-    /// How long to wait for the connection.
-    pub connect_timeout: Duration,
+    /// How long connecting may take, and then each call
+    /// ([`Deadline`](super::deadline::Deadline)). Default: [`DEFAULT_TIMEOUT`].
+    pub timeout: Duration,
 }
 
 impl Endpoint {
@@ -31,7 +34,7 @@ impl Endpoint {
             certificate_authority: None,
             client_identity: None,
             token: None,
-            connect_timeout: Duration::from_secs(10),
+            timeout: DEFAULT_TIMEOUT,
         }
     }
 }
@@ -49,6 +52,19 @@ pub enum ConnectError {
     Token,
     #[error("cannot connect to {url}: {detail}")]
     Connect { url: String, detail: String },
+    #[error("no connection to {url} within {}", format_duration(*.timeout))]
+    TimedOut { url: String, timeout: Duration },
+}
+
+/// As the client commands report a connection that failed: `DEADLINE_EXCEEDED` when it was not
+/// made in time, else `UNAVAILABLE`.
+impl From<ConnectError> for tonic::Status {
+    fn from(error: ConnectError) -> Self {
+        match error {
+            ConnectError::TimedOut { .. } => tonic::Status::deadline_exceeded(error.to_string()),
+            other => tonic::Status::unavailable(other.to_string()),
+        }
+    }
 }
 
 /// Adds the bearer token, when there is one, to every call.
@@ -78,8 +94,21 @@ fn read(path: &PathBuf) -> Result<Vec<u8>, ConnectError> {
     })
 }
 
-/// A connected channel and the credentials every call carries.
+/// A connected channel and the credentials every call carries, within the endpoint's timeout:
+/// tonic's `connect_timeout` bounds the TCP connect alone, and a frozen server whose kernel
+/// still accepts would hold the TLS handshake forever.
 pub async fn connect(endpoint: &Endpoint) -> Result<(Channel, Credentials), ConnectError> {
+    tokio::time::timeout(endpoint.timeout, connect_unbounded(endpoint))
+        .await
+        .unwrap_or_else(|_| {
+            Err(ConnectError::TimedOut {
+                url: endpoint.url.clone(),
+                timeout: endpoint.timeout,
+            })
+        })
+}
+
+async fn connect_unbounded(endpoint: &Endpoint) -> Result<(Channel, Credentials), ConnectError> {
     let credentials = Credentials {
         authorization: match &endpoint.token {
             Some(token) => Some(
@@ -99,7 +128,7 @@ pub async fn connect(endpoint: &Endpoint) -> Result<(Channel, Credentials), Conn
         let path = PathBuf::from(path);
         // The URI is a placeholder: the connector ignores it and dials the socket.
         tonic::transport::Endpoint::from_static("http://localhost")
-            .connect_timeout(endpoint.connect_timeout)
+            .connect_timeout(endpoint.timeout)
             .connect_with_connector(tower::service_fn(move |_: Uri| {
                 let path = path.clone();
                 async move {
@@ -115,7 +144,7 @@ pub async fn connect(endpoint: &Endpoint) -> Result<(Channel, Credentials), Conn
                 url: url.clone(),
                 problem: e.to_string(),
             })?
-            .connect_timeout(endpoint.connect_timeout)
+            .connect_timeout(endpoint.timeout)
             .tcp_nodelay(true);
         if url.starts_with("https://") {
             let Some(ca) = &endpoint.certificate_authority else {

@@ -3,7 +3,8 @@
 //! AccessReview call ([`connect`]: TLS, client certificates, a bearer token, a Unix socket),
 //! with an optional decision cache in the caller's own process ([`local`]) kept exact by the
 //! server's invalidation stream ([`follow`]), and a `tower` layer that authorizes HTTP or gRPC
-//! requests with it ([`layer`]). The cache's figures render as Prometheus text
+//! requests with it ([`layer`]). Every call carries a deadline ([`deadline`]): a server that
+//! does not answer, frozen or gone, costs a caller at most that long. The cache's figures render as Prometheus text
 //! ([`LocalFigures::render_prometheus`], [`metrics`]) for the caller's own `/metrics`.
 //!
 //! The local cache is the server's own [`DecisionCache`](crate::cache::DecisionCache), keyed
@@ -13,6 +14,7 @@
 
 pub mod client;
 pub mod connect;
+pub mod deadline;
 pub mod follow;
 pub mod layer;
 pub mod local;
@@ -20,5 +22,6 @@ pub mod metrics;
 
 pub use client::{Answer, Authorizing, Client};
 pub use connect::{ConnectError, Endpoint};
+pub use deadline::{Deadline, DEFAULT_TIMEOUT};
 pub use layer::{AuthorizeLayer, AuthorizeService};
 pub use local::{LocalCache, LocalCacheConfig, LocalFigures};

@@ -2,14 +2,16 @@
 //! from the command line or one per line of stdin, each answered on its own line as
 //! `DECISION SOURCE REVISION` (`allow local 7`, `deny remote 8`), or `error: ...` for a
 //! question that cannot be asked. With `--local-cache` the answers come from a cache in this
-//! process when it is fresh (docs/caller-cache.md).
+//! process when it is fresh (docs/caller-cache.md). `--timeout` bounds the connection and each
+//! question the server is asked; the question on the command line that cannot be answered
+//! fails the command (`error: CODE: MESSAGE`, exit 1).
 
 use std::io::Write;
 
 use tokio::io::AsyncBufReadExt;
 
 use super::{ClientError, Result};
-use crate::caller::{Client, Endpoint, LocalCacheConfig};
+use crate::caller::{Answer, Client, Endpoint, LocalCacheConfig};
 use crate::config::ClientSettings;
 use crate::proto;
 use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes, UserInfo};
@@ -69,11 +71,11 @@ pub async fn run(
         certificate_authority: server.certificate_authority.clone(),
         client_identity: server.client_identity.clone(),
         token: server.token.clone(),
-        connect_timeout: server.timeout,
+        timeout: server.timeout,
     };
     let mut client = Client::connect(&endpoint)
         .await
-        .map_err(|e| ClientError::from(tonic::Status::unavailable(e.to_string())))?;
+        .map_err(|e| ClientError::from(tonic::Status::from(e)))?;
     if let Some((id, max_staleness)) = local_cache {
         client = client.with_local_cache(LocalCacheConfig {
             max_staleness,
@@ -83,7 +85,8 @@ pub async fn run(
     if let Some(question) = question {
         let request = parse_question(&question)
             .map_err(|e| ClientError::from(tonic::Status::invalid_argument(e)))?;
-        return answer(&client, &request, out).await;
+        let answered = client.authorize(&request).await?;
+        return write_answer(&answered, out);
     }
     let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
     while let Some(line) = lines.next_line().await? {
@@ -99,20 +102,30 @@ pub async fn run(
     Ok(())
 }
 
+/// One question of stdin answered on its line, or `error: CODE: MESSAGE` there: the questions
+/// after it are still asked.
 async fn answer(client: &Client, request: &Request, out: &mut dyn Write) -> Result<()> {
     match client.authorize(request).await {
-        Ok(answer) => writeln!(
-            out,
-            "{} {} {}",
-            decision_word(&answer.response),
-            if answer.from_local_cache {
-                "local"
-            } else {
-                "remote"
-            },
-            answer.response.revision
-        )?,
-        Err(status) => writeln!(out, "error: {:?}: {}", status.code(), status.message())?,
+        Ok(answer) => write_answer(&answer, out),
+        Err(status) => {
+            writeln!(out, "error: {:?}: {}", status.code(), status.message())?;
+            Ok(())
+        }
     }
+}
+
+/// `DECISION SOURCE REVISION`.
+fn write_answer(answer: &Answer, out: &mut dyn Write) -> Result<()> {
+    writeln!(
+        out,
+        "{} {} {}",
+        decision_word(&answer.response),
+        if answer.from_local_cache {
+            "local"
+        } else {
+            "remote"
+        },
+        answer.response.revision
+    )?;
     Ok(())
 }

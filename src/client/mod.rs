@@ -12,7 +12,6 @@ pub mod text;
 
 use std::future::Future;
 use std::io::{Read, Write};
-use std::time::Duration;
 
 use thiserror::Error;
 use tokio_stream::StreamExt;
@@ -21,6 +20,7 @@ use tonic::{Code, Status};
 
 use crate::api::error::ErrorReason;
 use crate::caller::connect::error_chain;
+use crate::caller::deadline::{format_duration, Deadline};
 use crate::config::{Ack, ClientCommand, ClientSettings, ManifestSource};
 use crate::proto;
 use crate::proto::policy_admin_client::PolicyAdminClient;
@@ -311,7 +311,7 @@ async fn connect(server: &ClientSettings) -> Result<PolicyAdminClient<Channel>> 
             return Err(Status::deadline_exceeded(format!(
                 "no connection to {} within {}",
                 server.url,
-                human(server.timeout)
+                format_duration(server.timeout)
             ))
             .into())
         }
@@ -319,8 +319,17 @@ async fn connect(server: &ClientSettings) -> Result<PolicyAdminClient<Channel>> 
     Ok(PolicyAdminClient::new(channel))
 }
 
-/// `message` with the caller's `authorization: Bearer` token, when one is configured.
+/// `message` as a call answered once: with the caller's token, and telling the server the
+/// deadline (`grpc-timeout`), which [`unary`] also holds it to.
 fn request<T>(server: &ClientSettings, message: T) -> Result<tonic::Request<T>> {
+    let mut request = stream_request(server, message)?;
+    deadline(server).tell(&mut request);
+    Ok(request)
+}
+
+/// `message` with the caller's `authorization: Bearer` token, when one is configured, and no
+/// deadline: a stream told one would be ended by the server when it passes.
+fn stream_request<T>(server: &ClientSettings, message: T) -> Result<tonic::Request<T>> {
     let mut request = tonic::Request::new(message);
     if let Some(token) = &server.token {
         let value = format!("Bearer {token}").parse().map_err(|_| {
@@ -333,22 +342,22 @@ fn request<T>(server: &ClientSettings, message: T) -> Result<tonic::Request<T>> 
     Ok(request)
 }
 
-/// Awaits one unary call within the timeout (the server learns the deadline too: tonic sends
-/// it as `grpc-timeout` when the request carries one, but the local bound is what counts).
+/// Awaits one call (or a stream's start) within the timeout: the server is told the deadline
+/// ([`request`]), but a server that is frozen reads nothing, so the local bound is what
+/// counts.
 async fn unary<T>(
     server: &ClientSettings,
     call: impl Future<Output = Result<tonic::Response<T>, Status>>,
 ) -> Result<T> {
-    match tokio::time::timeout(server.timeout, call).await {
-        Ok(Ok(response)) => Ok(response.into_inner()),
-        Ok(Err(status)) => Err(status.into()),
-        Err(_) => Err(Status::deadline_exceeded(format!(
-            "no answer from {} within {}",
-            server.url,
-            human(server.timeout)
-        ))
-        .into()),
-    }
+    let answered = deadline(server)
+        .bound(async { Ok(call.await?.into_inner()) })
+        .await?;
+    Ok(answered)
+}
+
+/// The deadline of each call to `server` ([`crate::caller::deadline`], as `authzd ask` has it).
+fn deadline(server: &ClientSettings) -> Deadline {
+    Deadline::new(&server.url, server.timeout)
 }
 
 async fn apply(
@@ -581,7 +590,10 @@ async fn watch(
     manifests: bool,
     out: &mut dyn Write,
 ) -> Result<()> {
-    let call = client.watch(request(server, proto::WatchRequest { from_revision })?);
+    let call = client.watch(stream_request(
+        server,
+        proto::WatchRequest { from_revision },
+    )?);
     let mut stream = unary(server, call).await?;
     let interrupted = tokio::signal::ctrl_c();
     tokio::pin!(interrupted);
@@ -909,17 +921,6 @@ fn columns<const N: usize>(header: [&str; N], rows: &[[String; N]]) -> String {
     table
 }
 
-/// `10s`, `250ms`, `1.5s`: how the timeout is named in messages.
-fn human(duration: Duration) -> String {
-    if duration.subsec_millis() == 0 {
-        format!("{}s", duration.as_secs())
-    } else if duration.as_secs() == 0 {
-        format!("{}ms", duration.as_millis())
-    } else {
-        format!("{:.3}s", duration.as_secs_f64())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1231,12 +1232,5 @@ mod tests {
             error.to_string(),
             "InvalidArgument: bad.yaml: manifest:3: bad"
         );
-    }
-
-    #[test]
-    fn durations_read_naturally() {
-        assert_eq!(human(Duration::from_secs(10)), "10s");
-        assert_eq!(human(Duration::from_millis(250)), "250ms");
-        assert_eq!(human(Duration::from_millis(1500)), "1.500s");
     }
 }

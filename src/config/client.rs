@@ -25,8 +25,10 @@ pub struct ClientArgs {
     )]
     pub server: String,
 
-    /// How long to wait for the connection and for each answer (e.g. `10s`, `500ms`); for
-    /// `watch`, for the connection and the start of the stream only.
+    /// How long to wait for the connection and for each answer (e.g. `10s`, `500ms`); the
+    /// server is told it too. For `watch`, the connection and the start of the stream only;
+    /// for `ask --local-cache`, also how long its invalidation stream may leave a probe
+    /// unanswered.
     #[arg(long, value_name = "DURATION", default_value = "10s", value_parser = parse_duration)]
     pub timeout: Duration,
 
@@ -392,7 +394,7 @@ mod tests {
     #[test]
     fn client_defaults_and_server_forms() {
         let (server, command) = client(&["status"]).unwrap();
-        assert_eq!(server.timeout, Duration::from_secs(10));
+        assert_eq!(server.timeout, crate::caller::DEFAULT_TIMEOUT);
         assert_eq!(command, ClientCommand::Status);
         // The default URL, unless AUTHZD_SERVER is set in this environment.
         if std::env::var_os("AUTHZD_SERVER").is_none() {

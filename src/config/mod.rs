@@ -137,14 +137,15 @@ Exit codes:
   1  check: not allowed; lint: problems found; test: a case failed;
      diff, replay: a --fail-on-gain/--fail-on-loss gate fired;
      serve: cannot listen or failed;
-     apply, delete, get, watch, status, replicas: the server is unreachable or
-     refused
+     apply, delete, get, watch, status, replicas, ask: the server is
+     unreachable, refused or did not answer within --timeout
      (stderr: `error: CODE: MESSAGE`)
   2  usage error; policy that does not load; unreadable -f file; test file that
      does not load (stderr: `FILE:LINE: problem`)";
 
 const CLIENT_EXIT_CODES: &str = "\
-Exit codes: 0 done; 1 the server is unreachable or refused: stderr says `error: CODE: MESSAGE`
+Exit codes: 0 done; 1 the server is unreachable, refused or did not answer within --timeout:
+stderr says `error: CODE: MESSAGE`
 (CODE as gRPC names it, e.g. NotFound, InvalidArgument, Unavailable, DeadlineExceeded);
 2 usage error or unreadable -f file (nothing was sent).";
 

@@ -139,6 +139,7 @@ pub const FLAGS: &[Flag] = &[
     own("authzd-ca-file", Value, "For an https authzd: the CA(s) its certificate must chain to."),
     own("authzd-client-cert-file", Value, "For an https authzd that verifies clients: this client certificate."),
     own("authzd-client-key-file", Value, "The key of --authzd-client-cert-file."),
+    own("authzd-timeout", Value, "How long connecting to authzd, and each decision asked of it, may take (default 10s); a request authzd has not decided by then is answered 500."),
     own("local-cache", Bool, "Answer from a decision cache in this process, kept exact by authzd's invalidation stream (default true; needs `watch` on `decisioninvalidations`)."),
     own("max-staleness", Value, "The longest the local cache keeps a proof of being current (default 5s)."),
     own("subscriber-id", Value, "The id authzd's Status lists this proxy's cache under (default authzd-proxy-PID)."),
@@ -391,6 +392,14 @@ impl Flags {
             ),
             None => std::env::var("AUTHZD_TOKEN").ok().filter(|t| !t.is_empty()),
         };
+        if let Some(value) = self.value("authzd-timeout") {
+            authzd.timeout = parse_duration(value)
+                .ok()
+                .filter(|timeout| !timeout.is_zero())
+                .ok_or_else(|| {
+                    format!("--authzd-timeout `{value}` is not a positive duration (`2s`, `500ms`)")
+                })?;
+        }
         let max_staleness = match self.value("max-staleness") {
             Some(value) => parse_duration(value).map_err(|e| format!("--max-staleness: {e}"))?,
             None => Duration::from_secs(5),
@@ -532,6 +541,28 @@ mod tests {
         assert_eq!(settings.verbosity, 10);
         assert_eq!(settings.warnings.len(), 1, "{:?}", settings.warnings);
         assert!(settings.local_cache.is_some());
+        assert_eq!(settings.authzd.timeout, crate::caller::DEFAULT_TIMEOUT);
+    }
+
+    #[test]
+    fn authzd_timeout_is_a_positive_duration() {
+        let base = ["--insecure-listen-address=:1", "--upstream=http://u:1"];
+        let with = |timeout: &str| {
+            let mut args = base.to_vec();
+            args.push(timeout);
+            run(&args)
+        };
+        assert_eq!(
+            with("--authzd-timeout=2s").unwrap().authzd.timeout,
+            Duration::from_secs(2)
+        );
+        for bad in [
+            "--authzd-timeout=0s",
+            "--authzd-timeout=2",
+            "--authzd-timeout=soon",
+        ] {
+            assert!(with(bad).unwrap_err().contains("--authzd-timeout"), "{bad}");
+        }
     }
 
     #[test]

@@ -8,7 +8,11 @@
 //!   hammer — no question written after a write's acknowledgement is answered on the older
 //!   policy; a subscriber frozen with SIGSTOP delays a write by at most `--max-staleness` and
 //!   is reported fenced, and answers nothing stale once resumed; the server restarted on its
-//!   Unix socket under the clients: no stale answer, and they answer from memory again.
+//!   Unix socket under the clients: no stale answer, and they answer from memory again;
+//! * the server frozen with SIGSTOP under the library: every call, and the connection itself,
+//!   fails at its deadline naming the server and the deadline, the server is told the deadline
+//!   (`grpc-timeout`), and a local cache whose stream went silent answers nothing from memory,
+//!   follows the server again once it resumes, and stays exact.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
@@ -18,7 +22,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::support::server::{role_binding, Server, BIN, POD_READER};
+use crate::support::server::{role_binding, Frozen, Server, BIN, POD_READER};
 use crate::support::wait::{eventually, eventually_blocking};
 use authzd::caller::{Client, Endpoint, LocalCacheConfig};
 use authzd::proto::authorizer_client::AuthorizerClient;
@@ -722,4 +726,284 @@ async fn dropping_the_client_ends_its_subscription() {
         || async { (!connected(fixture.status().await)).then_some(()) },
     )
     .await;
+}
+
+// --- A frozen server under the library --------------------------------------------------------
+
+/// What a call returned and how long it took. A call still waiting after a minute has no
+/// deadline (`authzd ask --timeout 2s` once waited 607 s on a frozen server).
+async fn timed<T>(
+    call: impl std::future::Future<Output = Result<T, tonic::Status>>,
+) -> (Result<T, tonic::Status>, Duration) {
+    let started = Instant::now();
+    let result = tokio::time::timeout(Duration::from_secs(60), call)
+        .await
+        .unwrap_or_else(|_| panic!("still waiting after 60 s: the call has no deadline"));
+    (result, started.elapsed())
+}
+
+/// The call failed with DEADLINE_EXCEEDED naming `url` and the deadline, at the deadline (the
+/// machine is loaded: up to 8 s late).
+#[track_caller]
+fn assert_gave_up<T: std::fmt::Debug>(
+    what: &str,
+    (result, took): (Result<T, tonic::Status>, Duration),
+    url: &str,
+    timeout: Duration,
+    spelled: &str,
+) {
+    let status = result.expect_err(what);
+    assert_eq!(
+        status.code(),
+        tonic::Code::DeadlineExceeded,
+        "{what}: {status:?}"
+    );
+    assert_eq!(
+        status.message(),
+        format!("no answer from {url} within {spelled}"),
+        "{what}"
+    );
+    assert!(
+        took + Duration::from_millis(50) >= timeout && took <= timeout + Duration::from_secs(8),
+        "{what} took {took:?} with a deadline of {timeout:?}"
+    );
+}
+
+fn wire(request: &Request) -> authzd::proto::AuthorizeRequest {
+    authzd::proto::AuthorizeRequest {
+        user: Some(authzd::api::convert::user_info(&request.user)),
+        action: Some(authzd::api::convert::wire_action(&request.action)),
+        ..Default::default()
+    }
+}
+
+/// Every call the library makes of a frozen server fails at the client's deadline (or the one
+/// a clone was given), naming the server and the deadline; once the server resumes, the same
+/// client is answered again.
+#[tokio::test]
+async fn every_call_to_a_frozen_server_fails_at_its_deadline() {
+    let fixture = Fixture::start(&[]).await;
+    let url = fixture.url();
+    let mut endpoint = Endpoint::new(&url);
+    endpoint.token = Some("root-token".into());
+    endpoint.timeout = Duration::from_secs(2);
+    let client = Client::connect(&endpoint).await.unwrap();
+    let alice = get_pods("alice", "team-a");
+    assert!(client.authorize(&alice).await.unwrap().allowed());
+
+    let frozen = Frozen::new(fixture.server.pid());
+    let two = Duration::from_secs(2);
+    assert_gave_up(
+        "Authorize",
+        timed(client.authorize(&alice)).await,
+        &url,
+        two,
+        "2s",
+    );
+    let batch = authzd::proto::BatchAuthorizeRequest {
+        requests: vec![wire(&alice)],
+    };
+    assert_gave_up(
+        "BatchAuthorize",
+        timed(client.batch_authorize(batch)).await,
+        &url,
+        two,
+        "2s",
+    );
+    let review = authzd::proto::SubjectAccessReviewRequest {
+        action: Some(authzd::api::convert::wire_action(&alice.action)),
+        user: "alice".into(),
+        ..Default::default()
+    };
+    assert_gave_up(
+        "SubjectAccessReview",
+        timed(client.subject_access_review(review)).await,
+        &url,
+        two,
+        "2s",
+    );
+    let who = authzd::proto::ResourceAccessReviewRequest {
+        action: Some(authzd::api::convert::wire_action(&alice.action)),
+        ..Default::default()
+    };
+    assert_gave_up(
+        "ResourceAccessReview",
+        timed(client.resource_access_review(who)).await,
+        &url,
+        two,
+        "2s",
+    );
+    let hurried = client.clone().with_timeout(Duration::from_millis(500));
+    assert_eq!(hurried.timeout(), Duration::from_millis(500));
+    assert_gave_up(
+        "Authorize with a shorter deadline",
+        timed(hurried.authorize(&alice)).await,
+        &url,
+        Duration::from_millis(500),
+        "500ms",
+    );
+
+    drop(frozen);
+    let answered = eventually(
+        Duration::from_secs(20),
+        || "an answer once the server resumed".into(),
+        || async { client.authorize(&alice).await.ok() },
+    )
+    .await;
+    assert!(
+        answered.allowed() && !answered.from_local_cache,
+        "{answered:?}"
+    );
+}
+
+/// The server is told the deadline (`grpc-timeout`): asked for a revision it has not reached,
+/// it stops waiting before the caller's deadline (not after its own --max-revision-wait of
+/// 5 s) and says why, instead of the caller's timer cutting it off.
+#[tokio::test]
+async fn the_server_is_told_the_deadline() {
+    let fixture = Fixture::start(&[]).await;
+    let mut endpoint = Endpoint::new(fixture.url());
+    endpoint.token = Some("root-token".into());
+    endpoint.timeout = Duration::from_secs(3);
+    let client = Client::connect(&endpoint).await.unwrap();
+    let ahead = authzd::proto::AuthorizeRequest {
+        min_revision: 1_000_000,
+        ..wire(&get_pods("alice", "team-a"))
+    };
+    let (result, took) = timed(client.authorize_request(ahead)).await;
+    let status = result.expect_err("the revision is never reached");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+    assert!(
+        status
+            .message()
+            .contains("behind the requested min_revision 1000000"),
+        "{status:?}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+}
+
+/// Connecting carries the deadline too: a frozen TLS server's kernel accepts the connection,
+/// and nothing answers the handshake.
+#[tokio::test]
+async fn connecting_to_a_frozen_server_fails_at_the_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = dir.path().join("policy");
+    std::fs::create_dir(&policy).unwrap();
+    std::fs::write(policy.join("rbac.yaml"), POD_READER).unwrap();
+    let ca = crate::support::ca::Ca::new("frozen-server-ca");
+    let leaf = ca.leaf(&["127.0.0.1"], "authzd", &[]);
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let (cert, key, ca_file) = (
+        file("server.crt", &leaf.pem),
+        file("server.key", &leaf.key_pem),
+        file("ca.crt", &ca.pem),
+    );
+    let server = Server::start(
+        &policy,
+        &[
+            "--tls-cert-file",
+            cert.to_str().unwrap(),
+            "--tls-private-key-file",
+            key.to_str().unwrap(),
+            "--no-watch",
+        ],
+    );
+    let url = format!("https://{}", server.addr);
+    let mut endpoint = Endpoint::new(&url);
+    endpoint.certificate_authority = Some(ca_file);
+    endpoint.timeout = Duration::from_secs(2);
+    // The server answers a connection before it is frozen.
+    Client::connect(&endpoint).await.unwrap();
+
+    let frozen = Frozen::new(server.pid());
+    let started = Instant::now();
+    let connected = tokio::time::timeout(Duration::from_secs(60), Client::connect(&endpoint))
+        .await
+        .unwrap_or_else(|_| panic!("still connecting after 60 s: the connection has no deadline"));
+    let took = started.elapsed();
+    let Err(error) = connected else {
+        panic!("connected to a frozen server")
+    };
+    assert_eq!(
+        error.to_string(),
+        format!("no connection to {url} within 2s")
+    );
+    assert_eq!(
+        tonic::Status::from(error).code(),
+        tonic::Code::DeadlineExceeded
+    );
+    assert!(
+        took + Duration::from_millis(50) >= Duration::from_secs(2)
+            && took <= Duration::from_secs(10),
+        "took {took:?}"
+    );
+    drop(frozen);
+    eventually(
+        Duration::from_secs(20),
+        || "a connection once the server resumed".into(),
+        || async { Client::connect(&endpoint).await.ok() },
+    )
+    .await;
+}
+
+/// A local cache whose server froze: once the proof runs out nothing comes from memory (a
+/// question fails at its deadline instead), the follower gives up the silent stream; once the
+/// server resumes it follows it again, answers from memory again, and a revocation then
+/// acknowledged waits for it and is never answered stale.
+#[tokio::test]
+async fn a_cache_whose_server_froze_follows_it_again_and_stays_exact() {
+    let fixture = Fixture::start(&[]).await;
+    let url = fixture.url();
+    let mut endpoint = Endpoint::new(&url);
+    endpoint.token = Some("root-token".into());
+    endpoint.timeout = Duration::from_secs(1);
+    let client = Client::connect(&endpoint)
+        .await
+        .unwrap()
+        .with_local_cache(LocalCacheConfig {
+            max_staleness: Duration::from_secs(1),
+            ..LocalCacheConfig::new("frozen-server")
+        });
+    let alice = get_pods("alice", "team-a");
+    assert!(until_local(&client, &alice).await.allowed());
+
+    let frozen = Frozen::new(fixture.server.pid());
+    // Past the proof (1 s) and a silent probe's deadline (1 s), with a margin.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let figures = client.local_cache().unwrap().figures();
+    assert!(
+        !figures.fresh,
+        "a proof outlived the frozen server: {figures:?}"
+    );
+    assert_gave_up(
+        "Authorize without a proof",
+        timed(client.authorize(&alice)).await,
+        &url,
+        Duration::from_secs(1),
+        "1s",
+    );
+    drop(frozen);
+
+    assert!(until_local(&client, &alice).await.allowed());
+    let sent = Instant::now();
+    let deleted = delete(&fixture, binding_ref("team-a", "alice-reads")).await;
+    let took = sent.elapsed();
+    // The stream given up still had probes queued in the frozen server, which it answers once
+    // resumed: that stream may stay in its table, disconnected, until those proofs run out,
+    // and a write meanwhile waits for them (at most --max-staleness) and counts it fenced.
+    assert_eq!(
+        deleted.subscribers_confirmed, 1,
+        "the write waits for the cache that follows the server again: {deleted:?}"
+    );
+    assert!(deleted.subscribers_fenced <= 1, "{deleted:?}");
+    assert!(took <= Duration::from_secs(5), "the write took {took:?}");
+    for _ in 0..20 {
+        let answer = client.authorize(&alice).await.unwrap();
+        assert!(!answer.allowed(), "revoked, yet {answer:?}");
+    }
+    assert!(!until_local(&client, &alice).await.allowed());
 }

@@ -1,6 +1,7 @@
-//! The client commands (`apply`, `delete`, `get`, `watch`, `status`) as a person runs them: the
-//! real `authzd` binary as the client, against the real binary serving a temp policy directory.
-//! Output, stderr and exit codes (0 done, 1 server/connection error, 2 usage error).
+//! The client commands (`apply`, `delete`, `get`, `watch`, `status`, `ask`) as a person runs
+//! them: the real `authzd` binary as the client, against the real binary serving a temp policy
+//! directory. Output, stderr and exit codes (0 done, 1 server/connection error, 2 usage error);
+//! `--timeout` against a server frozen with SIGSTOP.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
@@ -13,7 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::support::server::{run_bin, run_with_timeout, sample_policy, Server, BIN};
+use crate::support::server::{run_bin, run_with_timeout, sample_policy, Frozen, Server, BIN};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -789,5 +790,53 @@ async fn status_lists_the_subscribers_one_line_each() {
         Duration::from_secs(10),
         || format!("no subscriber listed: {:?}", subscriber_lines(&server)),
         || (subscriber_lines(&server) == ["subscribers: none"]).then_some(()),
+    );
+}
+
+/// A server frozen with SIGSTOP (its kernel still accepts connections; nothing answers):
+/// `authzd ask --timeout 2s`, with and without its local cache, and `authzd status` each exit 1
+/// a few seconds after the deadline at most, naming the server and the deadline. Resumed, the
+/// server answers `ask` again.
+#[tokio::test]
+async fn client_commands_give_up_on_a_frozen_server_at_their_timeout() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let expected = format!(
+        "error: DeadlineExceeded: no answer from {} within 2s",
+        server.url()
+    );
+    let question = ["alice", "get", "pods", "default"];
+    let frozen = Frozen::new(server.pid());
+    for command in [&["ask"][..], &["ask", "--local-cache"], &["status"]] {
+        let mut args = command.to_vec();
+        if command[0] == "ask" {
+            args.extend(question);
+        }
+        args.extend(["--timeout", "2s"]);
+        let started = Instant::now();
+        let out = client(&server, &args);
+        let took = started.elapsed();
+        assert_exit(&out, 1);
+        assert!(
+            stderr(&out).lines().any(|line| line == expected),
+            "{args:?}: expected {expected:?} in:\n{}",
+            stderr(&out)
+        );
+        // The deadline, plus a loaded machine's start-up and scheduling; not 600 s.
+        assert!(
+            took + Duration::from_millis(50) >= Duration::from_secs(2)
+                && took <= Duration::from_secs(10),
+            "{args:?} took {took:?} with --timeout 2s"
+        );
+    }
+    drop(frozen);
+    let mut args = vec!["ask"];
+    args.extend(question);
+    let out = client(&server, &args);
+    assert_exit(&out, 0);
+    assert!(
+        stdout(&out).starts_with("allow remote "),
+        "{}",
+        stdout(&out)
     );
 }

@@ -9,6 +9,8 @@
 //!   gRPC Authorize of the request it maps to;
 //! * `proxy`: `authzd proxy` with kube-rbac-proxy's example configurations, a real HTTP
 //!   upstream and TokenReview endpoint (`proxy_peers.py`), asked with curl;
+//!   `proxy_deadline`: `authzd proxy` in front of an authzd frozen with SIGSTOP answers 500
+//!   within `--authzd-timeout`, and decides again once authzd resumes;
 //! * `deploy`: `deploy/`'s manifests parse and agree with the binary and the shipped policy;
 //! * `loadgen`: the load generator against a spawned authzd and the no-op server;
 //! * `soak`: 60 s at saturation with good, hostile and slow traffic — opt-in locally
@@ -33,5 +35,6 @@ mod kubectl_discovery;
 mod kubectl_protobuf;
 mod loadgen;
 mod proxy;
+mod proxy_deadline;
 mod reflection;
 mod soak;

@@ -271,6 +271,58 @@ pub async fn wait_until_serving(channel: &Channel, stderr: impl Fn() -> String) 
     }
 }
 
+/// A process stopped with SIGSTOP, as a frozen server looks to its clients (its kernel still
+/// accepts connections and takes their bytes; nothing answers), until this is dropped
+/// (SIGCONT) — a failed assertion thaws it too.
+pub struct Frozen {
+    pid: u32,
+}
+
+impl Frozen {
+    /// Returns once every thread of `pid` is stopped: `kill` returns when the signal is sent,
+    /// and a thread running on another core goes on until the kernel next interrupts it (it
+    /// could still answer a request that arrives in between).
+    pub fn new(pid: u32) -> Frozen {
+        assert!(signal("-STOP", pid), "kill -STOP {pid} failed");
+        let frozen = Frozen { pid };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !all_threads_stopped(pid) {
+            assert!(Instant::now() < deadline, "{pid} did not stop");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        frozen
+    }
+}
+
+/// Whether every thread of `pid` is in state `T` (stopped) in `/proc/PID/task/*/stat`.
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.map_while(Result::ok).all(|task| {
+        std::fs::read_to_string(task.path().join("stat")).is_ok_and(|stat| {
+            // `PID (COMM) STATE ...`: COMM may hold spaces and parentheses.
+            stat.rsplit_once(") ")
+                .and_then(|(_, rest)| rest.chars().next())
+                .is_some_and(|state| state == 'T' || state == 't')
+        })
+    })
+}
+
+impl Drop for Frozen {
+    fn drop(&mut self) {
+        // A process already gone (killed by the test) has nothing to resume.
+        let _ = signal("-CONT", self.pid);
+    }
+}
+
+fn signal(signal: &str, pid: u32) -> bool {
+    Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .status()
+        .is_ok_and(|status| status.success())
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
