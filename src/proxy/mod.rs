@@ -227,7 +227,11 @@ impl Proxy {
             identity.remove_claimed(headers);
             if let Some(user) = caller {
                 if let Err(why) = identity.tell(user, headers) {
-                    tracing::error!(%why, user = %user.name, "cannot tell the upstream who the caller is");
+                    tracing::error!(
+                        %why,
+                        user = %user.name,
+                        "cannot tell the upstream who the caller is"
+                    );
                     return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
                 }
             }

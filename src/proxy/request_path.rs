@@ -16,13 +16,13 @@
 //!
 //! Whatever an upstream could read as another path is refused instead (400), because the
 //! upstreams in front of which the proxy sits do not agree on it: nginx decodes `%2F` into a
-//! separator and resolves `%2E%2E` as `..` (its `ngx_http_parse_complex_uri`), Python's
-//! `http.server` decodes before `posixpath.normpath` (`SimpleHTTPRequestHandler.translate_path`),
-//! while Go keeps `%2F` inside a segment (`URL.RawPath`). So the proxy refuses an encoded slash
-//! (`%2F`), a segment that is `.` or `..` only once decoded (`%2e%2e`, `.%2E`), a segment that
-//! is empty, `.` or `..` once its `;` parameters are dropped (`..;x`, which Java servlet
-//! containers read as `..`), an escape that is not `%` and two hex digits, and a path that is
-//! not UTF-8 once decoded.
+//! separator and resolves `%2E%2E` as `..` (`ngx_http_parse_complex_uri` in its
+//! `src/http/ngx_http_parse.c`), Python's `http.server` decodes before `posixpath.normpath`
+//! (`SimpleHTTPRequestHandler.translate_path`), while a router that matches Go's `URL.RawPath`
+//! keeps `%2F` inside a segment. So the proxy refuses an encoded slash (`%2F`), a segment that
+//! is `.` or `..` only once decoded (`%2e%2e`, `.%2E`), a segment that is empty, `.` or `..`
+//! once its `;` parameters are dropped (`..;x`, which Java servlet containers read as `..`),
+//! an escape that is not `%` and two hex digits, and a path that is not UTF-8 once decoded.
 
 use http::Uri;
 

@@ -125,7 +125,12 @@ proptest! {
         let path = match CleanPath::of(&uri) {
             Ok(path) => path,
             Err(why) => {
-                prop_assert!(holds_a_hazard(&raw), "`{}` refused ({}) with nothing to refuse", raw, why);
+                prop_assert!(
+                    holds_a_hazard(&raw),
+                    "`{}` refused ({}) with nothing to refuse",
+                    raw,
+                    why
+                );
                 return Ok(());
             }
         };
@@ -159,14 +164,22 @@ proptest! {
         let decoded_first = go_clean_path(&decode_utf8(sent).unwrap());
         let resolved_first = decode_utf8(&go_clean_path(sent)).unwrap();
         let received = decode_utf8(sent).unwrap();
-        prop_assert_eq!(&decoded_first, &received, "`{}`: left for the upstream to clean: `{}`", raw, sent);
-        prop_assert_eq!(&resolved_first, &received, "`{}`: left for the upstream to clean: `{}`", raw, sent);
+        for cleaned in [&decoded_first, &resolved_first] {
+            prop_assert_eq!(cleaned, &received, "`{}`: left to clean in `{}`", raw, sent);
+        }
         prop_assert!(!holds_a_hazard(sent), "`{}` forwarded as `{}`", raw, sent);
         let served = received.strip_prefix("/base");
-        prop_assert_eq!(served, Some(authorized.as_str()), "`{}` authorized as `{}`, served as `{}`", raw, authorized, received);
+        prop_assert_eq!(
+            served,
+            Some(authorized.as_str()),
+            "`{}` authorized as `{}`, served as `{}`",
+            raw,
+            authorized,
+            received
+        );
 
         // The patterns decide on the path served.
-        let allow = [PathPattern::new("/metrics/*").unwrap(), PathPattern::new("/metrics").unwrap()];
+        let allow = ["/metrics/*", "/metrics"].map(|p| PathPattern::new(p).unwrap());
         let ignore = [PathPattern::new("/public/*").unwrap()];
         for patterns in [&allow[..], &ignore[..]] {
             prop_assert_eq!(
