@@ -14,7 +14,7 @@
 #   * properties: 256/10,000 of their CI cases locally (PROPTEST_CASES=10000 for CI's count);
 #   * the 60 s soak: only under CI=true or with AUTHZD_SOAK=1;
 #   * the revocation hammer: 10 s per mode under CI=true, 2 s locally (AUTHZD_HAMMER_SECS);
-#   * a missing tool (kubectl, Envoy, buf, Python, etcd) skips its tests locally, saying why,
+#   * a missing tool (kubectl, Envoy, buf, Python, etcd, nginx) skips its tests locally, saying why,
 #     and fails them under CI=true.
 #
 # With cargo-nextest installed the tests run under it (every test a process of its own, the
@@ -127,6 +127,28 @@ if [ -n "$etcdctl_bin" ]; then
   export AUTHZD_E2E_ETCDCTL="$etcdctl_bin"
 else
   echo "test.sh: no etcdctl available" >&2
+fi
+
+# --- nginx for tests/e2e/proxy_guards.rs (Debian's nginx: an upstream that cleans paths
+# itself, behind `authzd proxy`) --------------------------------------------------------
+find_nginx() {
+  command -v nginx || { [ -x /usr/sbin/nginx ] && echo /usr/sbin/nginx; } || true
+}
+nginx_bin="$(find_nginx)"
+if [ -z "$nginx_bin" ]; then
+  echo "test.sh: installing nginx (Debian nginx)" >&2
+  if command -v apt-get >/dev/null 2>&1; then
+    apt-get install -y -q nginx >/dev/null 2>&1 \
+      || { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q nginx >/dev/null 2>&1; } \
+      || true
+  fi
+  nginx_bin="$(find_nginx)"
+fi
+if [ -n "$nginx_bin" ]; then
+  export AUTHZD_E2E_NGINX="$nginx_bin"
+else
+  # tests/e2e/proxy_guards.rs's nginx tests fail under CI=true and skip (saying why) otherwise.
+  echo "test.sh: no nginx available" >&2
 fi
 
 # --- Rust -------------------------------------------------------------------------------

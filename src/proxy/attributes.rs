@@ -4,18 +4,36 @@
 //!
 //! * the verb from the HTTP method: POST `create`, GET `get`, PUT `update`, PATCH `patch`,
 //!   DELETE `delete`, any other `*`;
-//! * without `resourceAttributes`: the non-resource URL of the request's path;
+//! * without `resourceAttributes`: the non-resource URL of the request's clean path
+//!   (`request_path.rs`: percent-decoded, as Go's `URL.Path` is, and clean);
 //! * with them and no `rewrites`: those attributes, as written;
 //! * with `rewrites`: one resource request per value of the query parameter and then of the
 //!   header, each field a template whose `{{ .Value }}` is that value; no value at all asks
 //!   nothing, which the proxy answers 400.
 //!
-//! Paths are percent-decoded first, as Go's `URL.Path` is.
+//! A value the proxy cannot read is never skipped, for the upstream may read it: Go's
+//! `url.ParseQuery` drops a pair with a bad escape or a `;` and `Header.Values` hands over
+//! bytes whatever they are, so kube-rbac-proxy authorizes the values it could read and passes
+//! the others on unchecked. Here a header value that is not UTF-8, or, with a rewrite by query
+//! parameter, a query pair with a `;` (a separator to some servers), a key that does not
+//! decode, or a value of the parameter that does not decode to UTF-8 refuses the request (400).
 
-use http::{HeaderMap, Method, Uri};
+use http::{HeaderMap, Method};
 
 use super::config_file::{Authorization, ResourceAttributes, StaticRule};
+use super::request_path::CleanPath;
 use crate::request::{Action, NonResourceAttributes, ResourceAttributes as Resource, UserInfo};
+
+/// A rewrite value the proxy could not read (answered 400 with this text).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum UnreadableValue {
+    #[error("the query pair `{0}` holds a `;`, which some servers read as a separator")]
+    QuerySemicolon(String),
+    #[error("the query pair `{0}` does not decode to UTF-8 text")]
+    QueryPair(String),
+    #[error("a value of the header `{0}` is not UTF-8")]
+    Header(String),
+}
 
 /// kube-rbac-proxy's verb for `method`.
 pub fn verb(method: &Method) -> &'static str {
@@ -27,11 +45,6 @@ pub fn verb(method: &Method) -> &'static str {
         Method::DELETE => "delete",
         _ => "*",
     }
-}
-
-/// The request's path as Go's `URL.Path` holds it: percent-decoded.
-pub fn decoded_path(uri: &Uri) -> String {
-    percent_decode(uri.path(), false)
 }
 
 /// The actions asked about for one request (all must be allowed).
@@ -53,17 +66,25 @@ impl RequestAttributes {
         })
     }
 
-    pub fn actions(&self, method: &Method, uri: &Uri, headers: &HeaderMap) -> Vec<Action> {
+    /// The actions asked about for a request for `path` (its clean path) with `query` and
+    /// `headers`, or the value that could not be read.
+    pub fn actions(
+        &self,
+        method: &Method,
+        path: &CleanPath,
+        query: Option<&str>,
+        headers: &HeaderMap,
+    ) -> Result<Vec<Action>, UnreadableValue> {
         let verb = verb(method).to_string();
         let Some(attributes) = &self.authorization.resource_attributes else {
-            return vec![Action::NonResource(NonResourceAttributes {
-                path: decoded_path(uri),
+            return Ok(vec![Action::NonResource(NonResourceAttributes {
+                path: path.decoded().to_string(),
                 verb,
-            })];
+            })]);
         };
         let (Some(rewrites), Some(templates)) = (&self.authorization.rewrites, &self.templates)
         else {
-            return vec![Action::Resource(resource(attributes, verb))];
+            return Ok(vec![Action::Resource(resource(attributes, verb))]);
         };
         let mut values = Vec::new();
         if let Some(parameter) = rewrites
@@ -71,25 +92,20 @@ impl RequestAttributes {
             .as_ref()
             .filter(|p| !p.name.is_empty())
         {
-            values.extend(query_values(
-                uri.query().unwrap_or_default(),
-                &parameter.name,
-            ));
+            values.extend(query_values(query.unwrap_or_default(), &parameter.name)?);
         }
         if let Some(header) = rewrites
             .by_http_header
             .as_ref()
             .filter(|h| !h.name.is_empty())
         {
-            values.extend(
-                headers
-                    .get_all(header.name.as_str())
-                    .iter()
-                    .filter_map(|v| v.to_str().ok())
-                    .map(str::to_string),
-            );
+            for value in headers.get_all(header.name.as_str()) {
+                let text = std::str::from_utf8(value.as_bytes())
+                    .map_err(|_| UnreadableValue::Header(header.name.clone()))?;
+                values.push(text.to_string());
+            }
         }
-        values
+        Ok(values
             .iter()
             .map(|value| {
                 let [namespace, group, version, resource, subresource, name] =
@@ -104,7 +120,7 @@ impl RequestAttributes {
                     name,
                 })
             })
-            .collect()
+            .collect())
     }
 
     /// Whether a `static` entry allows `action` for `user` (kube-rbac-proxy asks these before
@@ -234,23 +250,21 @@ impl Template {
 }
 
 /// The values of `name` in a query string, as Go's `url.ParseQuery` reads them (`+` is a
-/// space, escapes decoded; a pair with a bad escape or a `;` is dropped).
-fn query_values(query: &str, name: &str) -> Vec<String> {
-    query
-        .split('&')
-        .filter(|pair| !pair.is_empty() && !pair.contains(';'))
-        .filter_map(|pair| {
-            let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-            let key = try_percent_decode(key, true)?;
-            (key == name)
-                .then(|| try_percent_decode(value, true))
-                .flatten()
-        })
-        .collect()
-}
-
-fn percent_decode(text: &str, plus_is_space: bool) -> String {
-    try_percent_decode(text, plus_is_space).unwrap_or_else(|| text.to_string())
+/// space, escapes decoded), or the first pair it would drop that could hold one: a pair with
+/// a `;`, a key that does not decode, or a value of `name` that does not decode to UTF-8.
+fn query_values(query: &str, name: &str) -> Result<Vec<String>, UnreadableValue> {
+    let mut values = Vec::new();
+    for pair in query.split('&').filter(|pair| !pair.is_empty()) {
+        if pair.contains(';') {
+            return Err(UnreadableValue::QuerySemicolon(pair.to_string()));
+        }
+        let unreadable = || UnreadableValue::QueryPair(pair.to_string());
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if try_percent_decode(key, true).ok_or_else(unreadable)? == name {
+            values.push(try_percent_decode(value, true).ok_or_else(unreadable)?);
+        }
+    }
+    Ok(values)
 }
 
 fn try_percent_decode(text: &str, plus_is_space: bool) -> Option<String> {
@@ -286,14 +300,20 @@ mod tests {
         RequestAttributes::new(parse(config).unwrap().authorization.unwrap_or_default()).unwrap()
     }
 
-    fn uri(text: &str) -> Uri {
-        text.parse().unwrap()
+    fn path(text: &str) -> CleanPath {
+        CleanPath::new(text).unwrap()
     }
 
     #[test]
-    fn without_resource_attributes_the_path_is_asked_about() {
-        let actions =
-            attributes("").actions(&Method::HEAD, &uri("/me%74rics?x=1"), &HeaderMap::new());
+    fn without_resource_attributes_the_clean_path_is_asked_about() {
+        let actions = attributes("")
+            .actions(
+                &Method::HEAD,
+                &path("/x/../me%74rics"),
+                Some("x=1"),
+                &HeaderMap::new(),
+            )
+            .unwrap();
         assert_eq!(
             actions,
             [Action::NonResource(NonResourceAttributes {
@@ -312,12 +332,72 @@ mod tests {
         );
         let mut headers = HeaderMap::new();
         headers.append("X-Namespace", "c".parse().unwrap());
-        let actions = rewrite.actions(&Method::GET, &uri("/m?namespace=a&namespace=b+x"), &headers);
+        headers.append(
+            "X-Namespace",
+            http::HeaderValue::from_bytes("d\u{e9}".as_bytes()).unwrap(),
+        );
+        let actions = rewrite
+            .actions(
+                &Method::GET,
+                &path("/m"),
+                Some("namespace=a&other=%ff&namespace=b+x"),
+                &headers,
+            )
+            .unwrap();
         let namespaces: Vec<_> = actions.iter().map(|a| a.namespace().to_string()).collect();
-        assert_eq!(namespaces, ["a", "b x", "c"]);
+        assert_eq!(namespaces, ["a", "b x", "c", "d\u{e9}"]);
         assert!(rewrite
-            .actions(&Method::GET, &uri("/m"), &HeaderMap::new())
+            .actions(&Method::GET, &path("/m"), None, &HeaderMap::new())
+            .unwrap()
             .is_empty());
+    }
+
+    #[test]
+    fn a_rewrite_value_that_cannot_be_read_refuses_the_request() {
+        let rewrite = attributes(
+            "authorization:\n  rewrites:\n    byQueryParameter:\n      name: namespace\n    \
+             byHttpHeader:\n      name: x-namespace\n  resourceAttributes:\n    apiVersion: v1\n    \
+             resource: namespace\n    subresource: metrics\n    namespace: '{{ .Value }}'\n",
+        );
+        let ask = |query: &str, header: &[u8]| {
+            let mut headers = HeaderMap::new();
+            headers.append("x-namespace", "default".parse().unwrap());
+            headers.append(
+                "x-namespace",
+                http::HeaderValue::from_bytes(header).unwrap(),
+            );
+            rewrite.actions(&Method::GET, &path("/m"), Some(query), &headers)
+        };
+        assert!(ask("namespace=default", b"default").is_ok());
+        for (query, header, why) in [
+            (
+                "namespace=default",
+                &b"kube\xff"[..],
+                UnreadableValue::Header("x-namespace".into()),
+            ),
+            (
+                "namespace=default&namespace=%ff",
+                b"default",
+                UnreadableValue::QueryPair("namespace=%ff".into()),
+            ),
+            (
+                "namespace=default&namespace=x%zz",
+                b"default",
+                UnreadableValue::QueryPair("namespace=x%zz".into()),
+            ),
+            (
+                "namespace=default&name%zz=x",
+                b"default",
+                UnreadableValue::QueryPair("name%zz=x".into()),
+            ),
+            (
+                "namespace=default&x=1;namespace=kube-system",
+                b"default",
+                UnreadableValue::QuerySemicolon("x=1;namespace=kube-system".into()),
+            ),
+        ] {
+            assert_eq!(ask(query, header), Err(why), "{query}");
+        }
     }
 
     #[test]

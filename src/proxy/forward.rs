@@ -1,8 +1,10 @@
 //! The request passed on to the one upstream, as Go's `httputil.NewSingleHostReverseProxy`
 //! passes it (kube-rbac-proxy's forwarder): the upstream's scheme and host, its path joined
-//! with the request's (one slash between), the queries joined, hop-by-hop headers dropped
-//! both ways, the caller's address appended to `X-Forwarded-For`, and 502 when the upstream
-//! cannot be reached.
+//! with the request's clean path (`request_path.rs`; one slash between), the queries joined,
+//! the caller's address appended to `X-Forwarded-For`, hop-by-hop headers dropped from the
+//! answer, and 502 when the upstream cannot be reached. The request's own hop-by-hop headers
+//! are dropped by the proxy before it sets the caller's identity (`Proxy::pass_on`), so that
+//! a `Connection` header cannot name that identity away.
 
 use std::net::SocketAddr;
 
@@ -11,6 +13,7 @@ use http::header::{HeaderName, CONNECTION};
 use http::{HeaderMap, HeaderValue, Request, Response, StatusCode, Uri, Version};
 use hyper::body::Incoming;
 
+use super::request_path::CleanPath;
 use crate::webhook::{outbound_client, OutboundClient};
 
 /// Hop-by-hop headers (RFC 9110 §7.6.1; Go's `hopHeaders`), never forwarded.
@@ -43,12 +46,15 @@ impl Upstream {
         }
     }
 
+    /// Passes `request` on for `path`, the path it was authorized for (its own URI gives
+    /// only the query); its headers go as they are, hop-by-hop ones already removed.
     pub async fn forward(
         &self,
         mut request: Request<Incoming>,
+        path: &CleanPath,
         remote: Option<SocketAddr>,
     ) -> Response<Body> {
-        let uri = match self.uri(request.uri()) {
+        let uri = match upstream_uri(&self.target, path, request.uri().query()) {
             Ok(uri) => uri,
             Err(error) => return bad_gateway(&error),
         };
@@ -58,10 +64,8 @@ impl Upstream {
         } else {
             Version::HTTP_11
         };
-        let headers = request.headers_mut();
-        remove_hop_by_hop(headers);
         if let Some(remote) = remote {
-            append_forwarded_for(headers, remote);
+            append_forwarded_for(request.headers_mut(), remote);
         }
         match self.client.request(request).await {
             Ok(response) => {
@@ -75,38 +79,42 @@ impl Upstream {
             }
         }
     }
-
-    /// Go's `rewriteRequestURL`: scheme and authority of the target, `joinURLPath`, and the
-    /// queries joined with `&`.
-    fn uri(&self, incoming: &Uri) -> Result<Uri, String> {
-        let base = self.target.path();
-        let path = incoming.path();
-        let joined = match (base.ends_with('/'), path.starts_with('/')) {
-            (true, true) => format!("{base}{}", &path[1..]),
-            (false, false) => format!("{base}/{path}"),
-            _ => format!("{base}{path}"),
-        };
-        let query = match (self.target.query(), incoming.query()) {
-            (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => format!("?{a}&{b}"),
-            (Some(a), _) if !a.is_empty() => format!("?{a}"),
-            (_, Some(b)) if !b.is_empty() => format!("?{b}"),
-            _ => String::new(),
-        };
-        Uri::builder()
-            .scheme(self.target.scheme_str().unwrap_or("http"))
-            .authority(
-                self.target
-                    .authority()
-                    .map(|a| a.as_str())
-                    .unwrap_or_default(),
-            )
-            .path_and_query(format!("{joined}{query}"))
-            .build()
-            .map_err(|e| format!("cannot build the upstream URL: {e}"))
-    }
 }
 
-fn remove_hop_by_hop(headers: &mut HeaderMap) {
+/// The URI a request for `path` with `query` goes to, as Go's `rewriteRequestURL` builds it:
+/// scheme and authority of `target` (`--upstream`), `joinURLPath` of its path and `path`
+/// (escaped as the client escaped it), and the queries joined with `&`, the request's as it
+/// came.
+pub fn upstream_uri(target: &Uri, path: &CleanPath, query: Option<&str>) -> Result<Uri, String> {
+    let base = target.path();
+    let path = path.escaped();
+    let joined = match (base.ends_with('/'), path.starts_with('/')) {
+        (true, true) => format!("{base}{}", &path[1..]),
+        (false, false) => format!("{base}/{path}"),
+        _ => format!("{base}{path}"),
+    };
+    let query = match (target.query(), query) {
+        (Some(a), Some(b)) if !a.is_empty() && !b.is_empty() => format!("?{a}&{b}"),
+        (Some(a), _) if !a.is_empty() => format!("?{a}"),
+        (_, Some(b)) if !b.is_empty() => format!("?{b}"),
+        _ => String::new(),
+    };
+    Uri::builder()
+        .scheme(target.scheme_str().unwrap_or("http"))
+        .authority(target.authority().map(|a| a.as_str()).unwrap_or_default())
+        .path_and_query(format!("{joined}{query}"))
+        .build()
+        .map_err(|e| format!("cannot build the upstream URL: {e}"))
+}
+
+/// Whether `name` is hop-by-hop whatever the `Connection` header says.
+pub fn is_hop_by_hop(name: &HeaderName) -> bool {
+    HOP_BY_HOP.contains(&name.as_str())
+}
+
+/// Drops the headers that concern one connection only: those `Connection` names and the
+/// fixed list (RFC 9110 §7.6.1).
+pub fn remove_hop_by_hop(headers: &mut HeaderMap) {
     // Headers the Connection header names are hop-by-hop too.
     let named: Vec<HeaderName> = headers
         .get_all(CONNECTION)
@@ -158,15 +166,15 @@ mod tests {
     use super::*;
 
     fn joined(target: &str, incoming: &str) -> String {
-        let upstream = Upstream::new(target.parse().unwrap(), None, false);
-        upstream
-            .uri(&incoming.parse().unwrap())
+        let incoming: Uri = incoming.parse().unwrap();
+        let path = CleanPath::of(&incoming).unwrap();
+        upstream_uri(&target.parse().unwrap(), &path, incoming.query())
             .unwrap()
             .to_string()
     }
 
-    #[tokio::test]
-    async fn the_upstream_url_joins_paths_and_queries_as_go() {
+    #[test]
+    fn the_upstream_url_joins_paths_and_queries_as_go() {
         assert_eq!(
             joined("http://127.0.0.1:8081/", "/metrics?a=1"),
             "http://127.0.0.1:8081/metrics?a=1"
@@ -175,6 +183,11 @@ mod tests {
         assert_eq!(
             joined("http://u:1/base?k=v", "/x?a=1"),
             "http://u:1/base/x?k=v&a=1"
+        );
+        // The clean path, the query as it came.
+        assert_eq!(
+            joined("http://u:1/base/", "/a//./b/../c%20d?x=%2e%2e/&y"),
+            "http://u:1/base/a/c%20d?x=%2e%2e/&y"
         );
     }
 

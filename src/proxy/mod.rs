@@ -5,10 +5,15 @@
 //! (docs/caller-cache.md), so an allowed request usually costs no round trip at all.
 //!
 //! Per request, in kube-rbac-proxy's order (`cmd/kube-rbac-proxy/app/kube-rbac-proxy.go`):
+//! the path cleaned once (`request_path.rs`; 400 when it cannot be cleaned safely) →
 //! `--allow-paths` (404 outside them) → `--ignore-paths` (passed on unchecked) → who is
-//! asking (`identity.rs`; 401) → what they ask (`attributes.rs`; 400 when nothing) → each
-//! action allowed by a `static` entry or by authzd (403 naming it; 500 when authzd cannot
-//! answer) → the upstream (`forward.rs`), told the caller in headers when asked.
+//! asking (`identity.rs`; 401) → what they ask (`attributes.rs`; 400 when nothing, or a value
+//! it cannot read) → each action allowed by a `static` entry or by authzd (403 naming it; 500
+//! when authzd cannot answer) → the upstream (`forward.rs`), for the clean path, told the
+//! caller in headers when asked (`identity_headers.rs`).
+//!
+//! INVARIANT: the path the patterns match, the path authzd is asked about and the path the
+//! upstream receives are one `CleanPath`, computed once per request.
 //!
 //! Files: `config_file.rs` (the `--config-file`), `paths.rs` (Go's `path.Match`).
 
@@ -16,7 +21,9 @@ pub mod attributes;
 pub mod config_file;
 pub mod forward;
 pub mod identity;
+pub mod identity_headers;
 pub mod paths;
+pub mod request_path;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -27,12 +34,14 @@ use hyper::body::Incoming;
 
 use crate::api::authn::token_file::TokenFile;
 use crate::caller::{Client, LocalCacheConfig};
-use crate::config::proxy::{AuthHeaders, ProxySettings};
-use crate::request::Request as Question;
+use crate::config::proxy::ProxySettings;
+use crate::request::{Request as Question, UserInfo};
 use crate::transport::{self, tls, ConnectionInfo, ListenAddr, Listener, SocketMode};
 use attributes::RequestAttributes;
 use identity::Identify;
+use identity_headers::IdentityHeaders;
 use paths::PathPattern;
+use request_path::CleanPath;
 
 /// Everything a request is decided and passed on with.
 pub struct Proxy {
@@ -42,7 +51,7 @@ pub struct Proxy {
     attributes: RequestAttributes,
     authzd: Client,
     upstream: forward::Upstream,
-    auth_headers: Option<AuthHeaders>,
+    identity_headers: Option<IdentityHeaders>,
 }
 
 /// Why the proxy cannot start.
@@ -105,7 +114,11 @@ impl Proxy {
                 upstream_tls,
                 settings.upstream_h2c,
             ),
-            auth_headers: settings.auth_headers.clone(),
+            identity_headers: settings
+                .auth_headers
+                .as_ref()
+                .map(IdentityHeaders::new)
+                .transpose()?,
         })
     }
 
@@ -136,14 +149,17 @@ impl Proxy {
     }
 
     pub async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
-        let path = attributes::decoded_path(request.uri());
-        if !self.allow.is_empty() && !paths::any_matches(&self.allow, &path) {
+        let path = match CleanPath::of(request.uri()) {
+            Ok(path) => path,
+            Err(why) => return text(StatusCode::BAD_REQUEST, &format!("Bad Request: {why}")),
+        };
+        if !self.allow.is_empty() && !paths::any_matches(&self.allow, path.decoded()) {
             return text(StatusCode::NOT_FOUND, "404 page not found");
         }
         let connection = request.extensions().get::<Arc<ConnectionInfo>>().cloned();
         let remote = connection.as_ref().and_then(|c| c.remote_addr);
-        if paths::any_matches(&self.ignore, &path) {
-            return self.upstream.forward(request, remote).await;
+        if paths::any_matches(&self.ignore, path.decoded()) {
+            return self.pass_on(request, &path, None, remote).await;
         }
         let caller = match self
             .identify
@@ -156,10 +172,16 @@ impl Proxy {
                 return text(StatusCode::UNAUTHORIZED, "Unauthorized");
             }
         };
-        let mut actions = self
-            .attributes
-            .actions(request.method(), request.uri(), request.headers())
-            .into_iter();
+        let actions = match self.attributes.actions(
+            request.method(),
+            &path,
+            request.uri().query(),
+            request.headers(),
+        ) {
+            Ok(actions) => actions,
+            Err(why) => return text(StatusCode::BAD_REQUEST, &format!("Bad Request: {why}")),
+        };
+        let mut actions = actions.into_iter();
         let Some(first) = actions.next() else {
             return text(
                 StatusCode::BAD_REQUEST,
@@ -180,22 +202,41 @@ impl Proxy {
                 None => break,
             }
         }
-        let headers = request.headers_mut();
         if caller.by_token {
-            headers.remove(http::header::AUTHORIZATION);
+            request.headers_mut().remove(http::header::AUTHORIZATION);
         }
-        if let Some(names) = &self.auth_headers {
-            let groups = caller.user.groups.join(&names.separator);
-            for (name, value) in [(&names.user, &caller.user.name), (&names.groups, &groups)] {
-                if let (Ok(name), Ok(value)) = (
-                    http::HeaderName::try_from(name.as_str()),
-                    HeaderValue::from_str(value),
-                ) {
-                    headers.insert(name, value);
+        self.pass_on(request, &path, Some(caller.user.as_ref()), remote)
+            .await
+    }
+
+    /// Passes `request` on for `path`, telling the upstream who `caller` is when asked to. The
+    /// order matters: hop-by-hop headers (and those `Connection` names) go first, then every
+    /// identity the client claimed, and only then is the caller's set, so that nothing the
+    /// client sent can remove or stand in for it (kube-rbac-proxy sets its headers before Go's
+    /// `ReverseProxy` drops what `Connection` names, `net/http/httputil/reverseproxy.go`).
+    async fn pass_on(
+        &self,
+        mut request: Request<Incoming>,
+        path: &CleanPath,
+        caller: Option<&UserInfo>,
+        remote: Option<std::net::SocketAddr>,
+    ) -> Response<Body> {
+        let headers = request.headers_mut();
+        forward::remove_hop_by_hop(headers);
+        if let Some(identity) = &self.identity_headers {
+            identity.remove_claimed(headers);
+            if let Some(user) = caller {
+                if let Err(why) = identity.tell(user, headers) {
+                    tracing::error!(
+                        %why,
+                        user = %user.name,
+                        "cannot tell the upstream who the caller is"
+                    );
+                    return text(StatusCode::INTERNAL_SERVER_ERROR, "Internal Server Error");
                 }
             }
         }
-        self.upstream.forward(request, remote).await
+        self.upstream.forward(request, path, remote).await
     }
 
     /// Why `question` is not let through (403, or 500 when authzd cannot answer), or `None`

@@ -9,8 +9,11 @@
 //!   gRPC Authorize of the request it maps to;
 //! * `proxy`: `authzd proxy` with kube-rbac-proxy's example configurations, a real HTTP
 //!   upstream and TokenReview endpoint (`proxy_peers.py`), asked with curl;
-//!   `proxy_deadline`: `authzd proxy` in front of an authzd frozen with SIGSTOP answers 500
+//! * `proxy_deadline`: `authzd proxy` in front of an authzd frozen with SIGSTOP answers 500
 //!   within `--authzd-timeout`, and decides again once authzd resumes;
+//! * `proxy_guards`: `authzd proxy` against hostile clients: raw paths with dot segments and
+//!   encoded ones in front of upstreams that clean paths themselves (Python's `http.server`,
+//!   nginx), claimed identity headers, `Connection` naming them, unreadable rewrite values;
 //! * `deploy`: `deploy/`'s manifests parse and agree with the binary and the shipped policy;
 //! * `loadgen`: the load generator against a spawned authzd and the no-op server;
 //! * `soak`: 60 s at saturation with good, hostile and slow traffic — opt-in locally
@@ -36,5 +39,6 @@ mod kubectl_protobuf;
 mod loadgen;
 mod proxy;
 mod proxy_deadline;
+mod proxy_guards;
 mod reflection;
 mod soak;

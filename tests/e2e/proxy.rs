@@ -17,7 +17,7 @@ use std::time::Duration;
 use crate::support::server::{http_get_with, Server, BIN};
 use crate::support::tools::{tool_or_skip, Tool, CURL};
 
-const PYTHON: Tool = Tool {
+pub(super) const PYTHON: Tool = Tool {
     what: "Python 3",
     env: "AUTHZD_E2E_PYTHON",
     fallback: "python3",
@@ -31,8 +31,8 @@ const AUTHZD_TOKENS: &str = "proxy-token,authzd-proxy,uid-p,system:masters\n";
 const CALLER_TOKENS: &str =
     "sa-token,system:serviceaccount:default:default,uid-sa,system:serviceaccounts\n\
                              other-token,someone-else,uid-o,system:serviceaccounts\n";
-const SA: &str = "sa-token";
-const OTHER: &str = "other-token";
+pub(super) const SA: &str = "sa-token";
+pub(super) const OTHER: &str = "other-token";
 
 // The policy of each example's client-rbac.yaml (the namespaced ones in `default`, where
 // `kubectl apply` puts them).
@@ -101,7 +101,7 @@ authorization:
     name: kube-rbac-proxy
 ";
 
-const REWRITES_CONFIG: &str = "\
+pub(super) const REWRITES_CONFIG: &str = "\
 authorization:
   rewrites:
     byQueryParameter:
@@ -130,7 +130,7 @@ authorization:
 ";
 
 /// The same rewrite by a header (`authorization.rewrites.byHttpHeader`).
-const HEADER_REWRITE_CONFIG: &str = "\
+pub(super) const HEADER_REWRITE_CONFIG: &str = "\
 authorization:
   rewrites:
     byHttpHeader:
@@ -143,14 +143,14 @@ authorization:
 ";
 
 /// A process that prints `listening on PORT` (the peers) or `authzd proxy listening on ADDR`.
-struct Process {
+pub(super) struct Process {
     child: Child,
-    addr: String,
+    pub(super) addr: String,
     log: std::sync::Arc<std::sync::Mutex<String>>,
 }
 
 impl Process {
-    fn start(mut command: Command, stdout_announces: bool) -> Process {
+    pub(super) fn start(mut command: Command, stdout_announces: bool) -> Process {
         command.stdin(Stdio::null());
         command.stdout(Stdio::piped()).stderr(Stdio::piped());
         let mut child = command.spawn().expect("start");
@@ -190,7 +190,7 @@ impl Process {
         Process { child, addr, log }
     }
 
-    fn log(&self) -> String {
+    pub(super) fn log(&self) -> String {
         self.log.lock().unwrap().clone()
     }
 }
@@ -203,26 +203,34 @@ impl Drop for Process {
 }
 
 /// authzd with the examples' policies, the upstream, and what the proxies need.
-struct Fixture {
-    dir: tempfile::TempDir,
-    python: PathBuf,
+pub(super) struct Fixture {
+    pub(super) dir: tempfile::TempDir,
+    pub(super) python: PathBuf,
     curl: PathBuf,
     authzd: Server,
-    upstream: Process,
+    pub(super) upstream: Process,
 }
 
 impl Fixture {
-    async fn start() -> Option<Fixture> {
+    pub(super) async fn start() -> Option<Fixture> {
+        Self::start_with(&[]).await
+    }
+
+    /// [`Self::start`] with `policies` (file name, text) beside the examples'.
+    pub(super) async fn start_with(policies: &[(&str, &str)]) -> Option<Fixture> {
         let curl = tool_or_skip(&CURL)?;
         let python = tool_or_skip(&PYTHON)?;
         let dir = tempfile::tempdir().unwrap();
         let policy = dir.path().join("policy");
         std::fs::create_dir(&policy).unwrap();
-        for (name, text) in [
+        for &(name, text) in [
             ("services-proxy.yaml", SERVICES_PROXY),
             ("namespace-metrics.yaml", NAMESPACE_METRICS),
             ("metrics-url.yaml", METRICS_URL),
-        ] {
+        ]
+        .iter()
+        .chain(policies)
+        {
             std::fs::write(policy.join(name), text).unwrap();
         }
         let tokens = write(dir.path(), "authzd-tokens.csv", AUTHZD_TOKENS);
@@ -244,12 +252,12 @@ impl Fixture {
         })
     }
 
-    fn path(&self, name: &str) -> String {
+    pub(super) fn path(&self, name: &str) -> String {
         self.dir.path().join(name).to_str().unwrap().to_string()
     }
 
     /// `authzd proxy` with `flags` (kube-rbac-proxy's) and the fixture's authzd.
-    fn proxy(&self, flags: &[&str]) -> Process {
+    pub(super) fn proxy(&self, flags: &[&str]) -> Process {
         let mut command = Command::new(BIN);
         command
             .arg("proxy")
@@ -262,18 +270,18 @@ impl Fixture {
     }
 
     /// [`Self::proxy`] on plain HTTP, in front of the upstream.
-    fn plain_proxy(&self, flags: &[&str]) -> Process {
+    pub(super) fn plain_proxy(&self, flags: &[&str]) -> Process {
         let upstream = format!("--upstream={}", self.upstream_url());
         let mut all = vec!["--insecure-listen-address=127.0.0.1:0", upstream.as_str()];
         all.extend_from_slice(flags);
         self.proxy(&all)
     }
 
-    fn upstream_url(&self) -> String {
+    pub(super) fn upstream_url(&self) -> String {
         format!("http://{}/", self.upstream.addr)
     }
 
-    fn config(&self, name: &str, text: &str) -> String {
+    pub(super) fn config(&self, name: &str, text: &str) -> String {
         write(self.dir.path(), name, text)
             .to_str()
             .unwrap()
@@ -281,7 +289,13 @@ impl Fixture {
     }
 
     /// curl's answer: (status, body).
-    fn curl(&self, args: &[&str]) -> (u16, String) {
+    pub(super) fn curl(&self, args: &[&str]) -> (u16, String) {
+        let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+        self.curl_bytes(&args)
+    }
+
+    /// [`Self::curl`] with arguments that need not be UTF-8 (raw header bytes).
+    pub(super) fn curl_bytes(&self, args: &[&std::ffi::OsStr]) -> (u16, String) {
         let output = Command::new(&self.curl)
             .args(["-s", "-k", "--max-time", "10", "-w", "\n%{http_code}"])
             .args(args)
@@ -292,7 +306,7 @@ impl Fixture {
         (status.trim().parse().unwrap_or(0), body.to_string())
     }
 
-    fn get(&self, url: &str, token: Option<&str>) -> (u16, String) {
+    pub(super) fn get(&self, url: &str, token: Option<&str>) -> (u16, String) {
         let header = token.map(|t| format!("Authorization: Bearer {t}"));
         let mut args = vec![url];
         if let Some(header) = &header {
@@ -325,11 +339,11 @@ async fn decisions(fixture: &Fixture) -> f64 {
         .sum()
 }
 
-fn peers() -> PathBuf {
+pub(super) fn peers() -> PathBuf {
     crate::support::repo().join("tests/e2e/proxy_peers.py")
 }
 
-fn upstream_saw(body: &str) -> serde_json::Value {
+pub(super) fn upstream_saw(body: &str) -> serde_json::Value {
     serde_json::from_str(body).unwrap_or_else(|e| panic!("not the upstream's answer ({e}): {body}"))
 }
 

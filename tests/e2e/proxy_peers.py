@@ -1,7 +1,16 @@
 """The peers of `authzd proxy` in tests/e2e/proxy.rs, on the standard library alone.
 
     proxy_peers.py upstream           an HTTP upstream answering every request with JSON of
-                                      what it received (method, path, query, headers)
+                                      what it received (method, path, query, headers, and
+                                      every header line as sent: `header_lines`)
+    proxy_peers.py files DIR          an upstream that cleans paths itself, as http.server
+                                      does: it writes and serves DIR (index.html
+                                      "ROOT-INDEX", secret/flag "SECRET-FLAG", metrics/data
+                                      "METRICS-DATA", public/readme "PUBLIC-README") through
+                                      SimpleHTTPRequestHandler.translate_path (the path
+                                      decoded, then posixpath.normpath), answering JSON
+                                      {"received": the request target, "content": the file's
+                                      text, or null with 404}
     proxy_peers.py apiserver TOKENS   a Kubernetes API server's TokenReview endpoint
                                       (/apis/authentication.k8s.io/v1/tokenreviews): TOKENS is
                                       a JSON file {token: {"user": {...}, "audiences": [...]}}
@@ -9,9 +18,11 @@
 Each prints `listening on PORT` once bound to 127.0.0.1, then serves until killed.
 """
 
+import functools
 import json
+import os
 import sys
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 
 
 class Upstream(BaseHTTPRequestHandler):
@@ -26,6 +37,7 @@ class Upstream(BaseHTTPRequestHandler):
             "path": path,
             "query": query,
             "headers": {k.lower(): v for k, v in self.headers.items()},
+            "header_lines": [[k, v] for k, v in self.headers.items()],
             "body": body,
         }
         data = json.dumps(document).encode()
@@ -40,6 +52,46 @@ class Upstream(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
+
+
+class Files(SimpleHTTPRequestHandler):
+    """http.server's own path cleaning (translate_path), without its redirect of a directory
+    to a trailing slash, so that the answer shows where a path lands."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):
+        target = self.translate_path(self.path)
+        if os.path.isdir(target):
+            target = os.path.join(target, "index.html")
+        try:
+            with open(target) as file:
+                content, status = file.read(), 200
+        except OSError:
+            content, status = None, 404
+        data = json.dumps({"received": self.path, "content": content}).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+def files(root):
+    for name, text in [
+        ("index.html", "ROOT-INDEX"),
+        ("secret/flag", "SECRET-FLAG"),
+        ("metrics/data", "METRICS-DATA"),
+        ("public/readme", "PUBLIC-README"),
+    ]:
+        path = os.path.join(root, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "w") as file:
+            file.write(text)
+    return functools.partial(Files, directory=root)
 
 
 def apiserver(tokens):
@@ -84,6 +136,8 @@ def main():
     mode = sys.argv[1]
     if mode == "upstream":
         handler = Upstream
+    elif mode == "files":
+        handler = files(sys.argv[2])
     elif mode == "apiserver":
         with open(sys.argv[2]) as file:
             handler = apiserver(json.load(file))

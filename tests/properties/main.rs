@@ -13,6 +13,7 @@
 //! * `incremental`: an updated engine answers as one built from scratch;
 //! * `impact`: a change's impact covers every answer it changes;
 //! * `applier`: etcd mode's in-place applier publishes what a copy would;
+//! * `proxy_paths`: `authzd proxy` authorizes exactly the path it forwards, or refuses it;
 //! * `shapes`: the benches' policy shapes get their expected answers.
 //!
 //! How many cases each property runs is `tests/support/cases.rs`'s: full strength under
@@ -31,6 +32,7 @@ mod escalation;
 mod gate;
 mod impact;
 mod incremental;
+mod proxy_paths;
 mod rules_review;
 mod search;
 mod shapes;

@@ -54,6 +54,15 @@ pub const ETCDCTL: Tool = Tool {
     probe_env: &[("ETCDCTL_API", "3")],
 };
 
+/// Debian's nginx: an upstream that cleans paths itself, behind `authzd proxy`.
+pub const NGINX: Tool = Tool {
+    what: "nginx",
+    env: "AUTHZD_E2E_NGINX",
+    fallback: "nginx",
+    probe: &["-v"],
+    probe_env: &[],
+};
+
 pub const ENVOY: Tool = Tool {
     what: "Envoy",
     env: "AUTHZD_E2E_ENVOY",
