@@ -99,10 +99,8 @@ impl CleanPath {
             escaped.push_str(segment);
         }
         // Go's `cleanPath` puts back the trailing slash `path.Clean` removes.
-        if escaped.is_empty() {
-            escaped.push('/');
-            decoded.push(b'/');
-        } else if raw.ends_with('/') {
+        // An empty path is the root.
+        if escaped.is_empty() || raw.ends_with('/') {
             escaped.push('/');
             decoded.push(b'/');
         }

@@ -265,7 +265,7 @@ mod tests {
     fn entries_the_file_refuses_are_counted_lost() {
         let (log, writer) = AuditLog::open(Path::new("/dev/full"), 4096, Arc::default()).unwrap();
         for _ in 0..1000 {
-            log.write("Apply", &caller(), json!({}), Err("refused".into()));
+            log.write("Apply", &caller(), None, json!({}), Err("refused".into()));
         }
         let counts = Arc::clone(&log.counts);
         drop(log);

@@ -91,7 +91,6 @@ struct Oracle {
     certain: ReferenceEvaluator,
     /// Answers of `certain` already asked, by what they depend on ([`Self::key`]).
     asked: HashMap<Key, Decision>,
-    certain_policy: PolicySet,
     /// The bindings of the policy held for certain whose subjects name the author: kind,
     /// namespace and the effective rules of the role (none when it is missing).
     reach: Vec<(BindingKind, String, Vec<PolicyRule>)>,
@@ -156,7 +155,6 @@ impl Oracle {
             full: ReferenceEvaluator::new(policy, config),
             certain: ReferenceEvaluator::new(&certain, config),
             asked: HashMap::new(),
-            certain_policy: certain,
             diff: policy.diff_config(),
             universe: Arc::clone(&UNIVERSE),
         }

@@ -93,7 +93,7 @@ impl Scene {
 fn a_commit_cut_at_any_step_recovers_whole() {
     // The journal's own temporary file, half-written: the commit never began.
     let scene = Scene::new();
-    let (old, new) = scene.old_and_new();
+    let (old, _) = scene.old_and_new();
     let journal = scene.journal.encode(&scene.writes);
     let unfinished = scene
         .dir
