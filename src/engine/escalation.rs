@@ -15,6 +15,13 @@
 //! it `delete`; here a `*` is covered only where every value it stands for is. Deny rules in
 //! the written role grant nothing and need no cover.
 //!
+//! Taking a deny rule away grants what it withheld, so it is checked as granting is: a write
+//! that replaces a bound role without one of its deny rules, deletes a bound role that has
+//! deny rules, or deletes or narrows a binding of such a role (a subject dropped, another role
+//! referenced) needs `escalate` on the role (`bind` for a binding), or to hold what each lifted
+//! deny rule withholds, in every scope it was bound in ([`EscalationCheck::check_delete`] for
+//! deletes). A nadia denied `delete secrets` cannot lift her own denial.
+//!
 //! Content clauses (docs/security.md §4): a rule with clauses is narrower than the same rule
 //! without, so an unrestricted grant covers it; a grant the caller holds only under clauses
 //! covers only a rule restricted exactly the same way (a refusal says so).
@@ -280,6 +287,63 @@ fn scope_of(namespace: &str) -> Scope<'_> {
     }
 }
 
+/// A deny rule as the grant its removal makes.
+fn as_grant(rule: &PolicyRule) -> PolicyRule {
+    PolicyRule {
+        deny: false,
+        ..rule.clone()
+    }
+}
+
+/// Whether a deleted object's removal may lift a deny rule: a role with deny rules, or a
+/// binding of one.
+fn has_deny_rules_of(current: &PolicySet) -> impl Fn(&PolicyObject) -> bool + '_ {
+    move |object| match object {
+        PolicyObject::Role(role) => role.rules.iter().any(|r| r.deny),
+        PolicyObject::Binding(binding) => current
+            .roles
+            .iter()
+            .filter(|r| r.kind == binding.role_ref.kind && r.name == binding.role_ref.name)
+            .any(|r| r.rules.iter().any(|r| r.deny)),
+        _ => false,
+    }
+}
+
+/// Where `role` is bound in `policy`: cluster-wide (a ClusterRoleBinding), else the namespace
+/// of each RoleBinding.
+fn bound_scopes<'p>(policy: &'p PolicySet, role: &Role) -> Vec<Scope<'p>> {
+    let mut namespaces = BTreeSet::new();
+    for binding in &policy.bindings {
+        let role_namespace = match binding.role_ref.kind {
+            RoleKind::ClusterRole => "",
+            RoleKind::Role => binding.namespace.as_str(),
+        };
+        if binding.role_ref.kind != role.kind
+            || binding.role_ref.name != role.name
+            || role_namespace != role.namespace
+        {
+            continue;
+        }
+        if binding.namespace.is_empty() {
+            return vec![Scope::Cluster];
+        }
+        namespaces.insert(binding.namespace.as_str());
+    }
+    namespaces.into_iter().map(Scope::Namespace).collect()
+}
+
+/// The refusal of lifting deny rules whose withheld requests `missing` lists, if any.
+fn lifted_refusal(what: &str, missing: BTreeSet<String>, remedy: String) -> Option<String> {
+    if missing.is_empty() {
+        return None;
+    }
+    let missing: Vec<String> = missing.into_iter().collect();
+    Some(format!(
+        "{what}: you cannot lift a deny rule that withholds what you do not hold yourself:\n  - {}\n  ({remedy})",
+        missing.join("\n  - ")
+    ))
+}
+
 /// How the caller could be allowed the refused write anyway: the verb that bypasses the check.
 /// `*` on every resource and every non-resource URL: cluster-admin.
 fn full_authority() -> [PolicyRule; 2] {
@@ -439,12 +503,150 @@ impl EscalationCheck<'_> {
                     missing.join("\n  - ")
                 ));
             }
+            if let Some(lifted) = self.lifted_by_replacing(&holder, current, &aggregated, object) {
+                refusals.push(lifted);
+            }
         }
         if refusals.is_empty() {
             Ok(())
         } else {
             Err(refusals.join("\n"))
         }
+    }
+
+    /// Deletes of `objects` (as they are in `current`): a FieldPolicy or a ChangeGate is
+    /// checked as writing one is; a role or binding takes access away, but its deny rules too,
+    /// which is checked as granting what they withheld is.
+    pub fn check_delete(
+        &self,
+        current: &PolicySet,
+        objects: &[PolicyObject],
+    ) -> Result<(), String> {
+        let written: Vec<PolicyObject> = objects
+            .iter()
+            .filter(|o| {
+                matches!(
+                    o,
+                    PolicyObject::FieldPolicy(_) | PolicyObject::ChangeGate(_)
+                )
+            })
+            .cloned()
+            .collect();
+        self.check(current, &written)?;
+        if self.is_super() || !objects.iter().any(has_deny_rules_of(current)) {
+            return Ok(());
+        }
+        let aggregated = aggregated_rules(current);
+        let cell = std::cell::OnceCell::new();
+        let holder = || {
+            cell.get_or_init(|| Holder::of(current, &aggregated, self.caller, self.engine.config()))
+        };
+        let refusals: Vec<String> = objects
+            .iter()
+            .filter_map(|object| match object {
+                PolicyObject::Role(role) => {
+                    let denies: Vec<&PolicyRule> = role.rules.iter().filter(|r| r.deny).collect();
+                    self.lifted_role(&holder, current, role, &denies)
+                }
+                PolicyObject::Binding(binding) => {
+                    self.lifted_binding(&holder, current, &aggregated, binding)
+                }
+                _ => None,
+            })
+            .collect();
+        if refusals.is_empty() {
+            Ok(())
+        } else {
+            Err(refusals.join("\n"))
+        }
+    }
+
+    /// For a written object that replaces one in `current`: the refusal of the deny rules the
+    /// replacement takes away, when the caller does not hold what they withheld.
+    fn lifted_by_replacing<'h>(
+        &self,
+        holder: &dyn Fn() -> &'h Holder<'h>,
+        current: &PolicySet,
+        aggregated: &HashMap<String, Vec<PolicyRule>>,
+        object: &PolicyObject,
+    ) -> Option<String> {
+        match object {
+            PolicyObject::Role(role) => {
+                let old = current.roles.iter().find(|r| r.key() == role.key())?;
+                let lifted: Vec<&PolicyRule> = old
+                    .rules
+                    .iter()
+                    .filter(|r| r.deny && !role.rules.contains(r))
+                    .collect();
+                self.lifted_role(holder, current, old, &lifted)
+            }
+            PolicyObject::Binding(binding) => {
+                let old = current.bindings.iter().find(|b| b.key() == binding.key())?;
+                let narrowed = old.role_ref != binding.role_ref
+                    || old.subjects.iter().any(|s| !binding.subjects.contains(s));
+                narrowed
+                    .then(|| self.lifted_binding(holder, current, aggregated, old))
+                    .flatten()
+            }
+            _ => None,
+        }
+    }
+
+    /// The refusal of taking `denies` (deny rules of `role`) away, where the role is bound.
+    fn lifted_role<'h>(
+        &self,
+        holder: &dyn Fn() -> &'h Holder<'h>,
+        current: &PolicySet,
+        role: &Role,
+        denies: &[&PolicyRule],
+    ) -> Option<String> {
+        if denies.is_empty() {
+            return None;
+        }
+        let scopes = bound_scopes(current, role);
+        if scopes.is_empty()
+            || self.holds_on_role("escalate", role.kind, &role.namespace, &role.name)
+        {
+            return None;
+        }
+        let withheld: Vec<PolicyRule> = denies.iter().map(|r| as_grant(r)).collect();
+        let missing: BTreeSet<String> = scopes
+            .into_iter()
+            .flat_map(|scope| self.uncovered(holder(), &withheld, scope))
+            .collect();
+        lifted_refusal(
+            &role.describe(),
+            missing,
+            remedy("escalate", role.kind, &role.name, &role.namespace),
+        )
+    }
+
+    /// The refusal of taking away what `binding` (as it is in `current`) applies of its
+    /// role's deny rules.
+    fn lifted_binding<'h>(
+        &self,
+        holder: &dyn Fn() -> &'h Holder<'h>,
+        current: &PolicySet,
+        aggregated: &HashMap<String, Vec<PolicyRule>>,
+        binding: &Binding,
+    ) -> Option<String> {
+        let (_, rules) = role_of(current, aggregated, binding)?;
+        let withheld: Vec<PolicyRule> = rules.iter().filter(|r| r.deny).map(as_grant).collect();
+        let role_ref = &binding.role_ref;
+        if withheld.is_empty()
+            || self.holds_on_role("bind", role_ref.kind, &binding.namespace, &role_ref.name)
+        {
+            return None;
+        }
+        let missing: BTreeSet<String> = self
+            .uncovered(holder(), &withheld, scope_of(&binding.namespace))
+            .into_iter()
+            .collect();
+        lifted_refusal(
+            &binding.describe(),
+            missing,
+            remedy("bind", role_ref.kind, &role_ref.name, &binding.namespace),
+        )
     }
 
     fn check_role<'h>(&self, holder: &dyn Fn() -> &'h Holder<'h>, role: &Role) -> Vec<String> {

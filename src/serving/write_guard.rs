@@ -74,22 +74,10 @@ impl WriteGuard for PolicyWriteGuard {
         };
         match self.op {
             WriteOp::Apply => escalation.check(current, objects),
-            // Deleting a role or binding only takes access away; deleting a FieldPolicy can
-            // open protected paths and deleting a ChangeGate lifts what it refuses, so each
-            // is checked as writing one is.
-            WriteOp::Delete => {
-                let checked: Vec<_> = objects
-                    .iter()
-                    .filter(|o| {
-                        matches!(
-                            o,
-                            PolicyObject::FieldPolicy(_) | PolicyObject::ChangeGate(_)
-                        )
-                    })
-                    .cloned()
-                    .collect();
-                escalation.check(current, &checked)
-            }
+            // Deleting a role or binding takes access away, and its deny rules' denials too;
+            // deleting a FieldPolicy can open protected paths and deleting a ChangeGate lifts
+            // what it refuses.
+            WriteOp::Delete => escalation.check_delete(current, objects),
         }
     }
 }

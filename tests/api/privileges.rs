@@ -1363,6 +1363,51 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: imperson
     );
 }
 
+/// A deny rule withholds what a namespace admin may otherwise do, and she may not take it
+/// away: deleting her binding to it, deleting the role, or replacing the role without it is
+/// refused, and the deny still answers afterwards.
+#[tokio::test]
+async fn a_namespace_admin_cannot_lift_her_own_deny() {
+    let f = Fixture::start().await;
+    for (kind, name) in [
+        ("RoleBinding", "nadia-keep-secrets"),
+        ("Role", "keep-secrets"),
+    ] {
+        assert_refused(
+            f.delete_as("nadia-token", kind, "team-a", name).await,
+            Code::PermissionDenied,
+            "you cannot lift a deny rule",
+        );
+    }
+    let emptied = role(
+        "team-a",
+        "keep-secrets",
+        "- apiGroups: [\"\"]\n  resources: [configmaps]\n  verbs: [delete]\n  deny: true\n",
+    );
+    assert_refused(
+        f.apply_as("nadia-token", &emptied).await,
+        Code::PermissionDenied,
+        "you cannot lift a deny rule",
+    );
+    let answer = f
+        .reviews()
+        .personal_subject_access_review(as_user(
+            "nadia-token",
+            PersonalSubjectAccessReviewRequest {
+                action: resource("team-a", "delete", "secrets"),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.denied, "{answer:?}");
+    // A super-user may.
+    f.delete_as("root-token", "RoleBinding", "team-a", "nadia-keep-secrets")
+        .await
+        .unwrap();
+}
+
 /// PolicyAdmin serves the user a caller impersonates, as every other call does: a gateway
 /// that may impersonate (and may itself write anything) forwards a write "as" vic, and it is
 /// judged as vic's — refused — and as nadia's in her namespace — applied; the audit log

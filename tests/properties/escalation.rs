@@ -14,7 +14,12 @@
 //! it for certain: an allow under content clauses dropped, a deny under clauses made
 //! unconditional. A rule written with clauses is also held, request by request, where nothing
 //! denies the request and the author holds a rule with exactly those clauses that matches it.
-//! A ClusterRole with an aggregation rule needs every request of the universe.
+//! A ClusterRole with an aggregation rule needs every request of the universe. A written
+//! object that replaces one of the policy must also not lift a deny rule from whom it
+//! reached unless the author holds what it withheld (or `escalate` on the old role, `bind` on
+//! the old binding's role): a role's deny rules the new version drops, wherever the role is
+//! bound; a binding's role's deny rules, when the new binding drops a subject or names another
+//! role.
 //!
 //! 3000 cases in CI, scaled as `tests/support/cases.rs` says (76 in a local run).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -30,7 +35,7 @@ use authzd::engine::{Decision, Engine, EngineConfig};
 use authzd::policy::abac;
 use authzd::policy::aggregate::aggregated_rules;
 use authzd::policy::model::{
-    AbacRule, BindingKind, PolicyObject, PolicyRule, PolicySet, Role, RoleKind, Subject,
+    AbacRule, Binding, BindingKind, PolicyObject, PolicyRule, PolicySet, Role, RoleKind, Subject,
 };
 use authzd::policy::rbac::rule_matches;
 use authzd::request::{Action, Request, ResourceAttributes, UserInfo};
@@ -381,22 +386,94 @@ impl Oracle {
                 ];
                 self.covered(&role.rules, &role.namespace)
                     && (role.aggregation_rule.is_none() || self.covered(&everything, ""))
+                    && self.may_lift_from_role(role)
             }
             PolicyObject::Binding(binding) => {
                 let role = &binding.role_ref;
-                if self.holds_on_role("bind", role.kind, &binding.namespace, &role.name) {
-                    return true;
-                }
-                match self.role_rules(role.kind, &binding.namespace, &role.name) {
-                    Some(rules) => {
-                        let rules = rules.to_vec();
-                        self.covered(&rules, &binding.namespace)
-                    }
-                    None => false,
-                }
+                let granted = self.holds_on_role("bind", role.kind, &binding.namespace, &role.name)
+                    || match self.role_rules(role.kind, &binding.namespace, &role.name) {
+                        Some(rules) => {
+                            let rules = rules.to_vec();
+                            self.covered(&rules, &binding.namespace)
+                        }
+                        None => false,
+                    };
+                granted && self.may_lift_from_binding(binding)
             }
             other => panic!("only roles and bindings are written here, not {other:?}"),
         }
+    }
+
+    /// Replacing a role without some of its deny rules grants what they withheld wherever
+    /// the role is bound: the author holds `escalate` on it, or holds what they withheld
+    /// there.
+    fn may_lift_from_role(&mut self, written: &Role) -> bool {
+        let Some(old) = (self.policy.roles.iter()).find(|r| {
+            (r.kind, &r.namespace, &r.name) == (written.kind, &written.namespace, &written.name)
+        }) else {
+            return true;
+        };
+        let lifted: Vec<PolicyRule> = (old.rules.iter())
+            .filter(|r| r.deny && !written.rules.contains(r))
+            .map(|r| PolicyRule {
+                deny: false,
+                ..r.clone()
+            })
+            .collect();
+        // Where the role is bound: `""` for a ClusterRoleBinding (everywhere).
+        let mut scopes: Vec<String> = Vec::new();
+        for binding in &self.policy.bindings {
+            let role_namespace = match binding.role_ref.kind {
+                RoleKind::ClusterRole => "",
+                RoleKind::Role => binding.namespace.as_str(),
+            };
+            if (
+                binding.role_ref.kind,
+                binding.role_ref.name.as_str(),
+                role_namespace,
+            ) == (old.kind, old.name.as_str(), old.namespace.as_str())
+            {
+                scopes.push(binding.namespace.clone());
+            }
+        }
+        if lifted.is_empty() || scopes.is_empty() {
+            return true;
+        }
+        if self.holds_on_role("escalate", old.kind, &old.namespace, &old.name) {
+            return true;
+        }
+        scopes.iter().all(|scope| self.covered(&lifted, scope))
+    }
+
+    /// Replacing a binding so that it binds some subject no more, or another role, takes its
+    /// role's deny rules from them: the author holds `bind` on that role, or what they
+    /// withheld in the binding's scope.
+    fn may_lift_from_binding(&mut self, written: &Binding) -> bool {
+        let Some(old) = (self.policy.bindings.iter())
+            .find(|b| {
+                (b.kind, &b.namespace, &b.name) == (written.kind, &written.namespace, &written.name)
+            })
+            .cloned()
+        else {
+            return true;
+        };
+        let narrowed = old.role_ref != written.role_ref
+            || old.subjects.iter().any(|s| !written.subjects.contains(s));
+        let role = &old.role_ref;
+        let lifted: Vec<PolicyRule> = match self.role_rules(role.kind, &old.namespace, &role.name) {
+            Some(rules) => (rules.iter())
+                .filter(|r| r.deny)
+                .map(|r| PolicyRule {
+                    deny: false,
+                    ..r.clone()
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        !narrowed
+            || lifted.is_empty()
+            || self.holds_on_role("bind", role.kind, &old.namespace, &role.name)
+            || self.covered(&lifted, &old.namespace)
     }
 }
 

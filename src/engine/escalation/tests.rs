@@ -382,3 +382,113 @@ rules: [{apiGroups: ["*"], resources: ["*"], verbs: ["*"]}]
     )
     .is_err());
 }
+
+/// `user` deleting the objects `manifest` names, as they are in `policy`.
+fn check_delete(
+    engine: &Engine,
+    policy: &PolicySet,
+    user: &str,
+    manifest: &str,
+) -> Result<(), String> {
+    let caller = UserInfo {
+        name: user.into(),
+        ..Default::default()
+    };
+    let existing: Vec<PolicyObject> = objects(manifest)
+        .iter()
+        .map(|object| {
+            let key = crate::store::ObjectRef::of(object);
+            crate::store::find_object(policy, &key)
+                .expect("the object exists")
+                .to_object()
+        })
+        .collect();
+    EscalationCheck {
+        engine,
+        caller: &caller,
+    }
+    .check_delete(policy, &existing)
+}
+
+const NO_SECRETS: &str = r#"
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-secrets, namespace: team}
+rules:
+- {apiGroups: [""], resources: ["configmaps"], verbs: ["get"], deny: true}
+"#;
+
+fn ann_no_secrets_for(subjects: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+         metadata: {{name: ann-no-secrets, namespace: team}}\nsubjects: {subjects}\n\
+         roleRef: {{apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-secrets}}\n"
+    )
+}
+
+#[test]
+fn a_deny_rule_withholding_from_its_author_cannot_be_lifted_by_her() {
+    let (policy, engine) = setup("");
+    // Deleting the role that denies her secrets, or her binding to it.
+    for deleted in [NO_SECRETS, &ann_no_secrets_for("[]")] {
+        let refusal = check_delete(&engine, &policy, "ann", deleted).unwrap_err();
+        assert!(
+            refusal.contains("you cannot lift a deny rule")
+                && refusal.contains("`get` on `secrets`"),
+            "{refusal}"
+        );
+    }
+    // Replacing the role without the deny on secrets (another deny in its place).
+    let refusal = check(&engine, &policy, "ann", NO_SECRETS).unwrap_err();
+    assert!(
+        refusal.starts_with("Role \"no-secrets/team\": you cannot lift"),
+        "{refusal}"
+    );
+    // Dropping herself from the binding; adding someone beside her only denies more.
+    let bob_only = ann_no_secrets_for("[{kind: User, name: bob}]");
+    let refusal = check(&engine, &policy, "ann", &bob_only).unwrap_err();
+    assert!(
+        refusal.contains("RoleBinding \"ann-no-secrets/team\""),
+        "{refusal}"
+    );
+    let both = ann_no_secrets_for("[{kind: User, name: ann}, {kind: User, name: bob}]");
+    assert_eq!(check(&engine, &policy, "ann", &both), Ok(()));
+    // A super-user may.
+    assert_eq!(check_delete(&engine, &policy, "root", NO_SECRETS), Ok(()));
+}
+
+#[test]
+fn a_deny_rule_withholding_what_its_author_holds_may_be_lifted() {
+    let bob_no_pods = r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-pods, namespace: team}
+rules:
+- {apiGroups: [""], resources: ["pods"], verbs: ["delete"], deny: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: bob-no-pods, namespace: team}
+subjects: [{kind: User, name: bob}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: no-pods}
+"#;
+    let (policy, engine) = setup(bob_no_pods);
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+                metadata: {name: no-pods, namespace: team}\nrules: []\n";
+    assert_eq!(check_delete(&engine, &policy, "ann", role), Ok(()));
+    assert_eq!(check(&engine, &policy, "ann", role), Ok(()));
+    // A deny role no binding reaches lifts nothing: ann's deny on secrets, unbound.
+    let unbound = r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: no-secrets-unbound, namespace: team}
+rules:
+- {apiGroups: [""], resources: ["secrets"], verbs: ["get"], deny: true}
+"#;
+    let (policy, engine) = setup(unbound);
+    let role = "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\n\
+                metadata: {name: no-secrets-unbound, namespace: team}\nrules: []\n";
+    assert_eq!(check_delete(&engine, &policy, "ann", role), Ok(()));
+}
