@@ -114,6 +114,10 @@ pub enum AppError {
     /// etcd mode could not start (unreachable, bad TLS files).
     #[error("{0}")]
     Etcd(#[from] crate::store::etcd::EtcdError),
+    /// Another server writes the policy directory, or its lock cannot be taken (exit 1, as
+    /// a listen address in use).
+    #[error(transparent)]
+    Lock(#[from] crate::store::lock::LockError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -638,6 +642,30 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         listeners.push(listener.with_tls(tls.clone()));
     }
     let https = tls.is_some();
+    // One writer per policy directory: decided once the listeners are bound, so that the
+    // lock records where this server listens (port 0 resolved), and before anything is
+    // served or read. Held until `serve` returns.
+    let access = if settings.etcd.is_none() && !settings.embedded_policy {
+        let listen = listeners
+            .iter()
+            .map(|listener| listener.local_addr().to_string())
+            .collect();
+        let access =
+            crate::store::lock::claim(&settings.engine.policy.paths, settings.read_only, listen)?;
+        match &access {
+            crate::store::lock::Access::Writer(locks) => {
+                for dir in locks.dirs() {
+                    tracing::info!(dir = %dir.display(), lock = crate::store::lock::LOCK_NAME, "policy directory locked: this server is its writer");
+                }
+            }
+            crate::store::lock::Access::Follower(reason) => {
+                tracing::warn!(%reason, "following the policy directory read-only: admin writes are refused");
+            }
+        }
+        Some(access)
+    } else {
+        None
+    };
     let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
     let state = Arc::new(
@@ -897,14 +925,14 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             })
         };
         let revision = replication.store.revision();
-        tracing::info!(
+        crate::store::served::log_startup(
+            &crate::store::served::Source::Etcd {
+                prefix: etcd.prefix.clone(),
+                replica: replication.id().to_string(),
+            },
+            &replication.store.policy(),
             revision,
-            replica = replication.id(),
-            "policy loaded from etcd; serving"
-        );
-        eprintln!(
-            "authzd serving revision {revision} from etcd as replica {}",
-            replication.id()
+            replication.store.read_only(),
         );
         server.await?;
         fence_watch.abort();
@@ -918,8 +946,21 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
     let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
+    let (source, read_only) = match &access {
+        Some(access) => (
+            crate::store::served::Source::Directory(policy.paths.clone()),
+            access.read_only().map(str::to_string),
+        ),
+        None => (crate::store::served::Source::Embedded, None),
+    };
+    let embedded = settings.embedded_policy;
     let opened = tokio::task::spawn_blocking(move || {
-        let backend = DirectoryBackend::new(policy.paths, policy.load);
+        if embedded {
+            let example = crate::store::embedded::load(&policy.load)?;
+            let backend = Arc::new(crate::store::embedded::EmbeddedBackend);
+            return Ok(Store::open(backend, example, 1, publisher));
+        }
+        let backend = DirectoryBackend::with_read_only(policy.paths, policy.load, read_only);
         Store::open_directory(backend, publisher)
     })
     .await?;
@@ -931,9 +972,14 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             } else {
                 &[]
             };
-            let reloader = watch::spawn(store, watched, watch::DEFAULT_DEBOUNCE);
+            let reloader = watch::spawn(Arc::clone(&store), watched, watch::DEFAULT_DEBOUNCE);
             set_health(&health, ServingStatus::Serving).await;
-            tracing::info!(revision = 1, "policy loaded; serving");
+            crate::store::served::log_startup(
+                &source,
+                &store.policy(),
+                store.revision(),
+                store.read_only(),
+            );
             reloader
         }
         Err(errors) => {
