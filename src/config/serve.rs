@@ -774,6 +774,35 @@ mod tests {
         assert_eq!(s.unix_socket_mode, SocketMode::DEFAULT);
     }
 
+    /// `--read-only` follows a named directory; without `--policy` the embedded example is
+    /// read-only already, and etcd is written through etcd: a usage error, saying so.
+    #[test]
+    fn read_only_needs_a_policy_directory() {
+        let cli = Cli::try_parse_from(["authzd", "serve", "--policy", "p", "--read-only"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert!(s.read_only && !s.embedded_policy);
+        assert_eq!(s.engine.policy.paths, vec![PathBuf::from("p")]);
+        for args in [
+            &["authzd", "serve", "--read-only"][..],
+            &[
+                "authzd",
+                "serve",
+                "--read-only",
+                "--etcd-servers",
+                "http://a:2379",
+            ][..],
+        ] {
+            let err = Cli::try_parse_from(args)
+                .unwrap()
+                .settings()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("--read-only needs --policy DIR"), "{err}");
+        }
+    }
+
     #[test]
     fn unix_socket_modes_are_octal_permission_bits() {
         let mode = |value: &str| {
