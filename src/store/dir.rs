@@ -58,6 +58,8 @@ struct Files {
     /// cannot write; see `store::lock`): it then writes nothing at all, not even the journal's
     /// recovery or the removal of stale temporary files, which are the writer's to do.
     read_only: Option<String>,
+    /// The writer's commit journal, which a follower's read waits for (`lock::wait_for_commit`).
+    journal_file: PathBuf,
 }
 
 /// One change to the store: an object's new state, `None` once it is gone.
@@ -86,6 +88,7 @@ impl DirectoryBackend {
             (None, None) => PathBuf::from("."),
         };
         let journal = Journal::new(&journal_dir, &paths);
+        let journal_file = journal_dir.join(crate::store::journal::JOURNAL_NAME);
         Self {
             files: Arc::new(Files {
                 paths,
@@ -93,6 +96,7 @@ impl DirectoryBackend {
                 journal,
                 options,
                 read_only,
+                journal_file,
             }),
             head: tokio::sync::Mutex::new(1),
         }
@@ -274,6 +278,11 @@ impl Files {
             self.journal
                 .recover()
                 .map_err(JournalError::into_load_errors)?;
+        } else {
+            crate::store::lock::wait_for_commit(
+                &self.journal_file,
+                crate::store::lock::FOLLOWER_JOURNAL_WAIT,
+            );
         }
         let loaded = load_paths_reporting(&self.paths, &self.options)?;
         if !loaded.skipped.is_empty() {

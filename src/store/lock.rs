@@ -22,6 +22,7 @@ use std::fmt;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, Write};
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 use thiserror::Error;
 
@@ -235,6 +236,31 @@ fn lock_one(dir: &Path, holder: &Holder) -> Result<File, LockError> {
     Ok(file)
 }
 
+/// How long a follower's read waits for the writer's commit journal to go: a write of several
+/// files is whole once its journal is removed, and the writer removes it within milliseconds
+/// of its last rename (the watcher's debounce already waited for those).
+pub const FOLLOWER_JOURNAL_WAIT: Duration = Duration::from_secs(1);
+
+/// A follower's read, before it reads: waits up to `patience` while `journal` (the writer's
+/// commit journal) exists, so that it does not read the middle of the writer's commit of
+/// several files; whether the journal is gone. A journal that stays (its writer was killed
+/// half-way, and recovery is the next writer's) is logged, and the files are read as they are:
+/// a follower never writes, so it cannot finish the write itself.
+pub fn wait_for_commit(journal: &Path, patience: Duration) -> bool {
+    let deadline = Instant::now() + patience;
+    while journal.exists() {
+        if Instant::now() >= deadline {
+            tracing::warn!(
+                journal = %journal.display(),
+                "the writer's commit journal is still there: a write of several files is in progress or was interrupted; reading the files as they are (the writer finishes it, at the latest when it starts again)"
+            );
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    true
+}
+
 /// How a server over a policy directory may use it.
 #[derive(Debug)]
 pub enum Access {
@@ -309,6 +335,26 @@ mod tests {
         std::fs::write(&file, "").unwrap();
         let dirs = write_dirs(&[dir.path().to_path_buf(), file, dir.path().join(".")]);
         assert_eq!(dirs, vec![dir.path().canonicalize().unwrap()]);
+    }
+
+    #[test]
+    fn a_follower_waits_for_the_writers_journal_a_bounded_time() {
+        let dir = tempfile::tempdir().unwrap();
+        let journal = dir.path().join(".authzd-commit-journal");
+        assert!(wait_for_commit(&journal, Duration::ZERO));
+        std::fs::write(&journal, "x").unwrap();
+        let started = Instant::now();
+        assert!(!wait_for_commit(&journal, Duration::from_millis(100)));
+        assert!(started.elapsed() >= Duration::from_millis(100));
+        let remover = {
+            let journal = journal.clone();
+            std::thread::spawn(move || {
+                std::thread::sleep(Duration::from_millis(50));
+                std::fs::remove_file(journal).unwrap();
+            })
+        };
+        assert!(wait_for_commit(&journal, Duration::from_secs(10)));
+        remover.join().unwrap();
     }
 
     #[test]

@@ -311,6 +311,9 @@ async fn a_read_only_directory_refuses_every_write_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("roles.yaml"), ROLES).unwrap();
     std::fs::write(dir.path().join(".roles.yaml.tmp-1-1"), "half").unwrap();
+    // A killed writer's journal (unreadable, even): a writer would refuse to start on it; a
+    // follower reads the files as they are and leaves the journal to the writer.
+    std::fs::write(dir.path().join(journal::JOURNAL_NAME), "junk").unwrap();
     let listing = |dir: &std::path::Path| {
         let mut names: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
             .unwrap()
