@@ -631,25 +631,11 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (identity, metrics_access) = authenticator(&settings)?;
     let identity: Arc<dyn Authenticator> = Arc::new(identity);
     let tls = tls_server(&settings)?;
-    let mut listeners = Vec::with_capacity(settings.listen.len());
-    for addr in &settings.listen {
-        let listener = Listener::bind(addr, settings.unix_socket_mode)
-            .await
-            .map_err(|source| AppError::Listen {
-                addr: addr.clone(),
-                source,
-            })?;
-        listeners.push(listener.with_tls(tls.clone()));
-    }
-    let https = tls.is_some();
-    // One writer per policy directory: decided once the listeners are bound, so that the
-    // lock records where this server listens (port 0 resolved), and before anything is
-    // served or read. Held until `serve` returns.
+    // One writer per policy directory: decided before anything is bound, served or read, so
+    // that a refused second writer touches nothing (binding a Unix socket replaces the file
+    // at its path, which may be the writer's). Held until `serve` returns.
     let access = if settings.etcd.is_none() && !settings.embedded_policy {
-        let listen = listeners
-            .iter()
-            .map(|listener| listener.local_addr().to_string())
-            .collect();
+        let listen = settings.listen.iter().map(ToString::to_string).collect();
         let access =
             crate::store::lock::claim(&settings.engine.policy.paths, settings.read_only, listen)?;
         match &access {
@@ -666,6 +652,28 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     } else {
         None
     };
+    let mut listeners = Vec::with_capacity(settings.listen.len());
+    for addr in &settings.listen {
+        let listener = Listener::bind(addr, settings.unix_socket_mode)
+            .await
+            .map_err(|source| AppError::Listen {
+                addr: addr.clone(),
+                source,
+            })?;
+        listeners.push(listener.with_tls(tls.clone()));
+    }
+    let https = tls.is_some();
+    // The lock records where this server listens, port 0 resolved, once bound.
+    if let Some(access) = &access {
+        let listen = listeners
+            .iter()
+            .map(|listener| listener.local_addr().to_string())
+            .collect();
+        if let Err(error) = access.record_listeners(listen) {
+            // The lock is held all the same; only a refused writer's message is poorer.
+            tracing::warn!(%error, "cannot record the listen addresses in the policy directory's lock file");
+        }
+    }
     let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
     let state = Arc::new(

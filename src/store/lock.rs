@@ -193,6 +193,15 @@ impl DirLocks {
         Ok(DirLocks { held })
     }
 
+    /// Records `holder` in every lock file, replacing what was recorded (the listen
+    /// addresses once bound).
+    pub fn record(&self, holder: &Holder) -> Result<(), LockError> {
+        for (dir, file) in &self.held {
+            write_record(dir, file, holder)?;
+        }
+        Ok(())
+    }
+
     /// The directories locked.
     pub fn dirs(&self) -> impl Iterator<Item = &Path> {
         self.held.iter().map(|(dir, _)| dir.as_path())
@@ -229,11 +238,21 @@ fn lock_one(dir: &Path, holder: &Holder) -> Result<File, LockError> {
         }
         Err(errno) => return Err(io(errno.into())),
     }
+    write_record(dir, &file, holder)?;
+    Ok(file)
+}
+
+/// Replaces the text of a held lock file with `holder`.
+fn write_record(dir: &Path, mut file: &File, holder: &Holder) -> Result<(), LockError> {
+    let io = |source: std::io::Error| LockError::Io {
+        dir: dir.to_path_buf(),
+        lock: dir.join(LOCK_NAME),
+        source,
+    };
     file.set_len(0).map_err(io)?;
     file.rewind().map_err(io)?;
     file.write_all(holder.render().as_bytes()).map_err(io)?;
-    file.flush().map_err(io)?;
-    Ok(file)
+    file.flush().map_err(io)
 }
 
 /// How long a follower's read waits for the writer's commit journal to go: a write of several
@@ -271,6 +290,14 @@ pub enum Access {
 }
 
 impl Access {
+    /// A writer records `listen` (the bound addresses) as its own in its lock files.
+    pub fn record_listeners(&self, listen: Vec<String>) -> Result<(), LockError> {
+        match self {
+            Access::Writer(locks) => locks.record(&Holder::this_process(listen)),
+            Access::Follower(_) => Ok(()),
+        }
+    }
+
     /// Why writes are refused, for a follower.
     pub fn read_only(&self) -> Option<&str> {
         match self {

@@ -172,6 +172,46 @@ async fn a_second_writer_refuses_to_start_naming_the_holder() {
     assert!(exists(&next.channel().await, binding_ref("after-refusal")).await);
 }
 
+/// The lock is taken before anything is bound: a refused second writer naming the holder's
+/// Unix socket does not replace the holder's socket file (binding a Unix socket removes
+/// whatever socket is at its path).
+#[tokio::test]
+async fn a_refused_writer_binds_nothing_of_the_holders() {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = sample_policy();
+    let sockets = tempfile::tempdir().unwrap();
+    let socket = sockets.path().join("authzd.sock");
+    let listen = format!("unix://{}", socket.display());
+    let writer = Server::start_serving(dir.path(), &["--listen", &listen]).await;
+    let inode = std::fs::metadata(&socket).unwrap().ino();
+
+    let second = run_bin(
+        &[
+            OsStr::new("serve"),
+            OsStr::new("--listen"),
+            OsStr::new(&listen),
+            OsStr::new("--policy"),
+            dir.path().as_os_str(),
+        ],
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&second.stderr);
+    assert_eq!(second.status.code(), Some(1), "{stderr}");
+    // The holder's record names every listener it bound, the socket too.
+    assert!(
+        stderr.contains(&format!("pid {}", writer.pid())) && stderr.contains(&listen),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::metadata(&socket).map(|m| m.ino()).ok(),
+        Some(inode),
+        "the holder's socket was replaced"
+    );
+    tokio::net::UnixStream::connect(&socket)
+        .await
+        .expect("the holder still answers on its socket");
+}
+
 #[tokio::test]
 async fn a_read_only_follower_loads_the_writers_changes_and_refuses_writes() {
     let dir = sample_policy();
