@@ -636,19 +636,11 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // at its path, which may be the writer's). Held until `serve` returns.
     let access = if settings.etcd.is_none() && !settings.embedded_policy {
         let listen = settings.listen.iter().map(ToString::to_string).collect();
-        let access =
-            crate::store::lock::claim(&settings.engine.policy.paths, settings.read_only, listen)?;
-        match &access {
-            crate::store::lock::Access::Writer(locks) => {
-                for dir in locks.dirs() {
-                    tracing::info!(dir = %dir.display(), lock = crate::store::lock::LOCK_NAME, "policy directory locked: this server is its writer");
-                }
-            }
-            crate::store::lock::Access::Follower(reason) => {
-                tracing::warn!(%reason, "following the policy directory read-only: admin writes are refused");
-            }
-        }
-        Some(access)
+        Some(crate::store::lock::claim(
+            &settings.engine.policy.paths,
+            settings.read_only,
+            listen,
+        )?)
     } else {
         None
     };

@@ -312,16 +312,24 @@ impl Access {
 /// acknowledged write is on disk), else the writer, holding every directory's lock for a
 /// holder listening on `listen` — or the error naming the server that already holds one.
 pub fn claim(paths: &[PathBuf], read_only: bool, listen: Vec<String>) -> Result<Access, LockError> {
+    let follower = |reason: String| {
+        tracing::warn!(%reason, "following the policy directory read-only: admin writes are refused");
+        Ok(Access::Follower(reason))
+    };
     if read_only {
-        return Ok(Access::Follower("started with --read-only".to_string()));
+        return follower("started with --read-only".to_string());
     }
     let dirs = write_dirs(paths);
     for dir in &dirs {
         if let Writability::ReadOnly(reason) = writability(dir) {
-            return Ok(Access::Follower(reason));
+            return follower(reason);
         }
     }
-    DirLocks::acquire(&dirs, &Holder::this_process(listen)).map(Access::Writer)
+    let locks = DirLocks::acquire(&dirs, &Holder::this_process(listen))?;
+    for dir in locks.dirs() {
+        tracing::info!(dir = %dir.display(), lock = LOCK_NAME, "policy directory locked: this server is its writer");
+    }
+    Ok(Access::Writer(locks))
 }
 
 #[cfg(test)]
