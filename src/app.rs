@@ -114,6 +114,10 @@ pub enum AppError {
     /// etcd mode could not start (unreachable, bad TLS files).
     #[error("{0}")]
     Etcd(#[from] crate::store::etcd::EtcdError),
+    /// Another server writes the policy directory, or its lock cannot be taken (exit 1, as
+    /// a listen address in use).
+    #[error(transparent)]
+    Lock(#[from] crate::store::lock::LockError),
     /// A client command failed: `CODE: MESSAGE` from the server or the connection.
     #[error(transparent)]
     Client(#[from] ClientError),
@@ -627,6 +631,19 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     let (identity, metrics_access) = authenticator(&settings)?;
     let identity: Arc<dyn Authenticator> = Arc::new(identity);
     let tls = tls_server(&settings)?;
+    // One writer per policy directory: decided before anything is bound, served or read, so
+    // that a refused second writer touches nothing (binding a Unix socket replaces the file
+    // at its path, which may be the writer's). Held until `serve` returns.
+    let access = if settings.etcd.is_none() && !settings.embedded_policy {
+        let listen = settings.listen.iter().map(ToString::to_string).collect();
+        Some(crate::store::lock::claim(
+            &settings.engine.policy.paths,
+            settings.read_only,
+            listen,
+        )?)
+    } else {
+        None
+    };
     let mut listeners = Vec::with_capacity(settings.listen.len());
     for addr in &settings.listen {
         let listener = Listener::bind(addr, settings.unix_socket_mode)
@@ -638,6 +655,17 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
         listeners.push(listener.with_tls(tls.clone()));
     }
     let https = tls.is_some();
+    // The lock records where this server listens, port 0 resolved, once bound.
+    if let Some(access) = &access {
+        let listen = listeners
+            .iter()
+            .map(|listener| listener.local_addr().to_string())
+            .collect();
+        if let Err(error) = access.record_listeners(listen) {
+            // The lock is held all the same; only a refused writer's message is poorer.
+            tracing::warn!(%error, "cannot record the listen addresses in the policy directory's lock file");
+        }
+    }
     let _tls_reloader = tls.map(TlsServer::spawn_reloader);
 
     let state = Arc::new(
@@ -897,14 +925,14 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             })
         };
         let revision = replication.store.revision();
-        tracing::info!(
+        crate::store::served::log_startup(
+            &crate::store::served::Source::Etcd {
+                prefix: etcd.prefix.clone(),
+                replica: replication.id().to_string(),
+            },
+            &replication.store.policy(),
             revision,
-            replica = replication.id(),
-            "policy loaded from etcd; serving"
-        );
-        eprintln!(
-            "authzd serving revision {revision} from etcd as replica {}",
-            replication.id()
+            replication.store.read_only(),
         );
         server.await?;
         fence_watch.abort();
@@ -918,8 +946,21 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
     // Startup goes through the store like every later change: read, compile, publish rev 1.
     let policy = settings.engine.policy.clone();
     let publisher: Arc<dyn Publisher> = Arc::clone(&state) as Arc<dyn Publisher>;
+    let (source, read_only) = match &access {
+        Some(access) => (
+            crate::store::served::Source::Directory(policy.paths.clone()),
+            access.read_only().map(str::to_string),
+        ),
+        None => (crate::store::served::Source::Embedded, None),
+    };
+    let embedded = settings.embedded_policy;
     let opened = tokio::task::spawn_blocking(move || {
-        let backend = DirectoryBackend::new(policy.paths, policy.load);
+        if embedded {
+            let example = crate::store::embedded::load(&policy.load)?;
+            let backend = Arc::new(crate::store::embedded::EmbeddedBackend);
+            return Ok(Store::open(backend, example, 1, publisher));
+        }
+        let backend = DirectoryBackend::with_read_only(policy.paths, policy.load, read_only);
         Store::open_directory(backend, publisher)
     })
     .await?;
@@ -931,9 +972,14 @@ async fn serve(settings: ServeSettings) -> Result<Outcome> {
             } else {
                 &[]
             };
-            let reloader = watch::spawn(store, watched, watch::DEFAULT_DEBOUNCE);
+            let reloader = watch::spawn(Arc::clone(&store), watched, watch::DEFAULT_DEBOUNCE);
             set_health(&health, ServingStatus::Serving).await;
-            tracing::info!(revision = 1, "policy loaded; serving");
+            crate::store::served::log_startup(
+                &source,
+                &store.policy(),
+                store.revision(),
+                store.read_only(),
+            );
             reloader
         }
         Err(errors) => {

@@ -171,6 +171,7 @@ impl ApiError {
                 StoreError::Invalid(_) | StoreError::TooLarge(_) => Code::InvalidArgument,
                 StoreError::NotFound(_) => Code::NotFound,
                 StoreError::ReadOnly
+                | StoreError::ReadOnlyStore(_)
                 | StoreError::Compacted { .. }
                 | StoreError::GateRefused(_) => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
@@ -289,13 +290,18 @@ pub enum ErrorReason {
     /// A policy write whose effect on access breaks a ChangeGate rule: the message names
     /// the rule and a request it would change (docs/policy.md §8).
     ChangeGateRefused,
+    /// An admin write to a server that only follows its policy (`--read-only`, a directory
+    /// it cannot write, the embedded example): write through the server that holds the
+    /// directory's lock, or change the files themselves.
+    StoreReadOnly,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 3] = [
+    const ALL: [ErrorReason; 4] = [
         ErrorReason::WriteTooLarge,
         ErrorReason::RequestTooLarge,
         ErrorReason::ChangeGateRefused,
+        ErrorReason::StoreReadOnly,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -303,6 +309,7 @@ impl ErrorReason {
             ErrorReason::WriteTooLarge => "WRITE_TOO_LARGE",
             ErrorReason::RequestTooLarge => "REQUEST_TOO_LARGE",
             ErrorReason::ChangeGateRefused => "CHANGE_GATE_REFUSED",
+            ErrorReason::StoreReadOnly => "STORE_READ_ONLY",
         }
     }
 
@@ -336,6 +343,9 @@ impl ApiError {
         match self {
             ApiError::Store(StoreError::TooLarge(_)) => Some(ErrorReason::WriteTooLarge),
             ApiError::Store(StoreError::GateRefused(_)) => Some(ErrorReason::ChangeGateRefused),
+            ApiError::Store(StoreError::ReadOnly | StoreError::ReadOnlyStore(_)) => {
+                Some(ErrorReason::StoreReadOnly)
+            }
             ApiError::TooLarge => Some(ErrorReason::RequestTooLarge),
             _ => None,
         }

@@ -251,18 +251,35 @@ impl Cli {
         };
         Ok(match self.command {
             Command::Serve(mut args) => {
+                let explicit_policy = !args.policy.policy.is_empty();
+                if args.read_only && !explicit_policy {
+                    return Err(usage_error(
+                        "serve",
+                        "--read-only needs --policy DIR (without --policy the embedded example is served, read-only already; in etcd mode the policy is written through etcd)".to_string(),
+                    ));
+                }
                 let chain = authorization::chain(
                     args.chain.authorization_mode.take().map(|modes| modes.0),
                     args.webhook.clone(),
                 )
                 .map_err(|message| usage_error("serve", message))?;
+                let etcd = args
+                    .etcd
+                    .clone()
+                    .settings(explicit_policy)
+                    .map_err(|message| usage_error("serve", message))?;
+                let embedded_policy = !explicit_policy && etcd.is_none();
+                let mut engine = engine_settings_with(args.policy, args.chain, chain.modes);
+                if !explicit_policy {
+                    // `serve` never falls back to a directory it was not given (the build
+                    // tree's `policy/`, or `./policy`): the embedded example, or etcd.
+                    engine.policy.paths.clear();
+                }
                 Settings::Serve(ServeSettings {
-                    etcd: args
-                        .etcd
-                        .clone()
-                        .settings(!args.policy.policy.is_empty())
-                        .map_err(|message| usage_error("serve", message))?,
-                    engine: engine_settings_with(args.policy, args.chain, chain.modes),
+                    etcd,
+                    read_only: args.read_only,
+                    embedded_policy,
+                    engine,
                     webhooks: chain.webhooks,
                     listen: tcp_first(args.listen),
                     unix_socket_mode: args.unix_socket_mode,

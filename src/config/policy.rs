@@ -13,8 +13,9 @@ use super::non_empty;
 
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
-    /// Policy file or directory (repeatable). Default: `./policy` if it exists, else the
-    /// `policy/` directory shipped in the source tree.
+    /// Policy file or directory (repeatable). Default: for `serve`, the example policy
+    /// embedded in the binary, read-only; for the offline commands, `./policy` if it exists,
+    /// else the `policy/` directory of the source tree authzd was built from.
     #[arg(long = "policy", value_name = "PATH")]
     pub policy: Vec<PathBuf>,
 

@@ -82,6 +82,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_watch: bool,
 
+    /// Follow the --policy directory without writing it: no lock is taken (another server
+    /// may be its writer), changes on disk are still loaded, and admin writes (Apply,
+    /// Delete) are refused with FAILED_PRECONDITION. A directory this process cannot write
+    /// (a ConfigMap volume, a read-only file system) is followed read-only without it.
+    #[arg(long)]
+    pub read_only: bool,
+
     /// The longest a request with `min_revision` waits for the server to reach it (less if
     /// the request's own deadline is shorter).
     #[arg(long, value_name = "DURATION", default_value = "5s", value_parser = parse_duration)]
@@ -608,6 +615,11 @@ pub struct ServeSettings {
     pub cache: CacheConfig,
     /// Watch the policy files and reload on change.
     pub watch: bool,
+    /// `--read-only`: follow the policy directory without its lock, refusing writes.
+    pub read_only: bool,
+    /// No `--policy` (and not etcd mode): the example policy embedded in the binary is
+    /// served, read-only; `engine.policy.paths` is then empty.
+    pub embedded_policy: bool,
     pub max_revision_wait: Duration,
     /// `--max-staleness`: how long a replica's proof of being current, and a caller's
     /// cache's (WatchInvalidations), lasts.
@@ -631,7 +643,7 @@ pub struct ServeSettings {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{default_policy_path, Cli, Settings};
+    use crate::config::{Cli, Settings};
     use crate::engine::Mode;
     use clap::Parser;
 
@@ -756,8 +768,39 @@ mod tests {
         assert_eq!(s.engine.policy.load.master_namespace, "master");
         assert_eq!(s.local_identity.name, "system:admin");
         assert_eq!(s.local_identity.groups, vec!["system:masters"]);
-        assert_eq!(s.engine.policy.paths, vec![default_policy_path()]);
+        // No --policy: the embedded example, read-only, never a directory nobody named.
+        assert!(s.engine.policy.paths.is_empty());
+        assert!(s.embedded_policy && s.etcd.is_none());
         assert_eq!(s.unix_socket_mode, SocketMode::DEFAULT);
+    }
+
+    /// `--read-only` follows a named directory; without `--policy` the embedded example is
+    /// read-only already, and etcd is written through etcd: a usage error, saying so.
+    #[test]
+    fn read_only_needs_a_policy_directory() {
+        let cli = Cli::try_parse_from(["authzd", "serve", "--policy", "p", "--read-only"]).unwrap();
+        let Settings::Serve(s) = cli.settings().unwrap() else {
+            panic!("not serve")
+        };
+        assert!(s.read_only && !s.embedded_policy);
+        assert_eq!(s.engine.policy.paths, vec![PathBuf::from("p")]);
+        for args in [
+            &["authzd", "serve", "--read-only"][..],
+            &[
+                "authzd",
+                "serve",
+                "--read-only",
+                "--etcd-servers",
+                "http://a:2379",
+            ][..],
+        ] {
+            let err = Cli::try_parse_from(args)
+                .unwrap()
+                .settings()
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("--read-only needs --policy DIR"), "{err}");
+        }
     }
 
     #[test]

@@ -216,6 +216,11 @@ impl Store {
         write: Write,
         guard: Option<Arc<dyn WriteGuard>>,
     ) -> Result<u64> {
+        // A read-only store refuses before anything else: the answer does not depend on who
+        // asks or what the write holds, and nothing is queued or checked for it.
+        if let Some(reason) = self.backend.read_only() {
+            return Err(StoreError::ReadOnlyStore(reason.to_string()));
+        }
         let mut queued = QueuedWrite::new(write, guard);
         let (answer, answered) = oneshot::channel();
         queued.answer = Some(answer);

@@ -54,6 +54,12 @@ struct Files {
     /// policy file when no directory is given).
     journal: Journal,
     options: LoadOptions,
+    /// Why this server only follows the directory, if it does (`--read-only`, a directory it
+    /// cannot write; see `store::lock`): it then writes nothing at all, not even the journal's
+    /// recovery or the removal of stale temporary files, which are the writer's to do.
+    read_only: Option<String>,
+    /// The writer's commit journal, which a follower's read waits for (`lock::wait_for_commit`).
+    journal_file: PathBuf,
 }
 
 /// One change to the store: an object's new state, `None` once it is gone.
@@ -62,6 +68,16 @@ type Change = (ObjectRef, Option<PolicyObject>);
 impl DirectoryBackend {
     /// Touches nothing on disk: recovery and the first read are [`Self::recover_and_read`].
     pub fn new(paths: Vec<PathBuf>, options: LoadOptions) -> Self {
+        Self::with_read_only(paths, options, None)
+    }
+
+    /// [`Self::new`], read-only when `read_only` says why: the directory is followed (read at
+    /// startup, on changes and on SIGHUP) and every write refused with that reason.
+    pub fn with_read_only(
+        paths: Vec<PathBuf>,
+        options: LoadOptions,
+        read_only: Option<String>,
+    ) -> Self {
         let write_dir = paths.iter().find(|p| p.is_dir()).cloned();
         let journal_dir = match (&write_dir, paths.first()) {
             (Some(dir), _) => dir.clone(),
@@ -72,12 +88,15 @@ impl DirectoryBackend {
             (None, None) => PathBuf::from("."),
         };
         let journal = Journal::new(&journal_dir, &paths);
+        let journal_file = journal_dir.join(crate::store::journal::JOURNAL_NAME);
         Self {
             files: Arc::new(Files {
                 paths,
                 write_dir,
                 journal,
                 options,
+                read_only,
+                journal_file,
             }),
             head: tokio::sync::Mutex::new(1),
         }
@@ -92,7 +111,7 @@ impl DirectoryBackend {
     /// the whole policy. Nothing is served before this returns.
     pub fn recover_and_read(&self) -> std::result::Result<PolicySet, LoadErrors> {
         let policy = self.files.read_all()?;
-        if let Some(dir) = &self.files.write_dir {
+        if let (Some(dir), None) = (&self.files.write_dir, &self.files.read_only) {
             remove_stale_temp_files(dir);
         }
         Ok(policy)
@@ -154,6 +173,12 @@ impl Backend for DirectoryBackend {
         store: &Store,
         commit: Commit<'_>,
     ) -> std::result::Result<u64, CommitError> {
+        // The store refuses writes to a read-only backend before they queue; a backstop.
+        if let Some(reason) = &self.files.read_only {
+            return Err(CommitError::Failed(StoreError::ReadOnlyStore(
+                reason.clone(),
+            )));
+        }
         let mut head = self.head.lock().await;
         if *head != commit.expected {
             return Err(CommitError::Conflict(*head));
@@ -188,6 +213,10 @@ impl Backend for DirectoryBackend {
     async fn reload(&self, store: &Store) -> std::result::Result<Option<u64>, LoadErrors> {
         let mut head = self.head.lock().await;
         self.reload_locked(&mut head, store).await
+    }
+
+    fn read_only(&self) -> Option<&str> {
+        self.files.read_only.as_deref()
     }
 }
 
@@ -242,9 +271,19 @@ impl Files {
     /// The whole policy: a commit interrupted before is finished first (the journal's
     /// recovery), so that what is read is never part of one write.
     fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
-        self.journal
-            .recover()
-            .map_err(JournalError::into_load_errors)?;
+        // A follower leaves an interrupted commit to the writer (whose lock it does not
+        // hold, and whose files it must not write): it reads what the files hold, and the
+        // watcher reloads once the writer has finished.
+        if self.read_only.is_none() {
+            self.journal
+                .recover()
+                .map_err(JournalError::into_load_errors)?;
+        } else {
+            crate::store::lock::wait_for_commit(
+                &self.journal_file,
+                crate::store::lock::FOLLOWER_JOURNAL_WAIT,
+            );
+        }
         let loaded = load_paths_reporting(&self.paths, &self.options)?;
         if !loaded.skipped.is_empty() {
             // The load report: what the directory holds besides policy (docs/policy.md §1).

@@ -18,8 +18,11 @@ mod commit;
 pub mod dir;
 mod durable;
 mod edit;
+pub mod embedded;
 pub mod etcd;
 pub mod journal;
+pub mod lock;
+pub mod served;
 pub mod watch;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -334,6 +337,10 @@ pub enum StoreError {
     NotFound(ObjectRef),
     #[error("policy writes are disabled: no writable policy directory was given with --policy")]
     ReadOnly,
+    /// The whole store is read-only (issue 42): `--read-only`, a directory this process
+    /// cannot write, or the embedded example; the reason says which.
+    #[error("the policy store is read-only: {0}")]
+    ReadOnlyStore(String),
     #[error("cannot write `{path}`: {source}")]
     Io {
         path: String,
@@ -378,6 +385,12 @@ pub trait Backend: Send + Sync {
     /// it (one write alone above it is refused as [`CommitError::TooLarge`]).
     fn max_objects(&self) -> usize {
         usize::MAX
+    }
+
+    /// Why this backend takes no writes, if it takes none: every write is then refused as
+    /// [`StoreError::ReadOnlyStore`] before it is checked or queued. Writable by default.
+    fn read_only(&self) -> Option<&str> {
+        None
     }
 }
 
@@ -602,6 +615,11 @@ impl Store {
         let policy = backend.recover_and_read()?;
         let revision = backend.revision();
         Ok(Self::open(Arc::new(backend), policy, revision, publisher))
+    }
+
+    /// Why this store takes no writes, if it takes none ([`Backend::read_only`]).
+    pub fn read_only(&self) -> Option<&str> {
+        self.backend.read_only()
     }
 
     /// etcd mode: one revision's changes from the watch (an object's new state, or `None` when

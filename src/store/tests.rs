@@ -304,6 +304,51 @@ async fn a_store_without_a_directory_is_read_only() {
     ));
 }
 
+/// A follower (`--read-only`, an unwritable directory) writes nothing: not the write, and not
+/// the writer's housekeeping (a stale temporary file stays); it says why on every write.
+#[tokio::test]
+async fn a_read_only_directory_refuses_every_write_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("roles.yaml"), ROLES).unwrap();
+    std::fs::write(dir.path().join(".roles.yaml.tmp-1-1"), "half").unwrap();
+    // A killed writer's journal (unreadable, even): a writer would refuse to start on it; a
+    // follower reads the files as they are and leaves the journal to the writer.
+    std::fs::write(dir.path().join(journal::JOURNAL_NAME), "junk").unwrap();
+    let listing = |dir: &std::path::Path| {
+        let mut names: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .map(|p| (p.display().to_string(), std::fs::read(&p).unwrap()))
+            .collect();
+        names.sort();
+        names
+    };
+    let before = listing(dir.path());
+    let backend = DirectoryBackend::with_read_only(
+        vec![dir.path().to_path_buf()],
+        LoadOptions::default(),
+        Some("started with --read-only".into()),
+    );
+    let store = Store::open_directory(backend, Arc::new(Recorder::default())).unwrap();
+    assert_eq!(store.read_only(), Some("started with --read-only"));
+    let applied = store.apply(objects_of(&binding("x", "bob")), None).await;
+    assert!(
+        matches!(&applied, Err(StoreError::ReadOnlyStore(why)) if why == "started with --read-only"),
+        "{applied:?}"
+    );
+    let gone = ObjectRef {
+        kind: ObjectKind::RoleBinding,
+        namespace: "team-a".into(),
+        name: "a".into(),
+    };
+    assert!(matches!(
+        store.delete(&gone, None).await,
+        Err(StoreError::ReadOnlyStore(_))
+    ));
+    assert_eq!(store.revision(), 1);
+    assert_eq!(listing(dir.path()), before);
+}
+
 #[test]
 fn stale_temp_files_of_a_crashed_writer_are_removed_on_open() {
     let dir = tempfile::tempdir().unwrap();

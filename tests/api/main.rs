@@ -8,6 +8,8 @@
 //! * who may ask: `privileges`, `tls`, `unix_socket`; what it costs: `limits`, `hostile`;
 //! * what it tells: `metrics`, `otlp`, `decision_records`, `full_disk` (the audit log and the
 //!   records on a disk that refuses every write);
+//! * who writes a policy directory: `dir_lock` (one writer, read-only followers, the embedded
+//!   example served without `--policy`);
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
 //!   (acknowledged writes survive `kill -9`), `multi_file_writes` (a write of several files is
 //!   whole after `kill -9` at any instant of it), `caller_cache` (callers' own caches, through the
@@ -25,6 +27,7 @@ mod caller_cache;
 mod change_gate;
 mod content;
 mod decision_records;
+mod dir_lock;
 mod durability;
 mod envoy_authz;
 mod full_disk;

@@ -119,6 +119,24 @@ impl Server {
         Self::start_command(command, &policy, args)
     }
 
+    /// Starts `authzd serve --listen 127.0.0.1:0 ARGS...` with no `--policy`, in `cwd`:
+    /// what a binary started from some other directory serves.
+    pub fn start_in(cwd: &Path, args: &[&str]) -> Server {
+        let mut command = Command::new(BIN);
+        command.current_dir(cwd);
+        Self::start_command(command, &[], args)
+    }
+
+    /// [`Server::start`] as the user `uid` (group `gid`): a test run as root starts the
+    /// server as a user that cannot write what root owns (root writes whatever the modes say).
+    pub fn start_as_user(policy: &Path, args: &[&str], uid: u32, gid: u32) -> Server {
+        use std::os::unix::process::CommandExt as _;
+        let mut command = Command::new(BIN);
+        command.uid(uid).gid(gid);
+        let policy = [std::ffi::OsStr::new("--policy"), policy.as_os_str()];
+        Self::start_command(command, &policy, args)
+    }
+
     fn start_with(policy: &[&std::ffi::OsStr], args: &[&str], env: &[(&str, &str)]) -> Server {
         let mut command = Command::new(BIN);
         command.envs(env.iter().copied());
