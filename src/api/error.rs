@@ -172,7 +172,8 @@ impl ApiError {
                 StoreError::NotFound(_) => Code::NotFound,
                 StoreError::ReadOnly
                 | StoreError::Compacted { .. }
-                | StoreError::GateRefused(_) => Code::FailedPrecondition,
+                | StoreError::GateRefused(_)
+                | StoreError::FileChanged(_) => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
                 StoreError::Io { .. } | StoreError::Unavailable(_) => Code::Unavailable,
                 StoreError::Aborted(_) => Code::Aborted,
@@ -289,13 +290,17 @@ pub enum ErrorReason {
     /// A policy write whose effect on access breaks a ChangeGate rule: the message names
     /// the rule and a request it would change (docs/policy.md §8).
     ChangeGateRefused,
+    /// A policy file the write would rewrite changed on disk since the server loaded it:
+    /// finish or fix that edit (the server reloads it), then retry (docs/policy.md §2).
+    PolicyFileChanged,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 3] = [
+    const ALL: [ErrorReason; 4] = [
         ErrorReason::WriteTooLarge,
         ErrorReason::RequestTooLarge,
         ErrorReason::ChangeGateRefused,
+        ErrorReason::PolicyFileChanged,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -303,6 +308,7 @@ impl ErrorReason {
             ErrorReason::WriteTooLarge => "WRITE_TOO_LARGE",
             ErrorReason::RequestTooLarge => "REQUEST_TOO_LARGE",
             ErrorReason::ChangeGateRefused => "CHANGE_GATE_REFUSED",
+            ErrorReason::PolicyFileChanged => "POLICY_FILE_CHANGED",
         }
     }
 
@@ -336,6 +342,7 @@ impl ApiError {
         match self {
             ApiError::Store(StoreError::TooLarge(_)) => Some(ErrorReason::WriteTooLarge),
             ApiError::Store(StoreError::GateRefused(_)) => Some(ErrorReason::ChangeGateRefused),
+            ApiError::Store(StoreError::FileChanged(_)) => Some(ErrorReason::PolicyFileChanged),
             ApiError::TooLarge => Some(ErrorReason::RequestTooLarge),
             _ => None,
         }

@@ -69,6 +69,7 @@ pub(super) struct FileWrite {
 
 impl FileWrite {
     /// `path` as it is now, to become `after`.
+    #[cfg(test)]
     pub fn read(path: PathBuf, after: Option<String>) -> Result<Self> {
         let before = read_if_exists(&path)?;
         Ok(FileWrite {
