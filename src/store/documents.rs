@@ -35,7 +35,7 @@
 //! Every edited text is parsed back and must hold exactly the objects the write means, with
 //! every other object unchanged; otherwise the write is refused and nothing is written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::Value;
 
@@ -279,25 +279,32 @@ pub(super) fn edit_file(
         Format::Json => split_json(text).map_err(|e| refusal(file, 0, e))?,
         _ => split_yaml(text),
     };
+    // Documents are in line order, so an object's is found by binary search: a file of many
+    // objects (a cluster's export) must not cost a scan of every document per object.
     let document_of = |line: u32| -> Result<usize> {
-        let mut found = documents.iter().enumerate().filter(|(_, d)| match format {
-            Format::Json => d.first_line == line,
-            _ => d.first_line <= line && line <= d.last_line,
+        let after = documents.partition_point(|d| d.first_line <= line);
+        let found = after.checked_sub(1).filter(|at| match format {
+            Format::Json => documents[*at].first_line == line,
+            _ => line <= documents[*at].last_line,
         });
-        match (found.next(), found.next()) {
-            (Some((at, _)), None) => Ok(at),
-            (Some(_), Some(_)) => Err(refusal(
+        let shared = found
+            .and_then(|at| at.checked_sub(1))
+            .is_some_and(|before| documents[before].first_line == line);
+        match found {
+            Some(_) if shared => Err(refusal(
                 file,
                 line,
                 "several documents start on this line, so authzd cannot tell which one to edit: put each on a line of its own".to_string(),
             )),
-            (None, _) => Err(refusal(
+            Some(at) => Ok(at),
+            None => Err(refusal(
                 file,
                 line,
                 "authzd cannot find the document of the object on this line".to_string(),
             )),
         }
     };
+    let deleted: BTreeSet<&ObjectRef> = edit.delete.iter().collect();
 
     // Which objects (and how many of other groups) each document holds, in line order.
     let mut members: BTreeMap<usize, Vec<(u32, &ObjectRef)>> = BTreeMap::new();
@@ -332,7 +339,7 @@ pub(super) fn edit_file(
         in_document.sort();
         let keep: Vec<Value> = in_document
             .iter()
-            .filter(|(_, r)| !edit.delete.contains(r))
+            .filter(|(_, r)| !deleted.contains(r))
             .map(|(_, r)| {
                 edit.replace
                     .get(*r)
@@ -409,7 +416,7 @@ pub(super) fn edit_file(
     // What the edited text holds must be exactly what the write means.
     let mut expected: BTreeMap<ObjectRef, Value> = held
         .iter()
-        .filter(|(r, _)| !edit.delete.contains(r))
+        .filter(|(r, _)| !deleted.contains(r))
         .map(|(r, (_, v))| (r.clone(), edit.replace.get(r).unwrap_or(v).clone()))
         .collect();
     expected.extend(edit.add.iter().cloned());

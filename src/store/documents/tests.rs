@@ -420,3 +420,39 @@ proptest! {
         }
     }
 }
+
+/// A document whose content starts on its `---` line gets its `---` back with the new body;
+/// two JSON values on one line cannot be told apart, so a write to either is refused.
+#[test]
+fn inline_documents_and_shared_lines() {
+    let text = "--- {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: a}}\n# after a\n--- {apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {name: b}}\n";
+    let (r, value) = value_of(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: a}\nrules: [{apiGroups: [''], resources: [pods], verbs: [get]}]\n",
+    );
+    let mut edit = FileEdit::default();
+    edit.replace.insert(r, value.clone());
+    let edited = edit_file("i.yaml", text, &edit, &options())
+        .unwrap()
+        .text
+        .unwrap();
+    assert_eq!(
+        edited,
+        format!(
+            "---\n{}# after a\n--- {{apiVersion: rbac.authorization.k8s.io/v1, kind: ClusterRole, metadata: {{name: b}}}}\n",
+            render_body(&value, Format::Yaml)
+        )
+    );
+
+    let json = "{\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"ClusterRole\", \"metadata\": {\"name\": \"a\"}} {\"apiVersion\": \"rbac.authorization.k8s.io/v1\", \"kind\": \"ClusterRole\", \"metadata\": {\"name\": \"b\"}}\n";
+    let edit = FileEdit {
+        delete: vec![object(ObjectKind::ClusterRole, "", "b")],
+        ..FileEdit::default()
+    };
+    let refused = edit_file("two.json", json, &edit, &options()).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("two.json:1: several documents start on this line"),
+        "{refused}"
+    );
+}
