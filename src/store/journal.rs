@@ -46,7 +46,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::durable::{read_if_exists, remove_durably, sync_dir, temp_prefix, write_atomically};
+use super::durable::{
+    read_if_exists, remove_durably, remove_durably_if, sync_dir, temp_prefix, write_atomically,
+    write_atomically_over,
+};
 use crate::policy::load::{Format, LoadError, LoadErrors};
 use crate::store::{Result, StoreError};
 
@@ -83,6 +86,16 @@ impl FileWrite {
         match &self.after {
             Some(content) => write_atomically(&self.path, content.as_bytes()),
             None => remove_durably(&self.path),
+        }
+    }
+
+    /// [`Self::apply`], only over the file as the commit read it (`before`): a commit never
+    /// replaces a file someone changed while it was being made.
+    fn apply_over_before(&self) -> Result<()> {
+        let before = self.before.as_deref();
+        match &self.after {
+            Some(content) => write_atomically_over(&self.path, content.as_bytes(), Some(before)),
+            None => remove_durably_if(&self.path, before),
         }
     }
 
@@ -205,7 +218,7 @@ impl Journal {
         match files {
             [] => return Ok(()),
             // One rename is atomic already: a journal would add fsyncs and nothing else.
-            [file] => return file.apply(),
+            [file] => return file.apply_over_before(),
             _ => {}
         }
         if let Err(error) = self.write_journal(files) {
@@ -214,8 +227,15 @@ impl Journal {
             return Err(self.undo(&[], error));
         }
         for (at, file) in files.iter().enumerate() {
-            if let Err(error) = file.apply() {
-                return Err(self.undo(&files[..=at], error));
+            if let Err(error) = file.apply_over_before() {
+                // A file found changed was not touched, and putting it "back" would destroy
+                // the change: only the files before it are undone. Any other failure may
+                // have replaced it (a rename made, its directory's fsync failed).
+                let written = match error {
+                    StoreError::FileChanged(_) => &files[..at],
+                    _ => &files[..=at],
+                };
+                return Err(self.undo(written, error));
             }
         }
         if let Err(error) = self.remove_journal() {
