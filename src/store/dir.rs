@@ -340,6 +340,7 @@ impl Files {
         // Every file read, checked and edited in memory first: nothing is written unless all
         // of them are what the policy was loaded from and load back.
         let mut writes = Vec::with_capacity(edits.len());
+        let mut written: Vec<&String> = Vec::with_capacity(edits.len());
         let mut reparsed = PolicySet::default();
         for (file, edit) in &edits {
             let path = PathBuf::from(file);
@@ -356,6 +357,12 @@ impl Files {
             reparsed.bindings.extend(edited.policy.bindings);
             reparsed.field_policies.extend(edited.policy.field_policies);
             reparsed.gates.extend(edited.policy.gates);
+            if edited.text.as_deref().map(str::as_bytes) == before.as_deref() {
+                // Nothing to write (an object applied as it is): the file keeps its bytes and
+                // its modification time.
+                continue;
+            }
+            written.push(file);
             writes.push(FileWrite {
                 path,
                 before,
@@ -365,7 +372,7 @@ impl Files {
         self.journal.write_files(&writes)?;
         {
             let mut digests = self.digests();
-            for (file, write) in edits.keys().zip(&writes) {
+            for (file, write) in written.into_iter().zip(&writes) {
                 match &write.after {
                     Some(text) => digests.insert(file.clone(), sha256(text.as_bytes())),
                     None => digests.remove(file),

@@ -324,8 +324,14 @@ pub(super) fn edit_file(
     }
 
     let mut splices: BTreeMap<usize, Splice> = BTreeMap::new();
-    let touched = edit.replace.keys().chain(edit.delete.iter());
-    for object in touched {
+    // An object applied as it already is keeps its document as written (its `apiVersion`,
+    // comments and layout): re-rendering it would change bytes and nothing else.
+    let changed = edit
+        .replace
+        .iter()
+        .filter(|(r, value)| held.get(*r).is_none_or(|(_, held)| held != *value))
+        .map(|(r, _)| r);
+    for object in changed.chain(edit.delete.iter()) {
         let Some((line, _)) = held.get(object) else {
             return Err(StoreError::Unavailable(format!(
                 "{object} is not in `{file}` as authzd loaded it; reload the policy (SIGHUP) and retry"

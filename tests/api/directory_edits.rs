@@ -245,6 +245,16 @@ async fn writes_keep_comments_and_every_other_document() {
     let shipped = snapshot(&policy);
     let rbac = read(&policy, RBAC);
 
+    // An object applied as it already is (seed 001's v1alpha1 Role, in its v1 form): no byte
+    // of any file changes.
+    apply(
+        &channel,
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: pod-reader, namespace: default}\nrules: [{apiGroups: [''], resources: [pods], verbs: [get, watch, list]}]\n",
+    )
+    .await
+    .unwrap();
+    assert_eq!(snapshot(&policy), shipped);
+
     // Apply: only the body of read-pods' document changes; the comment above it, every other
     // document (with its `v1alpha1`, quoting and comments) stays.
     apply(&channel, &read_pods_for("joan")).await.unwrap();

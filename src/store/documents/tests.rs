@@ -456,3 +456,16 @@ fn inline_documents_and_shared_lines() {
         "{refused}"
     );
 }
+
+/// `authzd apply` of an object as it already is leaves its document as written: seed 001's
+/// `v1alpha1` Role, applied in its `v1` form, keeps every byte.
+#[test]
+fn an_object_applied_unchanged_keeps_its_document() {
+    let (r, value) = value_of(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: pod-reader, namespace: default}\nrules: [{apiGroups: [''], resources: [pods], verbs: [get, watch, list]}]\n",
+    );
+    let mut edit = FileEdit::default();
+    edit.replace.insert(r, value);
+    let edited = edit_file("seed001-rbac.yaml", SEED001, &edit, &options()).unwrap();
+    assert_eq!(edited.text.as_deref(), Some(SEED001));
+}
