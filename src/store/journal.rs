@@ -30,6 +30,12 @@
 //! A file that holds neither (someone edited it after the crash) or a journal that cannot be
 //! read (truncated, corrupt) stops recovery with an error naming it, rather than a guess.
 //!
+//! A commit replaces a file only if it still holds what the commit read (`FileWrite::before`),
+//! checked once its new content is durable, right before the rename: a file someone saved
+//! meanwhile is left alone, the commit fails with [`StoreError::FileChanged`] and the files it
+//! had replaced are put back. (Recovery has no such check to make: it writes only files that
+//! hold the content before the write, which it checks first.)
+//!
 //! # The journal's format
 //!
 //! One header line, `authzd-commit-journal 1 LENGTH sha256:DIGEST`, then LENGTH bytes of JSON
