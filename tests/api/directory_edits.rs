@@ -455,3 +455,63 @@ async fn fifty_writes_killed_at_random_keep_every_file_whole() {
     );
     assert!(kills >= 2, "the writes were never interrupted");
 }
+
+/// With the watcher on (the default), a hand edit races the next write: whichever comes
+/// first, the edit is never lost. Each round appends a Role to seed001-rbac.yaml by hand and
+/// at once applies a change to read-pods in the same file: the write is refused until the
+/// watcher has loaded the edit, then goes through, and the file keeps every hand edit so far.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_edit_racing_a_write_is_never_lost() {
+    let (_dir, policy) = policy_copy();
+    let server = Server::start_serving(&policy, &[]).await;
+    let channel = server.channel().await;
+    let (mut refused, mut rounds) = (0, 0);
+    for round in 1..=8 {
+        let text = read(&policy, RBAC);
+        let edit = format!(
+            "---\n# added by hand, round {round}\nkind: Role\napiVersion: rbac.authorization.k8s.io/v1alpha1\nmetadata: {{namespace: default, name: hand-{round}}}\nrules: [{{apiGroups: [\"\"], resources: [\"configmaps\"], verbs: [\"get\"]}}]\n"
+        );
+        std::fs::write(policy.join(RBAC), format!("{text}{edit}")).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        loop {
+            match apply(&channel, &read_pods_for(&format!("gen-{round}"))).await {
+                Ok(_) => break,
+                Err(status) => {
+                    assert_eq!(status.code(), tonic::Code::FailedPrecondition, "{status:?}");
+                    refused += 1;
+                }
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the edit was never loaded"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        }
+        rounds += 1;
+        let now = read(&policy, RBAC);
+        for earlier in 1..=round {
+            assert!(
+                now.contains(&format!("# added by hand, round {earlier}\n")),
+                "round {round} lost the hand edit of round {earlier}:\n{now}"
+            );
+        }
+        assert!(get(
+            &channel,
+            object("Role", "default", &format!("hand-{round}"))
+        )
+        .await
+        .is_some());
+        assert!(
+            may(
+                &channel,
+                &format!("gen-{round}"),
+                &[],
+                "default",
+                "get",
+                "pods"
+            )
+            .await
+        );
+    }
+    println!("{rounds} rounds, {refused} writes refused until the watcher loaded the edit");
+}
