@@ -375,6 +375,15 @@ pub(super) fn edit_file(
         splices.insert(at, splice);
     }
 
+    // A file written with CRLF line ends gets them in what the write adds too (a parser
+    // normalizes line breaks in scalars, and JSON strings escape theirs, so content is the
+    // same; the parse-back below checks it).
+    let crlf = text
+        .split_inclusive('\n')
+        .next()
+        .is_some_and(|line| line.ends_with("\r\n"));
+    let line_ends = |s: String| if crlf { s.replace('\n', "\r\n") } else { s };
+
     // Spliced from the end, so that earlier offsets stay valid.
     let mut out = text.to_string();
     for (at, splice) in splices.iter().rev() {
@@ -405,18 +414,18 @@ pub(super) fn edit_file(
                     Format::Json => new.trim_end_matches('\n').to_string(),
                     _ => new,
                 };
-                out.replace_range(start..end, &new);
+                out.replace_range(start..end, &line_ends(new));
             }
         }
     }
     for (_, value) in &edit.add {
         if !out.is_empty() && !out.ends_with('\n') {
-            out.push('\n');
+            out.push_str(&line_ends("\n".to_string()));
         }
         if format == Format::Yaml {
-            out.push_str("---\n");
+            out.push_str(&line_ends("---\n".to_string()));
         }
-        out.push_str(&render_body(value, format));
+        out.push_str(&line_ends(render_body(value, format)));
     }
 
     // What the edited text holds must be exactly what the write means.

@@ -469,3 +469,30 @@ fn an_object_applied_unchanged_keeps_its_document() {
     let edited = edit_file("seed001-rbac.yaml", SEED001, &edit, &options()).unwrap();
     assert_eq!(edited.text.as_deref(), Some(SEED001));
 }
+
+/// A file with CRLF line ends keeps them in what a write puts in it.
+#[test]
+fn crlf_files_keep_their_line_ends() {
+    let text = SEED001.replace('\n', "\r\n");
+    let (r, value) = value_of(&read_pods("joan"));
+    let (added, new) = value_of(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata: {name: c}\n",
+    );
+    let mut edit = FileEdit {
+        add: vec![(added, new)],
+        ..FileEdit::default()
+    };
+    edit.replace.insert(r, value);
+    let edited = edit_file("seed001-rbac.yaml", &text, &edit, &options())
+        .unwrap()
+        .text
+        .unwrap();
+    assert!(edited.contains("joan") && edited.contains("name: c"));
+    assert_eq!(edited.matches('\n').count(), edited.matches("\r\n").count());
+}
+
+fn read_pods(user: &str) -> String {
+    format!(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {{name: read-pods, namespace: default}}\nsubjects: [{{kind: User, name: {user}, apiGroup: rbac.authorization.k8s.io}}]\nroleRef: {{kind: Role, name: pod-reader, apiGroup: rbac.authorization.k8s.io}}\n"
+    )
+}
