@@ -868,3 +868,26 @@ async fn a_write_never_replaces_a_file_it_did_not_load() {
     ));
     assert_eq!(std::fs::read_to_string(&new_file).unwrap(), "# mine\n");
 }
+
+/// An edit that changes no policy (a comment added at the end) is no new revision, but the
+/// store takes in its bytes: the next write to that file goes through and keeps the comment.
+#[tokio::test]
+async fn a_reload_that_changes_no_policy_still_takes_in_the_file() {
+    let (_dir, path, _recorder, store) = setup();
+    let roles = path.join("roles.yaml");
+    let commented = format!("{ROLES}# reviewed by the platform team\n");
+    std::fs::write(&roles, &commented).unwrap();
+    assert_eq!(store.reload().await.unwrap(), None, "no policy changed");
+    let carol = ROLES
+        .split("---\n")
+        .nth(1)
+        .unwrap()
+        .replace("alice", "carol");
+    store.apply(objects_of(&carol), None).await.unwrap();
+    let written = std::fs::read_to_string(&roles).unwrap();
+    assert!(written.contains("carol"), "{written}");
+    assert!(
+        written.ends_with("# reviewed by the platform team\n"),
+        "{written}"
+    );
+}
