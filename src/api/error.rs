@@ -173,7 +173,8 @@ impl ApiError {
                 StoreError::ReadOnly
                 | StoreError::ReadOnlyStore(_)
                 | StoreError::Compacted { .. }
-                | StoreError::GateRefused(_) => Code::FailedPrecondition,
+                | StoreError::GateRefused(_)
+                | StoreError::FileChanged(_) => Code::FailedPrecondition,
                 StoreError::Forbidden(_) => Code::PermissionDenied,
                 StoreError::Io { .. } | StoreError::Unavailable(_) => Code::Unavailable,
                 StoreError::Aborted(_) => Code::Aborted,
@@ -294,14 +295,18 @@ pub enum ErrorReason {
     /// it cannot write, the embedded example): write through the server that holds the
     /// directory's lock, or change the files themselves.
     StoreReadOnly,
+    /// A policy file the write would rewrite changed on disk since the server loaded it:
+    /// finish or fix that edit (the server reloads it), then retry (docs/policy.md §2).
+    PolicyFileChanged,
 }
 
 impl ErrorReason {
-    const ALL: [ErrorReason; 4] = [
+    const ALL: [ErrorReason; 5] = [
         ErrorReason::WriteTooLarge,
         ErrorReason::RequestTooLarge,
         ErrorReason::ChangeGateRefused,
         ErrorReason::StoreReadOnly,
+        ErrorReason::PolicyFileChanged,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -310,6 +315,7 @@ impl ErrorReason {
             ErrorReason::RequestTooLarge => "REQUEST_TOO_LARGE",
             ErrorReason::ChangeGateRefused => "CHANGE_GATE_REFUSED",
             ErrorReason::StoreReadOnly => "STORE_READ_ONLY",
+            ErrorReason::PolicyFileChanged => "POLICY_FILE_CHANGED",
         }
     }
 
@@ -346,6 +352,7 @@ impl ApiError {
             ApiError::Store(StoreError::ReadOnly | StoreError::ReadOnlyStore(_)) => {
                 Some(ErrorReason::StoreReadOnly)
             }
+            ApiError::Store(StoreError::FileChanged(_)) => Some(ErrorReason::PolicyFileChanged),
             ApiError::TooLarge => Some(ErrorReason::RequestTooLarge),
             _ => None,
         }

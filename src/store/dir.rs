@@ -1,28 +1,29 @@
 //! The policy directory as a store backend: the directory is the single source of truth.
 //!
-//! An admin write rewrites the files that hold its objects (re-rendering each file's roles,
-//! bindings and FieldPolicies as manifests; comments in a rewritten file are lost)
-//! or, for a new object, creates `KIND.NAMESPACE.NAME.yaml` in the first directory given with
-//! `--policy`. The new content of every file is parsed in memory before anything touches the
-//! disk, so a write that would not load back changes nothing. The files are then written by
-//! one commit, all or nothing: each atomically and durably ([`super::durable`]), and a write of
-//! several files under an intent journal rolled forward after a crash ([`super::journal`]).
+//! An admin write edits, in the files that hold its objects, those objects' documents and
+//! nothing else ([`super::documents`]: comments, key order, other documents and the objects
+//! of other API groups stay byte for byte); a new object gets a document of its own in
+//! `KIND.NAMESPACE.NAME.yaml` in the first directory given with `--policy`. The new content of
+//! every file is parsed in memory before anything touches the disk, so a write that would not
+//! load back changes nothing. The files are then written by one commit, all or nothing: each
+//! atomically and durably ([`super::durable`]), and a write of several files under an intent
+//! journal rolled forward after a crash ([`super::journal`]).
 //!
-//! A file that also holds objects the loader skips (a Helm chart's ServiceAccount or Deployment
-//! beside its RBAC objects) is never rewritten, since the rewrite would drop them: a write that
-//! would touch one is refused, naming the file.
+//! The store never overwrites what it did not read: it keeps a SHA-256 of every file as it
+//! loaded it, and a write whose file on disk is anything else (a hand edit, valid or not, a
+//! half-written file, another process's write, a file removed or created by hand) is refused
+//! with [`StoreError::FileChanged`], naming the file, and nothing is written. The digests
+//! change only with the policy in force: a reload the store rejects leaves them as they were,
+//! so a file whose edit was rejected stays protected until it is fixed.
 
-use std::collections::BTreeMap;
-use std::fs;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
-use crate::policy::load::{
-    load_paths_reporting, load_sources, skipped_in, Format, LoadError, LoadErrors, LoadOptions,
-};
+use crate::policy::load::{load_paths_observing, LoadError, LoadErrors, LoadOptions};
 use crate::policy::model::{PolicyObject, PolicySet};
-use crate::policy::render;
-use crate::store::durable::remove_stale_temp_files;
+use crate::store::documents::{edit_file, FileEdit};
+use crate::store::durable::{read_if_exists, remove_stale_temp_files};
 use crate::store::journal::{FileWrite, Journal, JournalError};
 use crate::store::{
     objects, Backend, Commit, CommitError, ObjectRef, ObjectView, Result, Store, StoreError,
@@ -60,6 +61,19 @@ struct Files {
     read_only: Option<String>,
     /// The writer's commit journal, which a follower's read waits for (`lock::wait_for_commit`).
     journal_file: PathBuf,
+    /// The SHA-256 of every file as the policy in force was loaded from it (by the name the
+    /// loader gives it, which is its objects' `source.file`), kept up to date by commits: a
+    /// write refuses to replace a file that is anything else.
+    loaded: Mutex<Digests>,
+}
+
+/// File name -> SHA-256 of its bytes.
+type Digests = HashMap<String, [u8; 32]>;
+
+fn sha256(bytes: &[u8]) -> [u8; 32] {
+    let mut out = [0; 32];
+    out.copy_from_slice(ring::digest::digest(&ring::digest::SHA256, bytes).as_ref());
+    out
 }
 
 /// One change to the store: an object's new state, `None` once it is gone.
@@ -97,6 +111,7 @@ impl DirectoryBackend {
                 options,
                 read_only,
                 journal_file,
+                loaded: Mutex::new(Digests::new()),
             }),
             head: tokio::sync::Mutex::new(1),
         }
@@ -110,7 +125,8 @@ impl DirectoryBackend {
     /// journal that cannot be read is the error), removes stale temporary files, then reads
     /// the whole policy. Nothing is served before this returns.
     pub fn recover_and_read(&self) -> std::result::Result<PolicySet, LoadErrors> {
-        let policy = self.files.read_all()?;
+        let (policy, digests) = self.files.read_all()?;
+        self.files.set_loaded(digests);
         if let (Some(dir), None) = (&self.files.write_dir, &self.files.read_only) {
             remove_stale_temp_files(dir);
         }
@@ -139,8 +155,11 @@ impl DirectoryBackend {
                     message,
                 }])
             })?;
-        let policy = read?;
+        let (policy, digests) = read?;
         if *store.policy() == policy {
+            // The files may differ (a comment edited) but say the same: they are what the
+            // policy in force was loaded from now.
+            self.files.set_loaded(digests);
             return Ok(None);
         }
         store.gate_reload(&policy).map_err(|refusal| {
@@ -150,6 +169,7 @@ impl DirectoryBackend {
                 message: format!("the policy read again is rejected: {refusal}"),
             }])
         })?;
+        self.files.set_loaded(digests);
         *head += 1;
         store.relisted(policy, *head).await;
         Ok(Some(*head))
@@ -251,26 +271,11 @@ fn file_name_for(object: &ObjectRef) -> String {
     }
 }
 
-/// The text of a policy file holding exactly these objects, in the file's format.
-fn render_file(file: &str, objects: &[ObjectView<'_>]) -> String {
-    let values: Vec<serde_json::Value> = objects.iter().map(ObjectView::to_value).collect();
-    match Format::from_name(file) {
-        Some(Format::Json) => {
-            let mut out = String::new();
-            for value in &values {
-                out.push_str(&serde_json::to_string_pretty(value).unwrap_or_default());
-                out.push('\n');
-            }
-            out
-        }
-        _ => render::to_multi_yaml(&values),
-    }
-}
-
 impl Files {
-    /// The whole policy: a commit interrupted before is finished first (the journal's
-    /// recovery), so that what is read is never part of one write.
-    fn read_all(&self) -> std::result::Result<PolicySet, LoadErrors> {
+    /// The whole policy, and the digest of every file it was read from: a commit interrupted
+    /// before is finished first (the journal's recovery), so that what is read is never part
+    /// of one write.
+    fn read_all(&self) -> std::result::Result<(PolicySet, Digests), LoadErrors> {
         // A follower leaves an interrupted commit to the writer (whose lock it does not
         // hold, and whose files it must not write): it reads what the files hold, and the
         // watcher reloads once the writer has finished.
@@ -284,7 +289,12 @@ impl Files {
                 crate::store::lock::FOLLOWER_JOURNAL_WAIT,
             );
         }
-        let loaded = load_paths_reporting(&self.paths, &self.options)?;
+        let mut digests = Digests::new();
+        // The digest of exactly the text the loader parses: hashing the files again after
+        // the load could take in an edit the policy does not hold.
+        let loaded = load_paths_observing(&self.paths, &self.options, &mut |name, text| {
+            digests.insert(name.to_string(), sha256(text.as_bytes()));
+        })?;
         if !loaded.skipped.is_empty() {
             // The load report: what the directory holds besides policy (docs/policy.md §1).
             tracing::info!(
@@ -293,34 +303,41 @@ impl Files {
                 loaded.skipped
             );
         }
-        Ok(loaded.policy)
+        Ok((loaded.policy, digests))
     }
 
-    /// Refuses to rewrite `file` if it holds objects the loader skips: the rewritten file
-    /// would hold the policy objects only. A file that cannot be read is not checked (a new
-    /// file, or one the write removes or replaces anyway).
-    fn check_rewritable(&self, file: &str) -> Result<()> {
-        let Ok(text) = fs::read_to_string(file) else {
-            return Ok(());
+    fn digests(&self) -> std::sync::MutexGuard<'_, Digests> {
+        // The map is replaced or updated whole under the lock; a panic elsewhere while it
+        // was held leaves it as consistent as it was.
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The policy in force is now the one read from files with these digests.
+    fn set_loaded(&self, digests: Digests) {
+        *self.digests() = digests;
+    }
+
+    /// Refuses to replace `file` unless it holds exactly what the policy in force was loaded
+    /// from (`now`: its bytes, `None` when there is no such file).
+    fn check_unchanged(&self, file: &str, now: Option<&[u8]>) -> Result<()> {
+        let what = match (self.digests().get(file), now) {
+            (Some(loaded), Some(now)) if *loaded == sha256(now) => return Ok(()),
+            (None, None) => return Ok(()),
+            (Some(_), Some(_)) => "was changed on disk since authzd loaded it",
+            (Some(_), None) => "was removed since authzd loaded it",
+            (None, Some(_)) => "exists on disk but authzd has not loaded it",
         };
-        let skipped = skipped_in(file, &text, &self.options);
-        match skipped.0.first() {
-            None => Ok(()),
-            Some(first) => Err(StoreError::Invalid(LoadErrors(vec![LoadError {
-                file: file.to_string(),
-                line: first.source.line,
-                message: format!(
-                    "the write would rewrite this file, which also holds objects authzd does not read and would drop ({skipped}): move its policy objects to a file of their own, or edit it by hand"
-                ),
-            }]))),
-        }
+        Err(StoreError::FileChanged(format!(
+            "`{file}` {what} (a hand edit, a half-written file or another process), and this write would replace it: nothing was written. Finish or fix that edit: once it loads, authzd reloads it (on change or SIGHUP; `authzd status` shows a load error) and the write can be retried. Or undo it"
+        )))
     }
 
-    /// Rewrites the files that hold `upserts` and `deletes` (or creates one for a new object),
-    /// given the current policy; the changes the store applies: every object whose stored
-    /// form changed, the ones written and any whose position moved in a rewritten file
-    /// (explanations carry `file:line`). Nothing is written unless every rewritten file loads
-    /// back, and the files are written all or nothing ([`Journal::write_files`]).
+    /// Writes `upserts` and `deletes` into the documents that hold them (a new object into
+    /// its own file), given the current policy; the changes the store applies: every object
+    /// whose stored form changed, the ones written and any whose position moved in an edited
+    /// file (explanations carry `file:line`). Nothing is written unless every file is what the
+    /// policy was loaded from and every edited file loads back, and the files are written all
+    /// or nothing ([`Journal::write_files`]).
     fn commit(
         &self,
         current: &PolicySet,
@@ -328,88 +345,85 @@ impl Files {
         deletes: &[ObjectRef],
     ) -> Result<Vec<Change>> {
         let existing = objects(current);
-        // file -> the objects it will hold, in their current order.
-        let mut files: BTreeMap<String, Vec<(ObjectRef, ObjectView<'_>)>> = BTreeMap::new();
-        let mut touched: Vec<String> = Vec::new();
-        let mut add_file = |file: &str, files: &mut BTreeMap<String, Vec<_>>| {
-            if !files.contains_key(file) {
-                let mut held: Vec<(ObjectRef, ObjectView<'_>)> = existing
-                    .iter()
-                    .filter(|(_, v)| v.file() == file)
-                    .map(|(r, v)| (r.clone(), *v))
-                    .collect();
-                held.sort_by_key(|(_, v)| v.source().line);
-                files.insert(file.to_string(), held);
-                touched.push(file.to_string());
-            }
-        };
-
+        // file -> what the write does to it.
+        let mut edits: BTreeMap<String, FileEdit> = BTreeMap::new();
         for object in deletes {
             let view = existing
                 .get(object)
                 .ok_or_else(|| StoreError::NotFound(object.clone()))?;
-            add_file(view.file(), &mut files);
-            if let Some(held) = files.get_mut(view.file()) {
-                held.retain(|(r, _)| r != object);
-            }
+            edits
+                .entry(view.file().to_string())
+                .or_default()
+                .delete
+                .push(object.clone());
         }
         for object in upserts {
             let r = ObjectRef::of(object);
-            let view = ObjectView::from(object);
-            let file = match existing.get(&r) {
-                Some(current) => current.file().to_string(),
+            let value = ObjectView::from(object).to_value();
+            match existing.get(&r) {
+                Some(current) => {
+                    edits
+                        .entry(current.file().to_string())
+                        .or_default()
+                        .replace
+                        .insert(r, value);
+                }
                 None => {
                     let dir = self.write_dir.as_ref().ok_or(StoreError::ReadOnly)?;
-                    dir.join(file_name_for(&r)).display().to_string()
-                }
-            };
-            add_file(&file, &mut files);
-            if let Some(held) = files.get_mut(&file) {
-                match held.iter_mut().find(|(held_ref, _)| *held_ref == r) {
-                    Some(slot) => slot.1 = view,
-                    None => held.push((r, view)),
+                    let file = dir.join(file_name_for(&r)).display().to_string();
+                    edits.entry(file).or_default().add.push((r, value));
                 }
             }
         }
 
-        for file in &touched {
-            self.check_rewritable(file)?;
-        }
-
-        // Render and parse every touched file in memory first: nothing is written unless all
-        // of them load back.
-        let mut rendered: Vec<(String, Option<String>)> = Vec::new();
+        // Every file read, checked and edited in memory first: nothing is written unless all
+        // of them are what the policy was loaded from and load back.
+        let mut writes = Vec::with_capacity(edits.len());
+        let mut written: Vec<&String> = Vec::with_capacity(edits.len());
         let mut reparsed = PolicySet::default();
-        for file in &touched {
-            let held = files.get(file).map(Vec::as_slice).unwrap_or_default();
-            if held.is_empty() {
-                rendered.push((file.clone(), None));
+        for (file, edit) in &edits {
+            let path = PathBuf::from(file);
+            let before = read_if_exists(&path)?;
+            self.check_unchanged(file, before.as_deref())?;
+            let text = match &before {
+                // The loader read it as UTF-8, and it is unchanged since.
+                Some(bytes) => std::str::from_utf8(bytes)
+                    .map_err(|_| StoreError::FileChanged(format!("`{file}` is not UTF-8 text")))?,
+                None => "",
+            };
+            let edited = edit_file(file, text, edit, &self.options)?;
+            reparsed.roles.extend(edited.policy.roles);
+            reparsed.bindings.extend(edited.policy.bindings);
+            reparsed.field_policies.extend(edited.policy.field_policies);
+            reparsed.gates.extend(edited.policy.gates);
+            if edited.text.as_deref().map(str::as_bytes) == before.as_deref() {
+                // Nothing to write (an object applied as it is): the file keeps its bytes and
+                // its modification time.
                 continue;
             }
-            let views: Vec<ObjectView<'_>> = held.iter().map(|(_, v)| *v).collect();
-            let text = render_file(file, &views);
-            let loaded = load_sources(&[(file.clone(), text.clone())], &self.options)
-                .map_err(StoreError::Invalid)?;
-            reparsed.roles.extend(loaded.roles);
-            reparsed.bindings.extend(loaded.bindings);
-            reparsed.field_policies.extend(loaded.field_policies);
-            reparsed.gates.extend(loaded.gates);
-            rendered.push((file.clone(), Some(text)));
+            written.push(file);
+            writes.push(FileWrite {
+                path,
+                before,
+                after: edited.text,
+            });
+        }
+        self.journal.write_files(&writes)?;
+        {
+            let mut digests = self.digests();
+            for (file, write) in written.into_iter().zip(&writes) {
+                match &write.after {
+                    Some(text) => digests.insert(file.clone(), sha256(text.as_bytes())),
+                    None => digests.remove(file),
+                };
+            }
         }
 
-        // What every file holds now beside what the write makes of it; checks of what a
-        // file holds belong here, before the one call that writes them all.
-        let writes = rendered
-            .into_iter()
-            .map(|(file, text)| FileWrite::read(PathBuf::from(file), text))
-            .collect::<Result<Vec<_>>>()?;
-        self.journal.write_files(&writes)?;
-
-        // Every object of the rewritten files, before and after, whose stored form changed.
+        // Every object of the edited files, before and after, whose stored form changed.
         let after = objects(&reparsed);
         let mut touched_refs: Vec<&ObjectRef> = existing
             .iter()
-            .filter(|(_, v)| touched.iter().any(|t| t == v.file()))
+            .filter(|(_, v)| edits.contains_key(v.file()))
             .map(|(r, _)| r)
             .chain(after.keys())
             .collect();

@@ -71,6 +71,29 @@ pub(super) fn sync_dir(dir: &Path) -> Result<()> {
 
 /// Writes `content` to `path` atomically and durably (temp file, fsync, rename, fsync dir).
 pub(super) fn write_atomically(path: &Path, content: &[u8]) -> Result<()> {
+    write_atomically_over(path, content, None)
+}
+
+/// Refuses when `path` no longer holds `expected` (its bytes; `None`: no such file).
+fn check_still(path: &Path, expected: Option<&[u8]>) -> Result<()> {
+    if read_if_exists(path)?.as_deref() == expected {
+        return Ok(());
+    }
+    Err(StoreError::FileChanged(format!(
+        "`{}` was changed on disk while this write was being made (a hand edit or another process), and the write would replace it: nothing was written. Let that change finish (authzd reloads it once it loads), then retry the write",
+        path.display()
+    )))
+}
+
+/// [`write_atomically`], replacing `path` only if it still holds `expected` (`Some(None)`:
+/// only if there is no such file) once the new content is durable: the last check before the
+/// rename, so that a file saved by someone else while the write was prepared and fsynced is
+/// not overwritten (the window left is between this read and the rename).
+pub(super) fn write_atomically_over(
+    path: &Path,
+    content: &[u8],
+    expected: Option<Option<&[u8]>>,
+) -> Result<()> {
     let dir = parent(path);
     let name = path
         .file_name()
@@ -86,6 +109,9 @@ pub(super) fn write_atomically(path: &Path, content: &[u8]) -> Result<()> {
         let mut file = fs::File::create(&temp).map_err(|e| io_error(&temp, e))?;
         file.write_all(content).map_err(|e| io_error(&temp, e))?;
         file.sync_all().map_err(|e| io_error(&temp, e))?;
+        if let Some(expected) = expected {
+            check_still(path, expected)?;
+        }
         fs::rename(&temp, path).map_err(|e| io_error(path, e))?;
         sync_dir(dir)
     })();
@@ -93,6 +119,12 @@ pub(super) fn write_atomically(path: &Path, content: &[u8]) -> Result<()> {
         let _ = fs::remove_file(&temp);
     }
     result
+}
+
+/// [`remove_durably`], only if `path` still holds `expected`.
+pub(super) fn remove_durably_if(path: &Path, expected: Option<&[u8]>) -> Result<()> {
+    check_still(path, expected)?;
+    remove_durably(path)
 }
 
 /// Removes `path` durably (the removal, then its directory fsynced). A file already gone is

@@ -30,6 +30,12 @@
 //! A file that holds neither (someone edited it after the crash) or a journal that cannot be
 //! read (truncated, corrupt) stops recovery with an error naming it, rather than a guess.
 //!
+//! A commit replaces a file only if it still holds what the commit read (`FileWrite::before`),
+//! checked once its new content is durable, right before the rename: a file someone saved
+//! meanwhile is left alone, the commit fails with [`StoreError::FileChanged`] and the files it
+//! had replaced are put back. (Recovery has no such check to make: it writes only files that
+//! hold the content before the write, which it checks first.)
+//!
 //! # The journal's format
 //!
 //! One header line, `authzd-commit-journal 1 LENGTH sha256:DIGEST`, then LENGTH bytes of JSON
@@ -46,7 +52,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use super::durable::{read_if_exists, remove_durably, sync_dir, temp_prefix, write_atomically};
+use super::durable::{
+    read_if_exists, remove_durably, remove_durably_if, sync_dir, temp_prefix, write_atomically,
+    write_atomically_over,
+};
 use crate::policy::load::{Format, LoadError, LoadErrors};
 use crate::store::{Result, StoreError};
 
@@ -69,6 +78,7 @@ pub(super) struct FileWrite {
 
 impl FileWrite {
     /// `path` as it is now, to become `after`.
+    #[cfg(test)]
     pub fn read(path: PathBuf, after: Option<String>) -> Result<Self> {
         let before = read_if_exists(&path)?;
         Ok(FileWrite {
@@ -82,6 +92,16 @@ impl FileWrite {
         match &self.after {
             Some(content) => write_atomically(&self.path, content.as_bytes()),
             None => remove_durably(&self.path),
+        }
+    }
+
+    /// [`Self::apply`], only over the file as the commit read it (`before`): a commit never
+    /// replaces a file someone changed while it was being made.
+    fn apply_over_before(&self) -> Result<()> {
+        let before = self.before.as_deref();
+        match &self.after {
+            Some(content) => write_atomically_over(&self.path, content.as_bytes(), Some(before)),
+            None => remove_durably_if(&self.path, before),
         }
     }
 
@@ -204,7 +224,7 @@ impl Journal {
         match files {
             [] => return Ok(()),
             // One rename is atomic already: a journal would add fsyncs and nothing else.
-            [file] => return file.apply(),
+            [file] => return file.apply_over_before(),
             _ => {}
         }
         if let Err(error) = self.write_journal(files) {
@@ -213,8 +233,15 @@ impl Journal {
             return Err(self.undo(&[], error));
         }
         for (at, file) in files.iter().enumerate() {
-            if let Err(error) = file.apply() {
-                return Err(self.undo(&files[..=at], error));
+            if let Err(error) = file.apply_over_before() {
+                // A file found changed was not touched, and putting it "back" would destroy
+                // the change: only the files before it are undone. Any other failure may
+                // have replaced it (a rename made, its directory's fsync failed).
+                let written = match error {
+                    StoreError::FileChanged(_) => &files[..at],
+                    _ => &files[..=at],
+                };
+                return Err(self.undo(written, error));
             }
         }
         if let Err(error) = self.remove_journal() {

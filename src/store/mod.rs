@@ -16,6 +16,7 @@
 
 mod commit;
 pub mod dir;
+mod documents;
 mod durable;
 mod edit;
 pub mod embedded;
@@ -362,6 +363,11 @@ pub enum StoreError {
     /// The write's effect on access breaks a ChangeGate rule (named, with a witness request).
     #[error("{0}")]
     GateRefused(String),
+    /// A policy file the write would rewrite is not what the store last loaded (a hand edit,
+    /// a half-written file, another process): the message names it and what to do. Nothing
+    /// was written.
+    #[error("{0}")]
+    FileChanged(String),
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;

@@ -195,10 +195,11 @@ async fn dry_run_and_rejected_reload_change_nothing() {
     assert_eq!(store.reload().await.unwrap(), Some(2));
 }
 
-/// A Helm chart's rendered file: its ServiceAccount is skipped on load, so the store never
-/// rewrites the file (the rewrite would drop it), and a change to it alone is no new revision.
+/// A Helm chart's rendered file: its ServiceAccount is skipped on load, and a write edits
+/// only the documents of the objects it writes, so the ServiceAccount's document stays byte
+/// for byte; a change to it alone is no new revision.
 #[tokio::test]
-async fn a_file_holding_objects_of_other_groups_is_never_rewritten() {
+async fn a_file_holding_objects_of_other_groups_keeps_them() {
     let (_dir, path, _recorder, store) = setup();
     let service_account =
         "apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: app, namespace: team-a}\n---\n";
@@ -210,59 +211,46 @@ async fn a_file_holding_objects_of_other_groups_is_never_rewritten() {
         Some(2),
         "same policy, new file"
     );
-    let before = store.policy();
 
     let replaced = ROLES
         .split("---\n")
         .nth(1)
         .unwrap()
         .replace("alice", "carol");
-    let refusal = store.apply(objects_of(&replaced), None).await.unwrap_err();
-    assert!(matches!(refusal, StoreError::Invalid(_)), "{refusal:?}");
+    store.apply(objects_of(&replaced), None).await.unwrap();
+    let written = std::fs::read_to_string(path.join("chart.yaml")).unwrap();
+    assert!(written.starts_with(service_account), "{written}");
     assert!(
-        refusal.to_string().contains(&format!(
-            "{}:1: the write would rewrite this file, which also holds objects authzd does not read and would drop (skipped 1 object of another kind: 1 ServiceAccount (v1))",
-            path.join("chart.yaml").display()
-        )),
-        "{refusal}"
+        written.contains("carol") && !written.contains("alice"),
+        "{written}"
     );
     let readers = ObjectRef {
         kind: ObjectKind::ClusterRoleBinding,
         namespace: String::new(),
         name: "readers".into(),
     };
-    assert!(matches!(
-        store.delete(&readers, None).await,
-        Err(StoreError::Invalid(_))
-    ));
-    // A new object's file name taken by a file of other kinds only: refused too.
-    std::fs::write(
-        path.join("rolebinding.team-a.x.yaml"),
-        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: team-a}\n",
-    )
-    .unwrap();
-    assert_eq!(store.reload().await.unwrap(), None, "no policy changed");
-    assert!(matches!(
-        store.apply(objects_of(&binding("x", "bob")), None).await,
-        Err(StoreError::Invalid(_))
-    ));
+    store.delete(&readers, None).await.unwrap();
+    let written = std::fs::read_to_string(path.join("chart.yaml")).unwrap();
     assert_eq!(
-        std::fs::read_to_string(path.join("chart.yaml")).unwrap(),
-        chart
+        written,
+        format!("{service_account}{}", ROLES.split("---\n").next().unwrap())
     );
-    assert!(
-        std::fs::read_to_string(path.join("rolebinding.team-a.x.yaml"))
-            .unwrap()
-            .contains("ConfigMap")
-    );
-    assert_eq!((store.revision(), store.policy()), (2, before));
 
-    // Other files are written as before.
-    let (revision, _) = store
-        .apply(objects_of(&binding("bob-reads", "bob")), None)
+    // A new object's file name taken by a file of other kinds only: the object is a new
+    // document after them.
+    let config_map = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: x, namespace: team-a}\n";
+    std::fs::write(path.join("rolebinding.team-a.x.yaml"), config_map).unwrap();
+    assert_eq!(store.reload().await.unwrap(), None, "no policy changed");
+    store
+        .apply(objects_of(&binding("x", "bob")), None)
         .await
         .unwrap();
-    assert_eq!(revision, 3);
+    let written = std::fs::read_to_string(path.join("rolebinding.team-a.x.yaml")).unwrap();
+    assert!(
+        written.starts_with(&format!("{config_map}---\n")),
+        "{written}"
+    );
+    assert!(written.contains("bob"), "{written}");
 }
 
 #[tokio::test]
@@ -858,4 +846,93 @@ async fn a_relist_keeps_the_abac_lines_the_store_was_opened_with() {
         "the relist dropped the ABAC lines"
     );
     assert!(store.policy().bindings.is_empty());
+}
+
+/// A hand edit the store has not loaded — valid or not — is never overwritten: a write that
+/// would replace its file is refused (`FileChanged`, naming the file), the file stays byte
+/// for byte and the policy as it was; once a reload takes the edit in, the write goes
+/// through and keeps it.
+#[tokio::test]
+async fn a_write_never_replaces_a_file_it_did_not_load() {
+    let (_dir, path, _recorder, store) = setup();
+    let roles = path.join("roles.yaml");
+    let carol = ROLES
+        .split("---\n")
+        .nth(1)
+        .unwrap()
+        .replace("alice", "carol");
+    let before = store.policy();
+
+    // Half-written (`verb:` for `verbs:`), then finished.
+    let half = format!("{ROLES}---\n# Dana's role, being written\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {{name: dana, namespace: team-a}}\nrules:\n- apiGroups: [\"\"]\n  resources: [pods]\n  verb: [get]\n");
+    let finished = half.replace("verb: [get]", "verbs: [get]");
+    for edit in [&half, &finished] {
+        std::fs::write(&roles, edit).unwrap();
+        let refusal = store.apply(objects_of(&carol), None).await.unwrap_err();
+        let StoreError::FileChanged(message) = &refusal else {
+            panic!("{refusal:?}");
+        };
+        assert!(
+            message.contains(&format!("`{}` was changed on disk", roles.display())),
+            "{message}"
+        );
+        assert_eq!(std::fs::read_to_string(&roles).unwrap(), *edit);
+        assert_eq!((store.revision(), store.policy()), (1, before.clone()));
+    }
+    // The invalid edit rejected by a reload: still protected.
+    std::fs::write(&roles, &half).unwrap();
+    assert!(store.reload().await.is_err());
+    assert!(matches!(
+        store.apply(objects_of(&carol), None).await,
+        Err(StoreError::FileChanged(_))
+    ));
+    assert_eq!(std::fs::read_to_string(&roles).unwrap(), half);
+
+    // Finished and reloaded: the write edits its own document and keeps Dana's.
+    std::fs::write(&roles, &finished).unwrap();
+    assert_eq!(store.reload().await.unwrap(), Some(2));
+    store.apply(objects_of(&carol), None).await.unwrap();
+    let written = std::fs::read_to_string(&roles).unwrap();
+    assert!(written.contains("carol") && !written.contains("alice"));
+    assert!(written.ends_with(&finished[finished.find("---\n# Dana's").unwrap()..]));
+
+    // A file removed by hand, or one created by hand under a new object's name.
+    std::fs::remove_file(&roles).unwrap();
+    assert!(matches!(
+        store
+            .apply(objects_of(&carol.replace("carol", "erin")), None)
+            .await,
+        Err(StoreError::FileChanged(_))
+    ));
+    assert!(!roles.exists());
+    let new_file = path.join("rolebinding.team-a.x.yaml");
+    std::fs::write(&new_file, "# mine\n").unwrap();
+    assert!(matches!(
+        store.apply(objects_of(&binding("x", "bob")), None).await,
+        Err(StoreError::FileChanged(_))
+    ));
+    assert_eq!(std::fs::read_to_string(&new_file).unwrap(), "# mine\n");
+}
+
+/// An edit that changes no policy (a comment added at the end) is no new revision, but the
+/// store takes in its bytes: the next write to that file goes through and keeps the comment.
+#[tokio::test]
+async fn a_reload_that_changes_no_policy_still_takes_in_the_file() {
+    let (_dir, path, _recorder, store) = setup();
+    let roles = path.join("roles.yaml");
+    let commented = format!("{ROLES}# reviewed by the platform team\n");
+    std::fs::write(&roles, &commented).unwrap();
+    assert_eq!(store.reload().await.unwrap(), None, "no policy changed");
+    let carol = ROLES
+        .split("---\n")
+        .nth(1)
+        .unwrap()
+        .replace("alice", "carol");
+    store.apply(objects_of(&carol), None).await.unwrap();
+    let written = std::fs::read_to_string(&roles).unwrap();
+    assert!(written.contains("carol"), "{written}");
+    assert!(
+        written.ends_with("# reviewed by the platform team\n"),
+        "{written}"
+    );
 }

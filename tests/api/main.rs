@@ -12,7 +12,9 @@
 //!   example served without `--policy`);
 //! * policy changes: `revocation` (every change revokes at once; the hammer), `durability`
 //!   (acknowledged writes survive `kill -9`), `multi_file_writes` (a write of several files is
-//!   whole after `kill -9` at any instant of it), `caller_cache` (callers' own caches, through the
+//!   whole after `kill -9` at any instant of it, and leaves the files' other documents and
+//!   comments as written), `directory_edits` (a hand edit is never overwritten; a write changes
+//!   only its objects' documents), `caller_cache` (callers' own caches, through the
 //!   library and through `authzd ask` processes: the hammer, SIGSTOP, a restart);
 //! * the Webhook authorizer: `webhook_client` (against a scripted webhook), `webhook_chain`
 //!   (against a second authzd).
@@ -28,6 +30,7 @@ mod change_gate;
 mod content;
 mod decision_records;
 mod dir_lock;
+mod directory_edits;
 mod durability;
 mod envoy_authz;
 mod full_disk;

@@ -9,6 +9,11 @@
 //! changed together. In odd generations eve is bound and `wide` is narrowed to reading pods;
 //! in even ones admin is bound and `wide` grants everything. Whole, eve can never delete
 //! secrets; half of one write beside half of the next, she can.
+//!
+//! Each file also opens with what a person wrote and no write touches ([`ROLES_PREFIX`],
+//! [`BINDINGS_PREFIX`]: comments, a `v1alpha1` bystander object, a comment framing the written
+//! document): after every kill and restart each file still starts with it byte for byte
+//! (docs/policy.md §2, "What a write changes in a file").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)] // test helpers outside #[test]
 
@@ -59,6 +64,22 @@ fn binding(g: u64) -> String {
     format!(
         "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata:\n  name: wide-users\nsubjects:\n- {{kind: User, name: {user}, apiGroup: rbac.authorization.k8s.io}}\n- {{kind: User, name: generation-{g}, apiGroup: rbac.authorization.k8s.io}}\nroleRef: {{kind: ClusterRole, name: wide, apiGroup: rbac.authorization.k8s.io}}\n"
     )
+}
+
+/// What `roles.yaml` holds before the written ClusterRole, and must keep byte for byte.
+const ROLES_PREFIX: &str = "# Roles of the kill -9 test: what a person wrote, which no write may change.\n---\n# bystander: never written\nkind: ClusterRole\napiVersion: rbac.authorization.k8s.io/v1alpha1\nmetadata:\n  name: \"bystander\"   # quoted on purpose\nrules: []\n---\n# wide: every write replaces the document below this comment\n";
+/// The same for `bindings.yaml`: the written binding comes first, the bystander after.
+const BINDINGS_PREFIX: &str = "# Bindings of the kill -9 test.\n---\n";
+const BINDINGS_SUFFIX: &str = "# trailing: kept\n---\n# bystander binding, never written\nkind: ClusterRoleBinding\napiVersion: rbac.authorization.k8s.io/v1beta1\nmetadata: {name: bystander}\nsubjects: [{kind: User, name: nobody}]\nroleRef: {kind: ClusterRole, name: bystander}\n";
+
+/// What a person wrote around the written documents, if either file lost any of it.
+fn frames_lost(dir: &Path) -> Option<String> {
+    let roles = std::fs::read_to_string(dir.join(ROLES_FILE)).unwrap_or_default();
+    let bindings = std::fs::read_to_string(dir.join(BINDINGS_FILE)).unwrap_or_default();
+    let lost = !roles.starts_with(ROLES_PREFIX)
+        || !bindings.starts_with(BINDINGS_PREFIX)
+        || !bindings.ends_with(BINDINGS_SUFFIX);
+    lost.then(|| format!("the files lost what a person wrote:\n{roles}\n{bindings}"))
 }
 
 /// The number after the first `marker` in `text`.
@@ -201,8 +222,16 @@ async fn served_mismatches(server: &Server, g: Option<u64>) -> Vec<String> {
 async fn a_write_of_two_files_is_whole_after_any_kill_9() {
     let started = Instant::now();
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join(ROLES_FILE), role(0)).unwrap();
-    std::fs::write(dir.path().join(BINDINGS_FILE), binding(0)).unwrap();
+    std::fs::write(
+        dir.path().join(ROLES_FILE),
+        format!("{ROLES_PREFIX}{}", role(0)),
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join(BINDINGS_FILE),
+        format!("{BINDINGS_PREFIX}{}{BINDINGS_SUFFIX}", binding(0)),
+    )
+    .unwrap();
     let seed = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -273,6 +302,7 @@ async fn a_write_of_two_files_is_whole_after_any_kill_9() {
                 None
             }
         };
+        wrong.extend(frames_lost(dir.path()));
         wrong.extend(served_mismatches(&server, whole).await);
         if journal_on_disk(dir.path()) {
             wrong.push("the journal is still there after the restart".into());

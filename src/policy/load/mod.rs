@@ -183,6 +183,17 @@ pub fn load_paths_reporting(
     paths: &[PathBuf],
     options: &LoadOptions,
 ) -> Result<Loaded, LoadErrors> {
+    load_paths_observing(paths, options, &mut |_, _| {})
+}
+
+/// [`load_paths_reporting`], showing `observe` each file's name and the exact text it read,
+/// before parsing it: the directory store keeps a digest of what it loaded, so that it never
+/// rewrites a file that changed since (src/store/dir.rs).
+pub fn load_paths_observing(
+    paths: &[PathBuf],
+    options: &LoadOptions,
+    observe: &mut dyn FnMut(&str, &str),
+) -> Result<Loaded, LoadErrors> {
     let mut errors = Vec::new();
     let mut files = Vec::new();
     let mut seen = HashSet::new();
@@ -194,7 +205,10 @@ pub fn load_paths_reporting(
     for (path, format) in files {
         let name = path.display().to_string();
         match read_file(&path, options.max_file_bytes) {
-            Ok(text) => loader.add(&name, &text, format),
+            Ok(text) => {
+                observe(&name, &text);
+                loader.add(&name, &text, format)
+            }
             Err(message) => loader.errors.push(LoadError {
                 file: name,
                 line: 0,

@@ -346,3 +346,48 @@ fn a_moved_directory_is_recovered_and_other_roots_are_absolute() {
         role("e", "list")
     );
 }
+
+/// A file changed by someone else after the commit read it — here `c.yaml`, which the commit
+/// removes, saved by hand after `a` and `b` were replaced — is not overwritten: the commit
+/// fails with `FileChanged`, the files it had replaced are put back, the journal is gone and
+/// the hand edit stays.
+#[test]
+fn a_file_changed_while_the_commit_is_made_is_not_overwritten() {
+    let scene = Scene::new();
+    let (old, _) = scene.old_and_new();
+    let hand = format!("# saved by hand\n{}", role("c", "watch"));
+    std::fs::write(scene.dir.join("c.yaml"), &hand).unwrap();
+    let refused = scene.journal.write_files(&scene.writes).unwrap_err();
+    assert!(
+        matches!(&refused, StoreError::FileChanged(m) if m.contains("c.yaml")),
+        "{refused:?}"
+    );
+    assert!(!scene.journal_exists());
+    assert_eq!(
+        std::fs::read_to_string(scene.dir.join("c.yaml")).unwrap(),
+        hand
+    );
+    for name in ["a.yaml", "b.yaml"] {
+        let kept = std::fs::read_to_string(scene.dir.join(name)).unwrap();
+        assert!(kept.ends_with("verbs: [get]\n"), "{name}: {kept}");
+    }
+    assert!(!scene.dir.join("d.yaml").exists());
+    let mut now = scene.policy();
+    now.roles.retain(|r| r.name != "c");
+    let mut expected = old;
+    expected.roles.retain(|r| r.name != "c");
+    assert_eq!(now, expected);
+
+    // One file, written without a journal: the same last check.
+    let write = FileWrite::read(scene.dir.join("a.yaml"), Some(role("a", "list"))).unwrap();
+    std::fs::write(scene.dir.join("a.yaml"), &hand).unwrap();
+    assert!(matches!(
+        scene.journal.write_files(std::slice::from_ref(&write)),
+        Err(StoreError::FileChanged(_))
+    ));
+    assert_eq!(
+        std::fs::read_to_string(scene.dir.join("a.yaml")).unwrap(),
+        hand
+    );
+    assert_eq!(scene.names(), vec!["a.yaml", "b.yaml", "c.yaml"]);
+}
