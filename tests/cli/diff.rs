@@ -301,3 +301,122 @@ async fn apply_dry_run_shows_the_delta_diff_shows_and_changes_nothing() {
         );
     }
 }
+
+/// Copies the shipped `policy/` into `dir` (created), file by file.
+fn shipped_policy_into(dir: &Path) {
+    std::fs::create_dir_all(dir).unwrap();
+    let shipped = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("policy");
+    for entry in std::fs::read_dir(shipped).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), dir.join(entry.file_name())).unwrap();
+    }
+}
+
+fn run(args: &[&std::ffi::OsStr]) -> Output {
+    Command::new(BIN).args(args).output().unwrap()
+}
+
+/// Issue 42 item 6: ABAC lines are compared by what they say. Two byte-identical copies of the
+/// shipped policy in different directories are no change, for `diff` and for `test
+/// --gate-against` under a ChangeGate (which fails closed on a change it cannot judge); so is
+/// a copy whose ABAC lines moved to another file, in another order.
+#[test]
+fn copies_of_the_shipped_policy_are_no_change_wherever_they_are() {
+    let root = tempfile::tempdir().unwrap();
+    let (old, copy, moved) = (
+        root.path().join("main/policy"),
+        root.path().join("pr/deeper/policy"),
+        root.path().join("moved"),
+    );
+    for dir in [&old, &copy, &moved] {
+        shipped_policy_into(dir);
+    }
+    // `moved`: both ABAC files' lines in one file of another name, last line first.
+    let mut lines = Vec::new();
+    for name in ["seed001-abac.jsonl", "seed002-abac.jsonl"] {
+        let text = std::fs::read_to_string(moved.join(name)).unwrap();
+        lines.extend(text.lines().map(str::to_string));
+        std::fs::remove_file(moved.join(name)).unwrap();
+    }
+    lines.reverse();
+    std::fs::write(moved.join("all.jsonl"), lines.join("\n") + "\n").unwrap();
+
+    for new in [&copy, &moved] {
+        let output = run(&[
+            "diff".as_ref(),
+            "--policy".as_ref(),
+            old.as_os_str(),
+            "--policy-new".as_ref(),
+            new.as_os_str(),
+        ]);
+        assert_eq!(output.status.code(), Some(0), "{output:?}");
+        assert_eq!(stdout(&output), "no access changes\n");
+    }
+
+    // Under a ChangeGate in force, `test --gate-against` passes as its cases do (it exited 1,
+    // the gate refusing an "ABAC change" it could not judge).
+    let gate = crate::support::gate_writes::GATE;
+    for dir in [&old, &copy] {
+        std::fs::write(dir.join("gate.yaml"), gate).unwrap();
+    }
+    let tests = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("examples/policy-test.yaml");
+    let output = run(&[
+        "test".as_ref(),
+        "--gate-against".as_ref(),
+        old.as_os_str(),
+        "--policy".as_ref(),
+        copy.as_os_str(),
+        tests.as_os_str(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+    assert!(stdout(&output).contains("cases passed"), "{output:?}");
+    let output = run(&[
+        "diff".as_ref(),
+        "--policy".as_ref(),
+        old.as_os_str(),
+        "--policy-new".as_ref(),
+        copy.as_os_str(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{output:?}");
+}
+
+/// A changed ABAC line is named exactly: its old `file:line` and content, its new ones; lines
+/// that did not change are not named.
+#[test]
+fn a_changed_abac_line_is_named_old_and_new() {
+    let root = tempfile::tempdir().unwrap();
+    let (old, new) = (root.path().join("old"), root.path().join("new"));
+    shipped_policy_into(&old);
+    shipped_policy_into(&new);
+    let file = new.join("seed001-abac.jsonl");
+    let text = std::fs::read_to_string(&file).unwrap();
+    // Line 3 is alice's line (every resource); she becomes read-only there.
+    let line = text.lines().nth(2).unwrap();
+    assert!(line.contains(r#""user": "alice""#), "{line}");
+    let changed = line.replace(r#""apiGroup": "*""#, r#""apiGroup": "*", "readonly": true"#);
+    assert_ne!(line, changed);
+    std::fs::write(&file, text.replace(line, &changed)).unwrap();
+
+    let output = run(&[
+        "diff".as_ref(),
+        "--policy".as_ref(),
+        old.as_os_str(),
+        "--policy-new".as_ref(),
+        new.as_os_str(),
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{output:?}");
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    let spec = r#"{"user": "alice", "apiGroup": "*", "namespace": "*", "resource": "*""#;
+    let expected = format!(
+        "  - {}:3: {spec}}}\n  + {}:3: {spec}, \"readonly\": true}}\n",
+        old.join("seed001-abac.jsonl").display(),
+        new.join("seed001-abac.jsonl").display(),
+    );
+    assert!(
+        stderr.ends_with(&expected),
+        "{stderr}\nexpected the end:\n{expected}"
+    );
+    assert!(stderr.contains("the ABAC policy lines differ"), "{stderr}");
+    // Only the changed line is named.
+    assert_eq!(stderr.matches(".jsonl:").count(), 2, "{stderr}");
+}
