@@ -242,6 +242,10 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
         Settings::Diff(settings) => run_diff(&settings),
         Settings::Replay(settings) => run_replay(&settings),
         Settings::Client { server, command } => run_client(&server, command),
+        Settings::Help(text) => {
+            print!("{text}");
+            Ok(Outcome::Success)
+        }
         Settings::Proxy(settings) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -542,3 +542,77 @@ fn check_prints_conditions_and_evaluates_them_against_objects() {
         stdout(&who(relabelled))
     );
 }
+
+/// `authzd proxy --help` is help, as every other `--help` is: on stdout, exit 0, no "error:".
+#[test]
+fn proxy_help_is_help_not_an_error() {
+    let out = run_bin(
+        &[OsStr::new("proxy"), OsStr::new("--help")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("An authorizing reverse proxy for one upstream"),
+        "{text}"
+    );
+    assert!(text.contains("--token-auth-file"), "{text}");
+    assert!(
+        !text.contains("error:") && stderr(&out).is_empty(),
+        "{out:?}"
+    );
+}
+
+/// The heading each flag of `authzd serve --help` is listed under.
+fn serve_help_headings() -> std::collections::BTreeMap<String, String> {
+    let out = run_bin(
+        &[OsStr::new("serve"), OsStr::new("--help")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut heading = String::new();
+    let mut flags = std::collections::BTreeMap::new();
+    for line in stdout(&out).lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.trim_end_matches(':').to_string();
+        } else if let Some(flag) = line.trim_start().strip_prefix("--") {
+            let name = flag.split([' ', '=']).next().unwrap_or_default();
+            flags.insert(name.to_string(), heading.clone());
+        }
+    }
+    flags
+}
+
+/// Issue 42 item 9: TLS, token, audit, etcd and overload flags were all listed under "Envoy
+/// ext_authz:"; each group has its own heading, and Envoy's holds only `--envoy-*`.
+#[test]
+fn serve_help_files_each_flag_under_its_own_heading() {
+    let headings = serve_help_headings();
+    for (flag, heading) in [
+        ("envoy-subject-from", "Envoy ext_authz"),
+        ("token-auth-file", "Caller authentication and TLS"),
+        ("tls-cert-file", "Caller authentication and TLS"),
+        ("client-ca-file", "Caller authentication and TLS"),
+        ("audit-log", "Audit log"),
+        ("decision-records", "Decision records"),
+        ("etcd-servers", "Policy in etcd (instead of --policy)"),
+        ("max-staleness", "Policy in etcd (instead of --policy)"),
+        ("max-concurrent-requests", "Limits and overload"),
+        ("request-timeout", "Limits and overload"),
+        ("authzen-base-url", "AuthZEN"),
+        ("listen", "Options"),
+    ] {
+        assert_eq!(
+            headings.get(flag).map(String::as_str),
+            Some(heading),
+            "--{flag}: {headings:?}"
+        );
+    }
+    for (flag, heading) in &headings {
+        assert_eq!(
+            heading == "Envoy ext_authz",
+            flag.starts_with("envoy-"),
+            "--{flag} under {heading:?}"
+        );
+    }
+}
