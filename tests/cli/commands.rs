@@ -616,3 +616,42 @@ fn serve_help_files_each_flag_under_its_own_heading() {
         );
     }
 }
+
+/// `authzd proxy` says at startup which caller authenticators are on, and warns when none is
+/// (every request it authorizes would be answered 401). authzd is not reachable here: the
+/// line comes before the proxy connects.
+#[test]
+fn proxy_logs_its_caller_authenticators_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("callers.csv");
+    std::fs::write(&tokens, "alice-token,alice,uid-1\n").unwrap();
+    let start = |extra: &[&OsStr]| {
+        let mut args: Vec<&OsStr> = [
+            "proxy",
+            "--insecure-listen-address=127.0.0.1:0",
+            "--upstream=http://127.0.0.1:9/",
+            "--authzd-server=http://127.0.0.1:9",
+            "--authzd-timeout=1s",
+            "--local-cache=false",
+        ]
+        .iter()
+        .map(OsStr::new)
+        .collect();
+        args.extend_from_slice(extra);
+        let out = run_bin(&args, Duration::from_secs(10));
+        format!("{}{}", stdout(&out), stderr(&out))
+    };
+    let none = start(&[]);
+    assert!(
+        none.contains("WARN") && none.contains("no caller authenticator is on"),
+        "{none}"
+    );
+    let flag = format!("--token-auth-file={}", tokens.display());
+    let some = start(&[OsStr::new(&flag)]);
+    assert!(
+        some.contains("caller authenticators")
+            && some.contains("bearer tokens (--token-auth-file)"),
+        "{some}"
+    );
+    assert!(!some.contains("no caller authenticator"), "{some}");
+}
