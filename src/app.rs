@@ -174,7 +174,9 @@ pub type Result<T, E = AppError> = std::result::Result<T, E>;
 
 /// Runs one command to completion, logging in `log_format`.
 pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
-    if !matches!(settings, Settings::Serve(_)) {
+    // The server and the proxy start their own logging (at info, or what `-v` says): a
+    // subscriber set here first would keep the proxy's startup lines at warn.
+    if !matches!(settings, Settings::Serve(_) | Settings::Proxy(_)) {
         // Offline and client commands print their answer on stdout; logs are for problems.
         telemetry::init(log_format, "warn", None);
     }
@@ -246,6 +248,10 @@ pub fn run(settings: Settings, log_format: LogFormat) -> Result<Outcome> {
         Settings::Diff(settings) => run_diff(&settings),
         Settings::Replay(settings) => run_replay(&settings),
         Settings::Client { server, command } => run_client(&server, command),
+        Settings::Help(text) => {
+            print!("{text}");
+            Ok(Outcome::Success)
+        }
         Settings::Proxy(settings) => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()

@@ -56,7 +56,7 @@ fn decision_word(response: &proto::AuthorizeResponse) -> &'static str {
         Ok(proto::Decision::Allow) => "allow",
         Ok(proto::Decision::Deny) => "deny",
         Ok(proto::Decision::Conditional) => "conditional",
-        _ => "noopinion",
+        _ => "no_opinion",
     }
 }
 

@@ -194,6 +194,9 @@ pub enum Settings {
     Replay(ReplaySettings),
     /// `authzd proxy`.
     Proxy(Box<proxy::ProxySettings>),
+    /// The help of a command whose flags clap does not read (`authzd proxy --help`): printed on
+    /// stdout, exit 0, as clap prints its own.
+    Help(String),
     /// A command against a running server.
     Client {
         server: ClientSettings,
@@ -407,9 +410,9 @@ impl Cli {
             Command::Proxy(args) => {
                 match proxy::parse(&args.flags).map_err(|message| usage_error("proxy", message))? {
                     proxy::ProxyCommand::Run(settings) => Settings::Proxy(settings),
-                    proxy::ProxyCommand::Help(text) => {
-                        return Err(clap::Error::raw(ErrorKind::DisplayHelp, text))
-                    }
+                    // Printed as help, not through clap: a raw clap error starts with
+                    // "error:" whatever its kind.
+                    proxy::ProxyCommand::Help(text) => Settings::Help(text),
                 }
             }
             Command::Ask(args) => {

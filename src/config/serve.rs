@@ -118,6 +118,7 @@ pub struct ServeArgs {
 
 /// The policy in etcd instead of a directory (docs/etcd.md §2), flags as kube-apiserver names them.
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Policy in etcd (instead of --policy)")]
 pub struct EtcdArgs {
     /// etcd endpoints (`http://HOST:PORT` or `https://…`), comma-separated or repeated: the
     /// policy is read from and written to etcd, shared by every replica, instead of --policy.
@@ -237,6 +238,7 @@ impl EtcdArgs {
 /// How callers authenticate (docs/security.md §1). Without any of these, only a local listener
 /// (loopback or Unix socket) serves, and every caller is the local identity.
 #[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "Caller authentication and TLS")]
 pub struct AuthArgs {
     /// Bearer tokens, in kube-apiserver's CSV format: `token,user,uid[,"group1,group2"]`.
     /// Callers send `authorization: Bearer <token>`.
@@ -325,6 +327,7 @@ pub struct EnvoyArgs {
 /// Overload protection of `serve` (README "Limits"): what one server takes on at once and how
 /// long anyone may hold it.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Limits and overload")]
 pub struct LimitArgs {
     /// Requests worked on at once, across all connections; one more is refused at once with
     /// RESOURCE_EXHAUSTED (never queued). Streams count only while being set up.
@@ -388,6 +391,7 @@ pub struct LimitArgs {
 
 /// The audit log of `serve` (README "Audit log").
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Audit log")]
 pub struct AuditArgs {
     /// Append one JSON line per review call and policy write to PATH (created if missing).
     #[arg(long, value_name = "PATH")]
@@ -419,6 +423,7 @@ pub struct AuthzenArgs {
 
 /// Decision records (docs/records.md): one JSON line per decision taken.
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Decision records")]
 pub struct RecordArgs {
     /// Record every decision: `file:PATH` appends to PATH (rotated by size), `audit` writes
     /// into the audit log (needs --audit-log). Recording never slows a decision: what the

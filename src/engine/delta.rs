@@ -39,15 +39,22 @@
 //! direction naming one of its subjects, and every subject a row names has a witness there.
 //!
 //! Rules whose clauses read content are compared by the answer without content (the fold),
-//! so a rule that gains a condition shows as a loss. ABAC policy lines are not analysed: a
-//! change to them is refused ([`DeltaError::AbacChanged`]), and so is a change of the paths
+//! so a rule that gains a condition shows as a loss. ABAC policy lines are compared by content
+//! (file and position do not matter, [`AbacChanges`]); a line one policy has and the other
+//! does not is a region like a changed binding's (step 1: its subjects, namespace and the
+//! actions it matches, [`abac_region`]), and the rest of the argument holds as it is: a
+//! subject alone is matched only by the lines naming it, so partners keep their kind, and a
+//! line naming a user and a group is tried as that pair. A changed line naming every user
+//! (`*`) is refused ([`DeltaError::AbacWildcard`]), and so is a change of the paths
 //! FieldPolicies protect ([`DeltaError::ProtectedPathsChanged`]), which changes the fold of
 //! every plain allow on writes; the rest of a FieldPolicy never changes a fold.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::engine::{Authorize, Decision, Engine, Response};
-use crate::policy::model::{Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind};
+use crate::policy::model::{
+    AbacRule, Binding, BindingKind, PolicyRule, PolicySet, Role, RoleKey, RoleKind,
+};
 use crate::policy::rbac::{
     has_negation, is_negated, non_resource_url_entry_matches, PRIVILEGE_VERBS,
 };
@@ -56,17 +63,112 @@ use crate::request::{Action, NonResourceAttributes, Request, ResourceAttributes,
 /// Why a delta was not computed.
 #[derive(Debug, thiserror::Error)]
 pub enum DeltaError {
+    /// A changed ABAC line matches every user (`*`; the loader turns `*` into the group
+    /// `system:authenticated`, so only a policy made in memory has one): the delta names
+    /// users and groups, and no name stands for everyone.
     #[error(
-        "the ABAC policy lines differ; authzd diff computes the delta of RBAC objects \
-         (Roles, ClusterRoles and their bindings, deny rules and negation included) only"
+        "an ABAC line that matches every user (`*`) differs; the delta names users and \
+         groups, not everyone. The lines that differ:\n{0}"
     )]
-    AbacChanged,
+    AbacWildcard(AbacChanges),
     #[error(
         "the FieldPolicies protect different paths, which changes what every plain allow \
          grants on writes; authzd diff computes the delta of RBAC objects only, so apply a \
          change of protected paths on its own"
     )]
     ProtectedPathsChanged,
+}
+
+/// The ABAC lines of one policy whose content the other has nowhere, each with where it is.
+///
+/// Lines are compared by what they say, never by where they are: ABAC allows a request when any
+/// line does, so neither a line's file, its position nor a repetition of it changes an answer.
+/// Two copies of one policy in different directories are therefore no change at all.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AbacChanges {
+    /// Lines of the old policy the new one does not have (with their old `file:line`).
+    pub removed: Vec<AbacRule>,
+    /// Lines of the new policy the old one did not have (with their new `file:line`).
+    pub added: Vec<AbacRule>,
+}
+
+/// What an ABAC line says: every field but its source.
+type AbacContent<'a> = (&'a str, &'a str, bool, &'a str, &'a str, &'a str, &'a str);
+
+fn abac_content(line: &AbacRule) -> AbacContent<'_> {
+    (
+        &line.user,
+        &line.group,
+        line.readonly,
+        &line.api_group,
+        &line.namespace,
+        &line.resource,
+        &line.non_resource_path,
+    )
+}
+
+impl AbacChanges {
+    /// `None` when `old` and `new` say the same lines, wherever each is written.
+    pub fn between(old: &[AbacRule], new: &[AbacRule]) -> Option<Self> {
+        let in_old: BTreeSet<AbacContent<'_>> = old.iter().map(abac_content).collect();
+        let in_new: BTreeSet<AbacContent<'_>> = new.iter().map(abac_content).collect();
+        let only = |lines: &[AbacRule], other: &BTreeSet<AbacContent<'_>>| -> Vec<AbacRule> {
+            lines
+                .iter()
+                .filter(|line| !other.contains(&abac_content(line)))
+                .cloned()
+                .collect()
+        };
+        let changes = AbacChanges {
+            removed: only(old, &in_new),
+            added: only(new, &in_old),
+        };
+        (!changes.removed.is_empty() || !changes.added.is_empty()).then_some(changes)
+    }
+}
+
+/// One line per changed ABAC line: `- FILE:LINE: SPEC` for an old one, `+ FILE:LINE: SPEC` for
+/// a new one, the spec in the internal (v1beta1) shape the loader converts every line to.
+impl std::fmt::Display for AbacChanges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut first = true;
+        for (sign, lines) in [("-", &self.removed), ("+", &self.added)] {
+            for line in lines {
+                if !first {
+                    writeln!(f)?;
+                }
+                first = false;
+                write!(f, "  {sign} {}: {}", line.source, abac_spec(line))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// An ABAC line's spec as JSON, fields in upstream's order, empty strings and `false` left out
+/// (as a hand-written line leaves them out).
+fn abac_spec(line: &AbacRule) -> String {
+    let mut fields: Vec<String> = Vec::new();
+    for (key, value) in [
+        ("user", &line.user),
+        ("group", &line.group),
+        ("apiGroup", &line.api_group),
+        ("namespace", &line.namespace),
+        ("resource", &line.resource),
+        ("nonResourcePath", &line.non_resource_path),
+    ] {
+        if !value.is_empty() {
+            // serde_json quotes and escapes the value as JSON does.
+            fields.push(format!(
+                "\"{key}\": {}",
+                serde_json::Value::from(value.as_str())
+            ));
+        }
+    }
+    if line.readonly {
+        fields.push("\"readonly\": true".into());
+    }
+    format!("{{{}}}", fields.join(", "))
 }
 
 /// Subjects by kind (service accounts are users named `system:serviceaccount:NS:NAME`).
@@ -752,7 +854,72 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
             conditional,
         });
     }
+    if let Some(changes) = AbacChanges::between(&old.abac, &new.abac) {
+        out.extend(
+            changes
+                .removed
+                .iter()
+                .chain(&changes.added)
+                .filter_map(abac_region),
+        );
+    }
     out
+}
+
+/// The region of an ABAC line that one policy has and the other does not (by content): the
+/// requests it allows are the only ones its coming or going can change, as a binding's are.
+/// Its subjects are the ones it names (a line naming a user and a group matches only the
+/// two together, which the conjunctions of [`outcome`] try); its scope is its namespace
+/// (`*`: everywhere); its actions are rules whose cells are those the line matches: any
+/// verb, or the read-only ones; its API group; its resource with every subresource (ABAC
+/// ignores subresources and names); its non-resource path, a trailing `*` a prefix. A line
+/// naming nobody matches nobody. Lines naming everyone (`*`) are refused before
+/// ([`analysable`]).
+fn abac_region(line: &AbacRule) -> Option<Region> {
+    let mut subjects = BTreeSet::new();
+    if !line.user.is_empty() {
+        subjects.insert(Who::User(line.user.clone()));
+    }
+    if !line.group.is_empty() {
+        subjects.insert(Who::Group(line.group.clone()));
+    }
+    if subjects.is_empty() {
+        return None;
+    }
+    let verbs: Vec<String> = if line.readonly {
+        ["get", "list", "watch"].map(String::from).to_vec()
+    } else {
+        vec!["*".to_string()]
+    };
+    let resource = if line.resource == "*" {
+        "*".to_string()
+    } else {
+        format!("{}/*", line.resource)
+    };
+    let path = match line.non_resource_path.strip_suffix('*') {
+        // As `abac::non_resource_path_matches`: every trailing `*` goes, what is left is a
+        // prefix (`*` alone: every path).
+        Some(_) => format!("{}*", line.non_resource_path.trim_end_matches('*')),
+        None => line.non_resource_path.clone(),
+    };
+    Some(Region {
+        namespace: (line.namespace != "*").then(|| line.namespace.clone()),
+        subjects,
+        rules: vec![
+            PolicyRule {
+                verbs: verbs.clone(),
+                api_groups: vec![line.api_group.clone()],
+                resources: vec![resource],
+                ..Default::default()
+            },
+            PolicyRule {
+                verbs,
+                non_resource_urls: vec![path],
+                ..Default::default()
+            },
+        ],
+        conditional: Vec::new(),
+    })
 }
 
 /// How the chain decides a subject alone: the decision, and the authorizer and tier of the
@@ -991,10 +1158,13 @@ pub fn access_delta(
 }
 
 /// Whether the change from `old` to `new` is one whose effect on access this module computes
-/// (the delta, and a ChangeGate's check over its cells): RBAC objects only.
+/// (the delta, and a ChangeGate's check over its cells, which refuses ABAC changes itself).
 pub(super) fn analysable(old: &PolicySet, new: &PolicySet) -> Result<(), DeltaError> {
-    if old.abac != new.abac {
-        return Err(DeltaError::AbacChanged);
+    if let Some(changes) = AbacChanges::between(&old.abac, &new.abac) {
+        let wildcard = |line: &AbacRule| line.user == "*" || line.group == "*";
+        if changes.removed.iter().chain(&changes.added).any(wildcard) {
+            return Err(DeltaError::AbacWildcard(changes));
+        }
     }
     if crate::policy::impact::protected_paths_changed(old, new) {
         return Err(DeltaError::ProtectedPathsChanged);

@@ -81,8 +81,34 @@ impl Proxy {
             settings.audiences.clone(),
         )?;
         match &reviewer {
-            Some(reviewer) => tracing::info!(server = %reviewer.server(), "bearer tokens are checked with TokenReview"),
-            None => tracing::info!("no --kubeconfig and not in a cluster: bearer tokens are checked against --token-auth-file only"),
+            Some(reviewer) => {
+                tracing::info!(server = %reviewer.server(), "bearer tokens are checked with TokenReview")
+            }
+            None => tracing::info!("no --kubeconfig and not in a cluster: no TokenReview"),
+        }
+        // A proxy with no way to know its callers answers 401 to every request it authorizes,
+        // which looks like a broken upstream: say at startup which ways are on.
+        let mut authenticators = Vec::new();
+        if settings.client_ca.is_some() && settings.secure_listen.is_some() {
+            authenticators.push("client certificates (--client-ca-file)");
+        }
+        if tokens.is_some() {
+            authenticators.push("bearer tokens (--token-auth-file)");
+        }
+        if reviewer.is_some() {
+            authenticators.push("bearer tokens (TokenReview)");
+        }
+        if authenticators.is_empty() {
+            tracing::warn!(
+                "no caller authenticator is on: every request outside --ignore-paths will be \
+                 answered 401 Unauthorized; give --token-auth-file, --client-ca-file (with \
+                 --secure-listen-address) or --kubeconfig (docs/proxy.md §1)"
+            );
+        } else {
+            tracing::info!(
+                authenticators = %authenticators.join(", "),
+                "caller authenticators"
+            );
         }
         let upstream_tls = match settings.upstream.scheme_str() {
             Some("https") => Some(crate::webhook::tls_client_config(

@@ -1,6 +1,12 @@
-//! The checks on one caller's policy write, as Kubernetes makes them: `create`, `update` or
-//! `delete` on the object (API group `rbac.authorization.k8s.io`, `authzd.io` for
-//! FieldPolicies), then privilege-escalation prevention (`engine::escalation`).
+//! The checks on one caller's policy write, as Kubernetes makes them: `create` (a new object),
+//! `update` or `patch` (an existing one) or `delete` on the object (API group
+//! `rbac.authorization.k8s.io`, `authzd.io` for FieldPolicies), then privilege-escalation
+//! prevention (`engine::escalation`).
+//!
+//! Apply of an existing object takes `update` or `patch` because `kubectl apply`, client- or
+//! server-side, writes an existing object with a PATCH, and Kubernetes authorizes that PATCH
+//! with the `patch` verb alone: a subject Kubernetes lets apply a change is let here too. The
+//! escalation check is the same whichever verb admitted the write.
 //!
 //! The store calls the guard under its writer lock (in etcd mode its committer does, on behalf
 //! of the waiting writer, which is why the guard is owned), so the snapshot loaded there is the
@@ -18,7 +24,7 @@ use crate::store::{find_object, ObjectRef, WriteGuard};
 /// What a policy write is, for the RBAC verb it needs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum WriteOp {
-    /// Create (new object) or update (existing object), then escalation prevention.
+    /// Create (new object) or update or patch (existing object), then escalation prevention.
     Apply,
     Delete,
 }
@@ -54,15 +60,29 @@ impl WriteGuard for PolicyWriteGuard {
             .iter()
             .filter_map(|object| {
                 let object = ObjectRef::of(object);
-                let verb = match self.op {
-                    WriteOp::Delete => "delete",
-                    WriteOp::Apply if find_object(current, &object).is_some() => "update",
-                    WriteOp::Apply => "create",
-                };
                 let privilege =
-                    Privilege::object(verb, object.kind, &object.namespace, &object.name);
-                (!privilege.held_by(&snapshot.engine, &self.caller))
-                    .then(|| privilege.refusal(&self.caller))
+                    |verb| Privilege::object(verb, object.kind, &object.namespace, &object.name);
+                let held =
+                    |privilege: &Privilege<'_>| privilege.held_by(&snapshot.engine, &self.caller);
+                match self.op {
+                    WriteOp::Apply if find_object(current, &object).is_some() => {
+                        let update = privilege("update");
+                        (!held(&update) && !held(&privilege("patch"))).then(|| {
+                            format!(
+                                "{} (applying an existing object needs update or patch)",
+                                update.refusal(&self.caller)
+                            )
+                        })
+                    }
+                    op => {
+                        let verb = match op {
+                            WriteOp::Delete => "delete",
+                            WriteOp::Apply => "create",
+                        };
+                        let privilege = privilege(verb);
+                        (!held(&privilege)).then(|| privilege.refusal(&self.caller))
+                    }
+                }
             })
             .collect();
         if !refusals.is_empty() {

@@ -308,7 +308,7 @@ struct Said {
 fn said(line: &str) -> Said {
     let words: Vec<&str> = line.split_whitespace().collect();
     match words.as_slice() {
-        ["allow", source, revision] | ["deny" | "noopinion", source, revision] => Said {
+        ["allow", source, revision] | ["deny" | "no_opinion", source, revision] => Said {
             allowed: words[0] == "allow",
             local: *source == "local",
             revision: revision.parse().unwrap_or(0),

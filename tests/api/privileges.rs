@@ -26,7 +26,8 @@ use tonic::{Code, Request, Status};
 /// * group `readers` reads pods everywhere; every authenticated caller reads configmaps;
 /// * `nadia` administers namespace `team-a` (pods, secrets, roles, rolebindings, local reviews),
 ///   but a deny rule there withholds `delete secrets` from her;
-/// * `vic` may create (only create) rolebindings in `team-a` and reads pods there.
+/// * `vic` may create (only create) rolebindings in `team-a` and reads pods there;
+/// * `pat` may patch (not update, not create) roles in `team-p` and reads pods there.
 const POLICY: &str = include_str!("../fixtures/privileges.yaml");
 
 /// `root` is in the default super-group; `alice` is an ordinary reader.
@@ -35,7 +36,8 @@ alice-token,alice,uid-1,\"readers,staff\"\n\
 rita-token,rita,uid-2,reviewers\n\
 nadia-token,nadia,uid-3\n\
 vic-token,vic,uid-4\n\
-gateway-token,gateway,uid-5\n";
+gateway-token,gateway,uid-5\n\
+pat-token,pat,uid-6\n";
 
 struct Fixture {
     _dir: tempfile::TempDir,
@@ -598,6 +600,88 @@ async fn policy_writes_need_create_update_and_delete() {
     f.delete_as("nadia-token", "RoleBinding", "team-a", "vic-made")
         .await
         .unwrap();
+}
+
+/// Issue 42 item 8: `kubectl apply` writes an existing object with a PATCH, which Kubernetes
+/// authorizes with `patch` alone, so Apply of an existing object takes `update` or `patch`; a new
+/// object still needs `create`, and escalation prevention is unchanged.
+#[tokio::test]
+async fn apply_of_an_existing_object_takes_update_or_patch() {
+    let f = Fixture::start().await;
+    let pods = |verbs: &str| {
+        role(
+            "team-p",
+            "pod-watcher",
+            &format!("- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [{verbs}]\n"),
+        )
+    };
+    // pat holds patch, not create: a new role is refused, naming create.
+    assert_refused(
+        f.apply_as("pat-token", &pods("get")).await,
+        Code::PermissionDenied,
+        "user \"pat\" cannot create roles.rbac.authorization.k8s.io \"pod-watcher\" in namespace \"team-p\"",
+    );
+    f.apply_as("root-token", &pods("get")).await.unwrap();
+    // Existing: patch is enough (he holds get, list and watch on pods there, so no escalation).
+    f.apply_as("pat-token", &pods("get, list")).await.unwrap();
+    let stored = f
+        .admin()
+        .get(as_user(
+            "pat-token",
+            GetRequest {
+                object: Some(object("Role", "team-p", "pod-watcher")),
+            },
+        ))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(stored.manifest.contains("list"), "{stored:?}");
+    // Escalation prevention still holds: he cannot grant what he does not hold.
+    assert_refused(
+        f.apply_as("pat-token", &pods("get, delete")).await,
+        Code::PermissionDenied,
+        "`delete` on `pods` (API group `core`)",
+    );
+    // Holding neither update nor patch (vic on his own binding) is refused, naming both.
+    let binding = |subject: &str| {
+        role_binding(
+            "team-a",
+            "vic-made",
+            "ClusterRole",
+            "pod-reader",
+            &[("User", subject)],
+        )
+    };
+    f.apply_as("vic-token", &binding("bob")).await.unwrap();
+    assert_refused(
+        f.apply_as("vic-token", &binding("carl")).await,
+        Code::PermissionDenied,
+        "user \"vic\" cannot update rolebindings.rbac.authorization.k8s.io \"vic-made\" in namespace \"team-a\" (applying an existing object needs update or patch)",
+    );
+    // Nor does patch on roles reach another namespace.
+    f.apply_as(
+        "root-token",
+        &role(
+            "team-a",
+            "pod-watcher",
+            "- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get]\n",
+        ),
+    )
+    .await
+    .unwrap();
+    assert_refused(
+        f.apply_as(
+            "pat-token",
+            &role(
+                "team-a",
+                "pod-watcher",
+                "- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [list]\n",
+            ),
+        )
+        .await,
+        Code::PermissionDenied,
+        "user \"pat\" cannot update roles.rbac.authorization.k8s.io \"pod-watcher\" in namespace \"team-a\"",
+    );
 }
 
 // ---------------------------------------------------------------------------------------------

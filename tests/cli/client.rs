@@ -840,3 +840,14 @@ async fn client_commands_give_up_on_a_frozen_server_at_their_timeout() {
         stdout(&out)
     );
 }
+
+/// `ask` spells a decision as test files and JSON answers do: `no_opinion`, not `noopinion`.
+#[tokio::test]
+async fn ask_says_no_opinion_as_everything_else_does() {
+    let policy = sample_policy();
+    let server = Server::start_serving(policy.path(), &[]).await;
+    let out = client(&server, &["ask", "nobody", "get", "pods", "default"]);
+    assert_exit(&out, 0);
+    let text = stdout(&out);
+    assert!(text.starts_with("no_opinion remote "), "{text}");
+}

@@ -542,3 +542,116 @@ fn check_prints_conditions_and_evaluates_them_against_objects() {
         stdout(&who(relabelled))
     );
 }
+
+/// `authzd proxy --help` is help, as every other `--help` is: on stdout, exit 0, no "error:".
+#[test]
+fn proxy_help_is_help_not_an_error() {
+    let out = run_bin(
+        &[OsStr::new("proxy"), OsStr::new("--help")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.starts_with("An authorizing reverse proxy for one upstream"),
+        "{text}"
+    );
+    assert!(text.contains("--token-auth-file"), "{text}");
+    assert!(
+        !text.contains("error:") && stderr(&out).is_empty(),
+        "{out:?}"
+    );
+}
+
+/// The heading each flag of `authzd serve --help` is listed under.
+fn serve_help_headings() -> std::collections::BTreeMap<String, String> {
+    let out = run_bin(
+        &[OsStr::new("serve"), OsStr::new("--help")],
+        Duration::from_secs(60),
+    );
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let mut heading = String::new();
+    let mut flags = std::collections::BTreeMap::new();
+    for line in stdout(&out).lines() {
+        if !line.starts_with(' ') && line.ends_with(':') {
+            heading = line.trim_end_matches(':').to_string();
+        } else if let Some(flag) = line.trim_start().strip_prefix("--") {
+            let name = flag.split([' ', '=']).next().unwrap_or_default();
+            flags.insert(name.to_string(), heading.clone());
+        }
+    }
+    flags
+}
+
+/// Issue 42 item 9: TLS, token, audit, etcd and overload flags were all listed under "Envoy
+/// ext_authz:"; each group has its own heading, and Envoy's holds only `--envoy-*`.
+#[test]
+fn serve_help_files_each_flag_under_its_own_heading() {
+    let headings = serve_help_headings();
+    for (flag, heading) in [
+        ("envoy-subject-from", "Envoy ext_authz"),
+        ("token-auth-file", "Caller authentication and TLS"),
+        ("tls-cert-file", "Caller authentication and TLS"),
+        ("client-ca-file", "Caller authentication and TLS"),
+        ("audit-log", "Audit log"),
+        ("decision-records", "Decision records"),
+        ("etcd-servers", "Policy in etcd (instead of --policy)"),
+        ("max-staleness", "Policy in etcd (instead of --policy)"),
+        ("max-concurrent-requests", "Limits and overload"),
+        ("request-timeout", "Limits and overload"),
+        ("authzen-base-url", "AuthZEN"),
+        ("listen", "Options"),
+    ] {
+        assert_eq!(
+            headings.get(flag).map(String::as_str),
+            Some(heading),
+            "--{flag}: {headings:?}"
+        );
+    }
+    for (flag, heading) in &headings {
+        assert_eq!(
+            heading == "Envoy ext_authz",
+            flag.starts_with("envoy-"),
+            "--{flag} under {heading:?}"
+        );
+    }
+}
+
+/// `authzd proxy` says at startup which caller authenticators are on, and warns when none is
+/// (every request it authorizes would be answered 401). authzd is not reachable here: the
+/// line comes before the proxy connects.
+#[test]
+fn proxy_logs_its_caller_authenticators_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("callers.csv");
+    std::fs::write(&tokens, "alice-token,alice,uid-1\n").unwrap();
+    let start = |extra: &[&OsStr]| {
+        let mut args: Vec<&OsStr> = [
+            "proxy",
+            "--insecure-listen-address=127.0.0.1:0",
+            "--upstream=http://127.0.0.1:9/",
+            "--authzd-server=http://127.0.0.1:9",
+            "--authzd-timeout=1s",
+            "--local-cache=false",
+        ]
+        .iter()
+        .map(OsStr::new)
+        .collect();
+        args.extend_from_slice(extra);
+        let out = run_bin(&args, Duration::from_secs(10));
+        format!("{}{}", stdout(&out), stderr(&out))
+    };
+    let none = start(&[]);
+    assert!(
+        none.contains("WARN") && none.contains("no caller authenticator is on"),
+        "{none}"
+    );
+    let flag = format!("--token-auth-file={}", tokens.display());
+    let some = start(&[OsStr::new(&flag)]);
+    assert!(
+        some.contains("caller authenticators")
+            && some.contains("bearer tokens (--token-auth-file)"),
+        "{some}"
+    );
+    assert!(!some.contains("no caller authenticator"), "{some}");
+}

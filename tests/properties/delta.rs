@@ -73,8 +73,49 @@ fn aimed(old: &PolicySet, new: &PolicySet, random: &[(UserInfo, Action)]) -> Vec
             }
         }
     }
+    // ABAC lines' subjects and namespaces too; and per line, a request of its subjects
+    // together (a line naming a user and a group matches only the pair).
+    let lines: Vec<_> = old.abac.iter().chain(&new.abac).collect();
+    for line in &lines {
+        if !line.user.is_empty() {
+            users.push(line.user.clone());
+        }
+        if !line.group.is_empty() {
+            groups.push(line.group.clone());
+        }
+        if line.namespace != "*" {
+            namespaces.push(line.namespace.clone());
+        }
+    }
     users.push("nobody".into());
     let mut out = Vec::new();
+    for (i, (_, action)) in random.iter().enumerate().filter(|_| !lines.is_empty()) {
+        let line = lines[i % lines.len()];
+        let mut action = action.clone();
+        if let Action::Resource(r) = &mut action {
+            if line.namespace != "*" {
+                r.namespace = line.namespace.clone();
+            }
+        }
+        let name = if line.user.is_empty() {
+            "nobody"
+        } else {
+            &line.user
+        };
+        let groups = if line.group.is_empty() {
+            Vec::new()
+        } else {
+            vec![line.group.clone()]
+        };
+        out.push(Request {
+            user: UserInfo {
+                name: name.to_string(),
+                groups,
+                ..Default::default()
+            },
+            action,
+        });
+    }
     for (i, (user, action)) in random.iter().enumerate() {
         out.push(Request {
             user: user.clone(),
@@ -142,6 +183,95 @@ proptest! {
             covered(&delta, &old_engine, &new_engine, &request)?;
         }
     }
+}
+
+/// `new` with its ABAC lines replaced: `old`'s, some dropped (`keep`, cycled), then `other`'s
+/// added (in another file: sources never matter).
+fn with_abac_changed(
+    new: &PolicySet,
+    old: &PolicySet,
+    other: &PolicySet,
+    keep: &[bool],
+) -> PolicySet {
+    let mut keep = keep.iter().cycle();
+    let mut out = new.clone();
+    out.abac = old
+        .abac
+        .iter()
+        .filter(|_| *keep.next().unwrap_or(&true))
+        .cloned()
+        .chain(other.abac.iter().map(|line| {
+            let mut line = line.clone();
+            line.source = authzd::policy::model::Source::new("other.jsonl", line.source.line);
+            line
+        }))
+        .collect();
+    out
+}
+
+proptest! {
+    #![proptest_config(crate::support::cases::config(1_000))]
+
+    /// Issue 42 item 6: ABAC lines added and removed (alone, or with RBAC changes), held to
+    /// both directions as RBAC changes are.
+    #[test]
+    fn the_delta_of_abac_changes_is_complete_and_witnessed(
+        old in policy(),
+        other in policy(),
+        keep in proptest::collection::vec(proptest::bool::weighted(0.8), 1..16),
+        keep_abac in proptest::collection::vec(proptest::bool::weighted(0.6), 1..8),
+        rbac_too in proptest::bool::ANY,
+        config in config(),
+        requests in proptest::collection::vec((user(), action()), 40),
+    ) {
+        let rbac = if rbac_too { changed(&old, other.clone(), &keep) } else { old.clone() };
+        let new = with_abac_changed(&rbac, &old, &other, &keep_abac);
+        let old_engine = Engine::new(&old, config.clone());
+        let new_engine = Engine::new(&new, config);
+        let delta = access_delta(&old, &new, &old_engine, &new_engine).expect("no `*` lines");
+        for row in &delta.rows {
+            witnessed(row, &old_engine, &new_engine)?;
+        }
+        for request in aimed(&old, &new, &requests) {
+            covered(&delta, &old_engine, &new_engine, &request)?;
+        }
+    }
+}
+
+/// ABAC changes alone are found too: requests that change are found and rows name them.
+#[test]
+fn abac_changes_are_found() {
+    use proptest::strategy::ValueTree;
+    let mut runner = proptest::test_runner::TestRunner::deterministic();
+    let (mut rows, mut changed_requests) = (0, 0);
+    for _ in 0..200 {
+        let old = policy().new_tree(&mut runner).unwrap().current();
+        let other = policy().new_tree(&mut runner).unwrap().current();
+        let new = with_abac_changed(&old, &old, &other, &[true, false]);
+        let config = EngineConfig::default();
+        let old_engine = Engine::new(&old, config.clone());
+        let new_engine = Engine::new(&new, config);
+        let delta = access_delta(&old, &new, &old_engine, &new_engine).unwrap();
+        rows += delta.rows.len();
+        let random: Vec<_> = (0..20)
+            .map(|_| {
+                (
+                    user().new_tree(&mut runner).unwrap().current(),
+                    action().new_tree(&mut runner).unwrap().current(),
+                )
+            })
+            .collect();
+        for request in aimed(&old, &new, &random) {
+            if allowed(&old_engine, &request) != allowed(&new_engine, &request) {
+                changed_requests += 1;
+            }
+        }
+    }
+    assert!(rows > 50, "{rows} rows");
+    assert!(
+        changed_requests >= 10,
+        "{changed_requests} changed requests"
+    );
 }
 
 /// The property is not vacuous: over many random changes, rows of both directions appear,
