@@ -767,6 +767,9 @@ impl Store {
         }
         // Built before the swap, so that the next change's impact does not pay for it.
         let referrers = ClusterRoleReferrers::of(&policy);
+        // The policy read again is good: its error, if the last read had one, goes before
+        // the new revision can be seen, so that no caller sees both at once.
+        self.set_last_error(None);
         self.publish_at(
             &mut writer,
             &old,

@@ -481,7 +481,8 @@ async fn bodies_are_the_object_with_the_flag_bounded_and_whole() {
     }
 
     // Without the flag, no body is read.
-    let plain = Server::start_serving(policy.path(), &["--max-content-bytes", "64"]).await;
+    let plain =
+        Server::start_serving(policy.path(), &["--max-content-bytes", "64", "--read-only"]).await;
     let mut plain_client = client(&plain).await;
     let request = with_body(check_request("POST", "/objects", &admin), &large, false);
     assert_allowed(&check(&mut plain_client, request).await);

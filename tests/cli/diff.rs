@@ -220,6 +220,8 @@ fn snapshot(dir: &Path) -> Vec<(String, Vec<u8>)> {
             let name = path.file_name().unwrap().to_string_lossy().into_owned();
             (name, std::fs::read(&path).unwrap())
         })
+        // The writer's lock (docs/policy.md §2), taken when the server started.
+        .filter(|(name, _)| name != authzd::store::lock::LOCK_NAME)
         .collect();
     files.sort();
     files
