@@ -462,7 +462,7 @@ fn startup_finishes_an_interrupted_write_and_refuses_an_unreadable_journal() {
     let errors = open().err().unwrap().to_string();
     assert!(
         errors.starts_with(&format!(
-            "{}:0: this commit journal cannot be read (truncated",
+            "{}: this commit journal cannot be read (truncated",
             journal.display()
         )),
         "{errors}"

@@ -115,8 +115,15 @@ pub struct LoadError {
 }
 
 impl fmt::Display for LoadError {
+    /// `FILE:LINE: message`, or `FILE: message` for what is about the whole file (line 0: an
+    /// unsupported extension, a file too large, an unreadable commit journal), which no line
+    /// of it would locate.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        if self.line == 0 {
+            write!(f, "{}: {}", self.file, self.message)
+        } else {
+            write!(f, "{}:{}: {}", self.file, self.line, self.message)
+        }
     }
 }
 

@@ -769,7 +769,7 @@ fn syntax_errors_name_the_line_and_every_file_is_checked() {
     assert!(got[2].contains("duplicate"), "{}", got[2]);
     assert_eq!(
         got[3],
-        "d.txt:0: unsupported file extension (expected `.yaml`, `.yml`, `.json` or `.jsonl`)"
+        "d.txt: unsupported file extension (expected `.yaml`, `.yml`, `.json` or `.jsonl`)"
     );
 }
 
@@ -1035,7 +1035,7 @@ fn parse_manifest_reads_yaml_and_json() {
     let abac = parse_manifest("p.jsonl", "{}", &options).unwrap_err();
     assert_eq!(
         abac.to_string(),
-        "p.jsonl:0: ABAC lines are not a manifest of roles and bindings"
+        "p.jsonl: ABAC lines are not a manifest of roles and bindings"
     );
     assert!(parse_manifest("empty.yaml", "", &options)
         .unwrap()
@@ -1175,7 +1175,7 @@ fn sources_over_the_limit_are_refused() {
     assert_eq!(
         errors(&[("big.jsonl", &big)]),
         vec![format!(
-            "big.jsonl:0: file is too large ({} bytes; the limit is 16777216 bytes: raise it with --max-policy-file-bytes)",
+            "big.jsonl: file is too large ({} bytes; the limit is 16777216 bytes: raise it with --max-policy-file-bytes)",
             MAX_FILE_BYTES + 1
         )]
     );

@@ -258,7 +258,7 @@ fn a_journal_that_cannot_be_read_stops_recovery() {
         let journal_path = scene.dir.join(JOURNAL_NAME).display().to_string();
         assert!(
             reported.starts_with(&format!(
-                "{journal_path}:0: this commit journal cannot be read ("
+                "{journal_path}: this commit journal cannot be read ("
             )),
             "{case}: {reported}"
         );
