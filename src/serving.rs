@@ -265,7 +265,7 @@ impl ServingState {
     /// What a previewed write would do to the traffic the server sees: of the requests its
     /// decision cache holds answers for (the distinct requests asked recently; at most
     /// `limit` of them read), each whose answer the write would flip, decided on the policy
-    /// in force and on the policy the write makes (issue 33: "who would this actually hit?").
+    /// in force and on the policy the write makes: who, of those actually asking, a write would hit.
     pub fn traffic_impact(&self, preview: &crate::store::Preview, limit: usize) -> TrafficImpact {
         let (before, after) = self.preview_engines(preview);
         let cached = self.cache.cached_requests(limit);

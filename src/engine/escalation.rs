@@ -669,7 +669,7 @@ impl EscalationCheck<'_> {
     }
 
     /// A ChangeGate decides which writes anybody may make, its writer's own included: creating,
-    /// changing or deleting one needs a privilege of its own (issue 33), `escalate` on it,
+    /// changing or deleting one needs a privilege of its own, `escalate` on it,
     /// which no other grant stands in for but a rule naming that verb or `*`.
     fn check_change_gate(&self, name: &str) -> Vec<String> {
         if self.allowed(Action::Resource(ResourceAttributes {

@@ -310,7 +310,7 @@ pub const CHANGE_GATE_KIND: &str = "ChangeGate";
 pub const CHANGE_GATE_RESOURCE: &str = "changegates";
 
 /// `kind: ChangeGate` (authzd.io/v1alpha1): rules every policy write is checked against by
-/// what it does to access (issue 33, docs/policy.md §8). A write whose access delta breaks a
+/// what it does to access (docs/policy.md §8). A write whose access delta breaks a
 /// rule is refused, whatever store keeps the policy and whoever writes it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ChangeGate {

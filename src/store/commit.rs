@@ -152,7 +152,7 @@ impl Changes {
     }
 }
 
-/// The writes of one commit gated in turn (issue 33): each is checked against the
+/// The writes of one commit gated in turn: each is checked against the
 /// ChangeGates of the policy the writes before it leave, by what it does to that policy,
 /// so that two writes that each keep a protected grant cannot together remove it. The
 /// policies in between are only made while a gate is in force or being written.

@@ -1,4 +1,4 @@
-//! The example policy built into the binary (issue 42, item 4): what `authzd serve` serves
+//! The example policy built into the binary: what `authzd serve` serves
 //! without `--policy`, read-only.
 //!
 //! Before, `serve` without `--policy` served `./policy` if it existed, else the build tree's

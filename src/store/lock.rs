@@ -1,4 +1,5 @@
-//! One writer per policy directory (issue 42, item 1).
+//! One writer per policy directory: two servers writing one directory each rewrote files from
+//! their own memory, and an acknowledged write of one vanished under the other's.
 //!
 //! A server that accepts admin writes on a policy directory holds an exclusive `flock(2)` on
 //! [`LOCK_NAME`] in every directory it may write (each `--policy` directory, and the directory

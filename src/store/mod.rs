@@ -338,7 +338,7 @@ pub enum StoreError {
     NotFound(ObjectRef),
     #[error("policy writes are disabled: no writable policy directory was given with --policy")]
     ReadOnly,
-    /// The whole store is read-only (issue 42): `--read-only`, a directory this process
+    /// The whole store is read-only: `--read-only`, a directory this process
     /// cannot write, or the embedded example; the reason says which.
     #[error("the policy store is read-only: {0}")]
     ReadOnlyStore(String),
@@ -487,7 +487,7 @@ pub trait Publisher: Send + Sync {
     }
 
     /// Whether `change` may be made: `Err` names the ChangeGate rule of the policy before it
-    /// that the change breaks, and a request it would change (issue 33). Asked of every write
+    /// that the change breaks, and a request it would change. Asked of every write
     /// before it is committed, of every dry run and of every reload. Every change may be made
     /// by default (a publisher that answers no requests).
     fn gate(&self, change: &ProposedChange<'_>) -> std::result::Result<(), String> {

@@ -1,4 +1,4 @@
-//! What a server serves, said once at startup (issue 42, item 4): where the policy comes from
+//! What a server serves, said once at startup: where the policy comes from
 //! (a directory and its path, the embedded example, or etcd), how many objects of each kind
 //! it holds, and whether the server accepts writes. Before, the log named neither the
 //! directory nor what was loaded, so a server serving the wrong policy looked like any other.

@@ -1,4 +1,4 @@
-//! ChangeGate (issue 33, item 4; docs/policy.md §8) on a real server over a policy directory:
+//! ChangeGate (docs/policy.md §8) on a real server over a policy directory:
 //! a write whose change breaks a gate rule is refused, naming the rule and a witness request,
 //! and changes nothing (revision, files); Apply, a dry run, Delete and a reload alike; writes
 //! arriving together are gated in turn; changing the gate needs `escalate` on it; and random

@@ -1,4 +1,4 @@
-//! Who writes a policy directory (issue 42, items 1 and 4), with real `authzd serve` processes:
+//! Who writes a policy directory, with real `authzd serve` processes:
 //! one writer per directory (a second refuses to start, naming the holder), read-only
 //! followers (`--read-only`, a directory the server cannot write) that load changes and refuse
 //! writes while changing nothing, concurrent writes on the writer all kept, and `serve`

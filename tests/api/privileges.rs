@@ -602,7 +602,7 @@ async fn policy_writes_need_create_update_and_delete() {
         .unwrap();
 }
 
-/// Issue 42 item 8: `kubectl apply` writes an existing object with a PATCH, which Kubernetes
+/// `kubectl apply` writes an existing object with a PATCH, which Kubernetes
 /// authorizes with `patch` alone, so Apply of an existing object takes `update` or `patch`; a new
 /// object still needs `create`, and escalation prevention is unchanged.
 #[tokio::test]

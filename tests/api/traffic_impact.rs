@@ -1,4 +1,4 @@
-//! A dry-run Apply's traffic impact (issue 33, item 3): of the requests the server's decision
+//! A dry-run Apply's traffic impact: of the requests the server's decision
 //! cache holds, those the write would flip. Held to a second real server started on the
 //! candidate policy: re-asking it every request the first one cached must flip exactly the
 //! requests the dry run named, and no others.

@@ -303,7 +303,7 @@ fn run(args: &[&std::ffi::OsStr]) -> Output {
     Command::new(BIN).args(args).output().unwrap()
 }
 
-/// Issue 42 item 6: ABAC lines are compared by what they say. Two byte-identical copies of the
+/// ABAC lines are compared by what they say. Two byte-identical copies of the
 /// shipped policy in different directories are no change, for `diff` and for `test
 /// --gate-against` under a ChangeGate (which fails closed on a change it cannot judge); so is
 /// a copy whose ABAC lines moved to another file, in another order.

@@ -1,4 +1,4 @@
-//! ChangeGate in etcd mode (issue 33, item 4): random writes of bindings through a replica on a
+//! ChangeGate in etcd mode: random writes of bindings through a replica on a
 //! real 3-member etcd cluster, against random gates, are refused exactly when the gate check
 //! says their change breaks a rule (`tests/support/gate_writes.rs`, the same driver as the
 //! directory's `tests/api/change_gate.rs`); a refused write leaves every etcd key under the

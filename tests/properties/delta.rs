@@ -214,7 +214,7 @@ proptest! {
     // a 2-core machine), so 1,000 would take 21 minutes, past CI's budget on its own.
     #![proptest_config(crate::support::cases::config(100))]
 
-    /// Issue 42 item 6: ABAC lines added and removed (alone, or with RBAC changes), held to
+    /// ABAC lines added and removed (alone, or with RBAC changes), held to
     /// both directions as RBAC changes are.
     #[test]
     fn the_delta_of_abac_changes_is_complete_and_witnessed(

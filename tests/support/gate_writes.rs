@@ -1,4 +1,4 @@
-//! Random policy writes against a server holding a random ChangeGate (issue 33, item 4), the
+//! Random policy writes against a server holding a random ChangeGate, the
 //! same in both store modes (`tests/api/change_gate.rs` over a directory,
 //! `tests/etcd/change_gate.rs` over a real etcd cluster): each write is refused exactly when
 //! the change it makes breaks a rule of the gate in force, as `engine::gate::check` judges it

@@ -1,5 +1,5 @@
 //! `kind: ChangeGate` (`authzd.io/v1alpha1`): rules every policy write is checked against by
-//! the access it removes or grants (issue 33; docs/policy.md §8):
+//! the access it removes or grants (docs/policy.md §8):
 //!
 //! ```yaml
 //! apiVersion: authzd.io/v1alpha1
