@@ -584,7 +584,8 @@ fn serve_help_headings() -> std::collections::BTreeMap<String, String> {
 }
 
 /// TLS, token, audit, etcd and overload flags were once all listed under "Envoy ext_authz:",
-/// where a user looking for them would not; each group has its own heading, and Envoy's holds only `--envoy-*`.
+/// where a user looking for them would not; each group has its own heading, and Envoy's
+/// holds only `--envoy-*`.
 #[test]
 fn serve_help_files_each_flag_under_its_own_heading() {
     let headings = serve_help_headings();
