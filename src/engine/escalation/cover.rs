@@ -497,6 +497,30 @@ fn fresh_of(values: &[&Value]) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The verbs `written` matches, each with the pieces that can decide a request of it: the
+/// rules matching the verb, the ABAC lines allowing it (a read-only line only reads), and the
+/// protected paths when `keep_protected` (for resource requests: a URL has no content).
+fn verb_classes<'a>(
+    written: &PolicyRule,
+    pieces: &Pieces<'a>,
+    keep_protected: bool,
+) -> Vec<(Value, Pieces<'a>)> {
+    pieces
+        .verbs()
+        .into_iter()
+        .filter(|verb| verb_matches(written, &verb.text))
+        .map(|verb| {
+            let read = READ_VERBS.contains(&verb.text.as_str());
+            let by_verb = pieces.narrow(
+                |r| verb_matches(r, &verb.text),
+                |l| read || !l.readonly,
+                |_| keep_protected,
+            );
+            (verb, by_verb)
+        })
+        .collect()
+}
+
 /// Every class of resource request in `namespace` that `written` matches, narrowing the
 /// pieces one dimension at a time.
 fn resource_cells(
@@ -505,16 +529,7 @@ fn resource_cells(
     pieces: &Pieces<'_>,
     visit: &mut impl FnMut(Action, Vec<(String, String)>),
 ) {
-    for verb in pieces.verbs() {
-        if !verb_matches(written, &verb.text) {
-            continue;
-        }
-        let read = READ_VERBS.contains(&verb.text.as_str());
-        let by_verb = pieces.narrow(
-            |r| verb_matches(r, &verb.text),
-            |l| read || !l.readonly,
-            |_| true,
-        );
+    for (verb, by_verb) in verb_classes(written, pieces, true) {
         for group in by_verb.groups() {
             if !api_group_matches(written, &group.text) {
                 continue;
@@ -564,16 +579,7 @@ fn non_resource_cells(
     visit: &mut impl FnMut(Action, Vec<(String, String)>),
 ) {
     let pieces = pieces.narrow(|r| !r.non_resource_urls.is_empty(), |_| true, |_| false);
-    for verb in pieces.verbs() {
-        if !verb_matches(written, &verb.text) {
-            continue;
-        }
-        let read = READ_VERBS.contains(&verb.text.as_str());
-        let by_verb = pieces.narrow(
-            |r| verb_matches(r, &verb.text),
-            |l| read || !l.readonly,
-            |_| false,
-        );
+    for (verb, by_verb) in verb_classes(written, &pieces, false) {
         for path in by_verb.paths() {
             if non_resource_url_matches(written, &path.text) {
                 let fresh = fresh_of(&[&verb, &path]);
