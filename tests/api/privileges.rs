@@ -1294,6 +1294,11 @@ fn impersonating<T>(mut request: Request<T>, user: &str, groups: &[&str]) -> Req
     request
 }
 
+/// `message` from `token`'s caller, asking to be served as `user`.
+fn asking_as<T>(token: &str, user: &str, message: T) -> Request<T> {
+    impersonating(as_user(token, message), user, &[])
+}
+
 /// An impersonating caller needs `impersonate` on the user (and each group) through the
 /// policy; once admitted, the call is answered — and privileged — as the impersonated user.
 #[tokio::test]
@@ -1531,47 +1536,43 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
         "pod-reader",
         "- apiGroups: [\"\"]\n  resources: [pods]\n  verbs: [get]\n",
     );
-    let apply = |token: &str, user: Option<&str>| {
-        let mut request = as_user(
+    let apply = |token: &str, user: &str| {
+        let request = asking_as(
             token,
+            user,
             ApplyRequest {
                 manifest: pod_reader.clone(),
                 ..Default::default()
             },
         );
-        if let Some(user) = user {
-            request = impersonating(request, user, &[]);
-        }
         let mut admin = f.admin();
         async move { admin.apply(request).await }
     };
 
     // As vic, who may only create rolebindings in team-a: refused, though the gateway could.
     assert_refused(
-        apply("gateway-token", Some("vic")).await,
+        apply("gateway-token", "vic").await,
         Code::PermissionDenied,
         "\"vic\"",
     );
     // As nadia, who administers team-a's roles: applied.
-    apply("gateway-token", Some("nadia")).await.unwrap();
+    apply("gateway-token", "nadia").await.unwrap();
     // alice may not impersonate: refused outright, not applied as alice.
     assert_refused(
-        apply("alice-token", Some("nadia")).await,
+        apply("alice-token", "nadia").await,
         Code::PermissionDenied,
         "user \"alice\" cannot impersonate users \"nadia\"",
     );
 
     // Reads and deletes, as vic: refused; as nadia: served.
+    let pod_reader_ref = || Some(object("Role", "team-a", "pod-reader"));
     let get = |user: &str| {
-        let request = impersonating(
-            as_user(
-                "gateway-token",
-                GetRequest {
-                    object: Some(object("Role", "team-a", "pod-reader")),
-                },
-            ),
+        let request = asking_as(
+            "gateway-token",
             user,
-            &[],
+            GetRequest {
+                object: pod_reader_ref(),
+            },
         );
         let mut admin = f.admin();
         async move { admin.get(request).await }
@@ -1579,16 +1580,13 @@ roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-
     assert_refused(get("vic").await, Code::PermissionDenied, "\"vic\"");
     get("nadia").await.unwrap();
     let delete = |user: &str| {
-        let request = impersonating(
-            as_user(
-                "gateway-token",
-                DeleteRequest {
-                    object: Some(object("Role", "team-a", "pod-reader")),
-                    ..Default::default()
-                },
-            ),
+        let request = asking_as(
+            "gateway-token",
             user,
-            &[],
+            DeleteRequest {
+                object: pod_reader_ref(),
+                ..Default::default()
+            },
         );
         let mut admin = f.admin();
         async move { admin.delete(request).await }
