@@ -13,7 +13,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::server::{metric, resource_request, sample_policy, Server};
+use crate::support::server::{
+    authorize_concurrently, metric, resource_request, sample_policy, Server,
+};
 use crate::support::wait::eventually;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::{BatchAuthorizeRequest, Content};
@@ -136,27 +138,10 @@ async fn a_stalled_sink_drops_counts_and_marks_the_gap() {
     let channel = server.channel().await;
 
     let decisions = 3_000usize;
-    let answered = tokio::time::timeout(Duration::from_secs(120), async {
-        let mut tasks = Vec::new();
-        for worker in 0..8 {
-            let mut client = AuthorizerClient::new(channel.clone());
-            tasks.push(tokio::spawn(async move {
-                for n in (worker..decisions).step_by(8) {
-                    let user = format!("user-{}", n % 50);
-                    client
-                        .authorize(resource_request(&user, &[], "dev", "get", "pods"))
-                        .await
-                        .unwrap();
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-    })
-    .await;
+    let answered =
+        authorize_concurrently(&channel, decisions, 8, 50, Duration::from_secs(120)).await;
     assert!(
-        answered.is_ok(),
+        answered,
         "decisions waited on a sink that does not read"
     );
     let dropped_metric = metric(

@@ -11,7 +11,9 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::server::{metric, resource_request, sample_policy, Server};
+use crate::support::server::{
+    authorize_concurrently, metric, resource_request, sample_policy, Server,
+};
 use crate::support::wait::eventually;
 use authzd::proto::authorizer_client::AuthorizerClient;
 use authzd::proto::policy_admin_client::PolicyAdminClient;
@@ -24,26 +26,10 @@ const REQUESTS: usize = 300;
 /// `REQUESTS` Authorize calls from 6 clients at once; all must be answered within a minute,
 /// whatever the disk does.
 async fn authorize_all(channel: &Channel) {
-    let answered = tokio::time::timeout(Duration::from_secs(60), async {
-        let mut tasks = Vec::new();
-        for worker in 0..6 {
-            let mut client = AuthorizerClient::new(channel.clone());
-            tasks.push(tokio::spawn(async move {
-                for n in (worker..REQUESTS).step_by(6) {
-                    let user = format!("user-{}", n % 40);
-                    client
-                        .authorize(resource_request(&user, &[], "dev", "get", "pods"))
-                        .await
-                        .unwrap();
-                }
-            }));
-        }
-        for task in tasks {
-            task.await.unwrap();
-        }
-    })
-    .await;
-    assert!(answered.is_ok(), "requests waited on a full disk");
+    assert!(
+        authorize_concurrently(channel, REQUESTS, 6, 40, Duration::from_secs(60)).await,
+        "requests waited on a full disk"
+    );
 }
 
 /// The series' values, in order (`None` for a series not exposed).

@@ -414,6 +414,37 @@ pub fn get_pods(user: &str, groups: &[&str], namespace: &str) -> authzd::request
     }
 }
 
+/// `requests` Authorize calls (`get pods` in `dev`, by `users` distinct users in turn) from
+/// `workers` clients at once on `channel`; whether every one was answered within `within`.
+pub async fn authorize_concurrently(
+    channel: &Channel,
+    requests: usize,
+    workers: usize,
+    users: usize,
+    within: Duration,
+) -> bool {
+    let all = async {
+        let mut tasks = Vec::new();
+        for worker in 0..workers {
+            let mut client =
+                authzd::proto::authorizer_client::AuthorizerClient::new(channel.clone());
+            tasks.push(tokio::spawn(async move {
+                for n in (worker..requests).step_by(workers) {
+                    let user = format!("user-{}", n % users);
+                    client
+                        .authorize(resource_request(&user, &[], "dev", "get", "pods"))
+                        .await
+                        .unwrap();
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.unwrap();
+        }
+    };
+    tokio::time::timeout(within, all).await.is_ok()
+}
+
 /// An Authorize request for a resource action.
 pub fn resource_request(
     user: &str,
