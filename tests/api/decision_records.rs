@@ -140,10 +140,7 @@ async fn a_stalled_sink_drops_counts_and_marks_the_gap() {
     let decisions = 3_000usize;
     let answered =
         authorize_concurrently(&channel, decisions, 8, 50, Duration::from_secs(120)).await;
-    assert!(
-        answered,
-        "decisions waited on a sink that does not read"
-    );
+    assert!(answered, "decisions waited on a sink that does not read");
     let dropped_metric = metric(
         server.addr,
         r#"authzd_decision_records_dropped_total{reason="queue_full"}"#,

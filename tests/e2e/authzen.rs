@@ -1021,7 +1021,7 @@ async fn the_metadata_never_names_the_requests_host() {
         format!("GET http://evil.example{path} HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n"),
         format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\nX-Forwarded-Host: evil.example\r\nConnection: close\r\n\r\n"),
     ] {
-        let (status, body) = raw_http(pdp.server.addr, &request).await;
+        let (status, body) = crate::support::server::raw_http(pdp.server.addr, &request).await;
         assert_eq!(status, 200, "{request}: {body}");
         assert!(!body.contains("evil"), "{request}: {body}");
         let body: Value = serde_json::from_str(&body).unwrap();
@@ -1047,22 +1047,4 @@ async fn the_metadata_never_names_the_requests_host() {
         answer.body["search_subject_endpoint"],
         "https://pdp.example.com/authz/access/v1/search/subject"
     );
-}
-
-/// One request written as it is on a fresh TCP connection; the status and the body.
-async fn raw_http(addr: std::net::SocketAddr, request: &str) -> (u16, String) {
-    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).await.unwrap();
-    let status = response
-        .split(' ')
-        .nth(1)
-        .and_then(|code| code.parse().ok())
-        .unwrap_or_else(|| panic!("not HTTP: {response}"));
-    let body = response
-        .split_once("\r\n\r\n")
-        .map_or(String::new(), |(_, body)| body.to_string());
-    (status, body)
 }
