@@ -255,25 +255,37 @@ fn abac_changes_are_found() {
         let new_engine = Engine::new(&new, config);
         let delta = access_delta(&old, &new, &old_engine, &new_engine).unwrap();
         rows += delta.rows.len();
-        let random: Vec<_> = (0..20)
-            .map(|_| {
-                (
-                    user().new_tree(&mut runner).unwrap().current(),
-                    action().new_tree(&mut runner).unwrap().current(),
-                )
-            })
-            .collect();
-        for request in aimed(&old, &new, &random) {
-            if allowed(&old_engine, &request) != allowed(&new_engine, &request) {
-                changed_requests += 1;
-            }
-        }
+        changed_requests +=
+            requests_that_change(&mut runner, &old, &new, [&old_engine, &new_engine]);
     }
     assert!(rows > 50, "{rows} rows");
     assert!(
         changed_requests >= 10,
         "{changed_requests} changed requests"
     );
+}
+
+/// Of 20 random requests aimed at the change (`aimed`), how many the change answers
+/// differently.
+fn requests_that_change(
+    runner: &mut proptest::test_runner::TestRunner,
+    old: &PolicySet,
+    new: &PolicySet,
+    [old_engine, new_engine]: [&Engine; 2],
+) -> usize {
+    use proptest::strategy::ValueTree;
+    let random: Vec<_> = (0..20)
+        .map(|_| {
+            (
+                user().new_tree(runner).unwrap().current(),
+                action().new_tree(runner).unwrap().current(),
+            )
+        })
+        .collect();
+    aimed(old, new, &random)
+        .iter()
+        .filter(|request| allowed(old_engine, request) != allowed(new_engine, request))
+        .count()
 }
 
 /// The property is not vacuous: over many random changes, rows of both directions appear,
@@ -293,19 +305,8 @@ fn changes_are_found() {
         let delta = access_delta(&old, &new, &old_engine, &new_engine).unwrap();
         gains += delta.rows.iter().filter(|r| !r.gains.is_empty()).count();
         losses += delta.rows.iter().filter(|r| !r.losses.is_empty()).count();
-        let random: Vec<_> = (0..20)
-            .map(|_| {
-                (
-                    user().new_tree(&mut runner).unwrap().current(),
-                    action().new_tree(&mut runner).unwrap().current(),
-                )
-            })
-            .collect();
-        for request in aimed(&old, &new, &random) {
-            if allowed(&old_engine, &request) != allowed(&new_engine, &request) {
-                changed_requests += 1;
-            }
-        }
+        changed_requests +=
+            requests_that_change(&mut runner, &old, &new, [&old_engine, &new_engine]);
     }
     assert!(gains > 50 && losses > 50, "gains {gains}, losses {losses}");
     assert!(
