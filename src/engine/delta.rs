@@ -770,19 +770,6 @@ struct Region {
     conditional: Vec<PolicyRule>,
 }
 
-/// The role a binding refers to.
-fn role_of(binding: &Binding) -> RoleKey<'_> {
-    let namespace = match binding.role_ref.kind {
-        RoleKind::Role => binding.namespace.as_str(),
-        RoleKind::ClusterRole => "",
-    };
-    (
-        binding.role_ref.kind,
-        namespace,
-        binding.role_ref.name.as_str(),
-    )
-}
-
 /// The bindings whose subjects' answers may change, old and new versions together: those
 /// that changed, and those of roles whose effective rules changed. Comparing walks both
 /// policies once in key order (borrowed, no copies; in memory order for a canonical policy);
@@ -804,7 +791,7 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
     let same_binding = |b: &Binding, a: &Binding| {
         b.subjects == a.subjects
             && b.role_ref == a.role_ref
-            && (changed_roles.is_empty() || !changed_roles.contains(&role_of(b)))
+            && (changed_roles.is_empty() || !changed_roles.contains(&b.role_key()))
     };
     let mut out = Vec::new();
     for (before, after) in changed_pairs(
@@ -828,7 +815,7 @@ fn regions(old: &PolicySet, new: &PolicySet) -> Vec<Region> {
                     subjects.insert(Who::Group(group.to_string()));
                 }
             }
-            if let Some(role_rules) = roles.rules(role_of(binding)) {
+            if let Some(role_rules) = roles.rules(binding.role_key()) {
                 rules.extend(role_rules.iter().cloned());
                 sides[side] = role_rules;
             }

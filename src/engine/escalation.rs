@@ -262,15 +262,10 @@ fn role_of<'p>(
     aggregated: &'p HashMap<String, Vec<PolicyRule>>,
     binding: &Binding,
 ) -> Option<(&'p Role, &'p [PolicyRule])> {
-    let namespace = match binding.role_ref.kind {
-        RoleKind::ClusterRole => "",
-        RoleKind::Role => binding.namespace.as_str(),
-    };
-    let role = policy.roles.iter().find(|r| {
-        r.kind == binding.role_ref.kind
-            && r.namespace == namespace
-            && r.name == binding.role_ref.name
-    })?;
+    let role = policy
+        .roles
+        .iter()
+        .find(|r| r.key() == binding.role_key())?;
     let rules = match (role.kind, aggregated.get(&role.name)) {
         (RoleKind::ClusterRole, Some(rules)) => rules.as_slice(),
         _ => role.rules.as_slice(),
@@ -295,33 +290,12 @@ fn as_grant(rule: &PolicyRule) -> PolicyRule {
     }
 }
 
-/// Whether a deleted object's removal may lift a deny rule: a role with deny rules, or a
-/// binding of one.
-fn has_deny_rules_of(current: &PolicySet) -> impl Fn(&PolicyObject) -> bool + '_ {
-    move |object| match object {
-        PolicyObject::Role(role) => role.rules.iter().any(|r| r.deny),
-        PolicyObject::Binding(binding) => current
-            .roles
-            .iter()
-            .filter(|r| r.kind == binding.role_ref.kind && r.name == binding.role_ref.name)
-            .any(|r| r.rules.iter().any(|r| r.deny)),
-        _ => false,
-    }
-}
-
 /// Where `role` is bound in `policy`: cluster-wide (a ClusterRoleBinding), else the namespace
 /// of each RoleBinding.
 fn bound_scopes<'p>(policy: &'p PolicySet, role: &Role) -> Vec<Scope<'p>> {
     let mut namespaces = BTreeSet::new();
     for binding in &policy.bindings {
-        let role_namespace = match binding.role_ref.kind {
-            RoleKind::ClusterRole => "",
-            RoleKind::Role => binding.namespace.as_str(),
-        };
-        if binding.role_ref.kind != role.kind
-            || binding.role_ref.name != role.name
-            || role_namespace != role.namespace
-        {
+        if binding.role_key() != role.key() {
             continue;
         }
         if binding.namespace.is_empty() {
@@ -533,7 +507,13 @@ impl EscalationCheck<'_> {
             .cloned()
             .collect();
         self.check(current, &written)?;
-        if self.is_super() || !objects.iter().any(has_deny_rules_of(current)) {
+        // A deny rule can reach a binding through aggregation: whether one does is for
+        // `lifted_binding` to say, on the aggregated rules.
+        let lifts = |o: &PolicyObject| {
+            matches!(o, PolicyObject::Role(r) if r.rules.iter().any(|r| r.deny))
+                || matches!(o, PolicyObject::Binding(_))
+        };
+        if self.is_super() || !objects.iter().any(lifts) {
             return Ok(());
         }
         let aggregated = aggregated_rules(current);
@@ -730,19 +710,9 @@ impl EscalationCheck<'_> {
         if self.holds_on_role("bind", role_ref.kind, &binding.namespace, &role_ref.name) {
             return Vec::new();
         }
-        let role_namespace = match role_ref.kind {
-            RoleKind::ClusterRole => "",
-            RoleKind::Role => binding.namespace.as_str(),
-        };
         // The role as it will be after this write: written in the same manifest, or current.
         let written = objects.iter().find_map(|o| match o {
-            PolicyObject::Role(r)
-                if r.kind == role_ref.kind
-                    && r.namespace == role_namespace
-                    && r.name == role_ref.name =>
-            {
-                Some(r.rules.as_slice())
-            }
+            PolicyObject::Role(r) if r.key() == binding.role_key() => Some(r.rules.as_slice()),
             _ => None,
         });
         let rules =

@@ -211,18 +211,6 @@ fn bindings_by_key(policy: &PolicySet) -> HashMap<BindingKey<'_>, &Binding> {
     policy.bindings.iter().map(|b| (b.key(), &**b)).collect()
 }
 
-/// The key of the role a binding references.
-fn referenced_role(binding: &Binding) -> (RoleKind, &str, &str) {
-    match binding.role_ref.kind {
-        RoleKind::ClusterRole => (RoleKind::ClusterRole, "", binding.role_ref.name.as_str()),
-        RoleKind::Role => (
-            RoleKind::Role,
-            binding.namespace.as_str(),
-            binding.role_ref.name.as_str(),
-        ),
-    }
-}
-
 /// Whether the two policies protect different paths. Protected paths decide which plain
 /// allows need content, so answers cached for any subject may have changed. The rest of a
 /// FieldPolicy (ignored paths, list kinds) only shapes the diff a request's content is
@@ -271,7 +259,7 @@ pub fn impact_of_change(old: &PolicySet, new: &PolicySet) -> Impact {
         (&new_bindings, &old_bindings),
     ] {
         for (key, binding) in policy_bindings {
-            let (kind, ns, name) = referenced_role(binding);
+            let (kind, ns, name) = binding.role_key();
             let role_changed = changed_roles.contains(&(kind, ns.to_string(), name.to_string()));
             if role_changed || other.get(key) != Some(binding) {
                 impact.add_binding(binding);
@@ -316,7 +304,7 @@ pub fn impact_of_objects(
             .collect();
         for policy in [policy_before, policy_after] {
             for binding in &policy.bindings {
-                if changed.contains(&referenced_role(binding)) {
+                if changed.contains(&binding.role_key()) {
                     impact.add_binding(binding);
                 }
             }

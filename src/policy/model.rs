@@ -191,6 +191,16 @@ impl Binding {
         (self.kind, self.namespace.as_str(), self.name.as_str())
     }
 
+    /// The key of the role it refers to: a ClusterRole by name, a Role by name in the
+    /// binding's own namespace.
+    pub fn role_key(&self) -> RoleKey<'_> {
+        let namespace = match self.role_ref.kind {
+            RoleKind::ClusterRole => "",
+            RoleKind::Role => self.namespace.as_str(),
+        };
+        (self.role_ref.kind, namespace, self.role_ref.name.as_str())
+    }
+
     /// Upstream's binding description: `ClusterRoleBinding "NAME"` / `RoleBinding "NAME/NS"`.
     pub fn describe(&self) -> String {
         describe_binding(self.kind, &self.name, &self.namespace)
