@@ -492,3 +492,40 @@ rules:
                 metadata: {name: no-secrets-unbound, namespace: team}\nrules: []\n";
     assert_eq!(check_delete(&engine, &policy, "ann", role), Ok(()));
 }
+
+/// A deny rule can reach a binding through ClusterRole aggregation: deleting the binding lifts
+/// it as deleting a binding of the role that holds it would.
+#[test]
+fn a_deny_rule_gathered_by_aggregation_is_lifted_by_deleting_its_binding() {
+    let gathered = r#"
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: gathered-denies}
+aggregationRule:
+  clusterRoleSelectors: [{matchLabels: {denies: "true"}}]
+rules: []
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata: {name: no-secrets-anywhere, labels: {denies: "true"}}
+rules:
+- {apiGroups: [""], resources: ["secrets"], verbs: ["list"], deny: true}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: ann-gathered, namespace: team}
+subjects: [{kind: User, name: ann}]
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: gathered-denies}
+"#;
+    let (policy, engine) = setup(gathered);
+    let binding = "apiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\n\
+                   metadata: {name: ann-gathered, namespace: team}\nsubjects: []\n\
+                   roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, \
+                   name: gathered-denies}\n";
+    let refusal = check_delete(&engine, &policy, "ann", binding).unwrap_err();
+    assert!(
+        refusal.contains("you cannot lift a deny rule") && refusal.contains("`list` on `secrets`"),
+        "{refusal}"
+    );
+}
